@@ -1,0 +1,46 @@
+# `make run` and `make test` set up everything they need; `make setup` does only that.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+GRID   ?= experiments/quickstart.yaml
+# `mlflow run` puts the project run in this experiment: the grid's `experiment:`, else its file name.
+EXPERIMENT ?= $(or $(shell sed -n 's/^experiment:[[:space:]]*\([^#[:space:]]*\).*/\1/p' $(GRID) 2>/dev/null),$(basename $(notdir $(GRID))))
+FASHION_DIRS := $(PIPELINE_DATA_DIR) data data/FashionMNIST/raw /usr/share/datasets/fashion-mnist
+
+.PHONY: setup data run test clean
+
+setup: $(STAMP) data
+
+# pip takes these exact torch/torchvision builds from this machine's disk; other pins download GBs.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+# Fashion-MNIST: Debian's dataset-fashion-mnist when missing (as root), else say what to do.
+data:
+	@for d in $(FASHION_DIRS); do \
+	  if [ -e "$$d/train-images-idx3-ubyte.gz" ] || [ -e "$$d/train-images-idx3-ubyte" ]; then \
+	    echo "Fashion-MNIST: $$d"; exit 0; fi; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "Fashion-MNIST missing: installing Debian's dataset-fashion-mnist"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null) \
+	    || echo "warning: apt-get could not install dataset-fashion-mnist; 'make run' needs the data"; \
+	else \
+	  echo "Fashion-MNIST not found. Install it with: sudo apt-get install dataset-fashion-mnist"; \
+	  echo "  or put the four IDX files in ./data, or set PIPELINE_DATA_DIR, or: $(BIN)/pipeline data --download"; \
+	fi
+
+# The default experiment through `mlflow run` on the embedded sqlite store (./mlflow.db).
+run: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/mlflow run . --env-manager local \
+	  --experiment-name $(EXPERIMENT) -P grid=$(GRID)
+
+test: setup
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) mlflow.db mlruns mlartifacts .pytest_cache

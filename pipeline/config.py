@@ -1,0 +1,252 @@
+"""Grid files: YAML → frozen, validated config objects. Never imports torch or mlflow.
+
+A grid file has three top-level keys (see DESIGN.md):
+
+    experiment: fashion-devices    # optional, defaults to the file's stem
+    data: {root: null, train_size: null, test_size: null}
+    grid: {lr: [0.01], batch_size: [1000, 10000], device: [cuda, cpu], ...}
+
+Every error names the file, the key and what is allowed, so the CLI can print it on one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from pipeline.errors import UserError
+
+DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(:\d+)?)$")
+DEVICE_CHOICES = "cpu, cuda, cuda:N, mps or auto"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The resolved settings of one training run (one grid point)."""
+
+    lr: float = 0.01
+    batch_size: int = 100
+    num_workers: int = 0
+    device: str = "auto"
+    epochs: int = 1
+    seed: int = 0
+    shuffle: bool = True
+
+    def as_params(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    root: str | None = None
+    train_size: int | None = None
+    test_size: int | None = None
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A validated grid file: each grid key maps to a non-empty tuple of values, in file order."""
+
+    path: Path
+    experiment: str
+    data: DataConfig = field(default_factory=DataConfig)
+    axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+
+# --- value checks --------------------------------------------------------------------------------
+# Each check takes the raw YAML value and returns the coerced value or raises ValueError with a
+# short description of what is allowed.
+
+
+def _number(value: Any) -> float:
+    # YAML 1.1 reads `1e-3` as a string and `yes`/`no` as booleans: coerce numbers deliberately.
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return float(value.strip())
+    raise ValueError
+
+
+def _positive_float(value: Any) -> float:
+    try:
+        number = _number(value)
+    except ValueError:
+        raise ValueError("a positive number, e.g. 0.01 or 1.0e-3") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError("a positive number, e.g. 0.01 or 1.0e-3")
+    return number
+
+
+def _int_at_least(minimum: int) -> Callable[[Any], int]:
+    allowed = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def check(value: Any) -> int:
+        try:
+            number = _number(value)
+        except ValueError:
+            raise ValueError(allowed) from None
+        if not math.isfinite(number) or not number.is_integer() or number < minimum:
+            raise ValueError(allowed)
+        return int(number)
+
+    return check
+
+
+def _device(value: Any) -> str:
+    if not isinstance(value, str) or not DEVICE_PATTERN.match(value.strip().lower()):
+        raise ValueError(DEVICE_CHOICES)
+    return value.strip().lower()
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("true or false")
+    return value
+
+
+GRID_KEYS: dict[str, Callable[[Any], Any]] = {
+    "lr": _positive_float,
+    "batch_size": _int_at_least(1),
+    "num_workers": _int_at_least(0),
+    "device": _device,
+    "epochs": _int_at_least(1),
+    "seed": _int_at_least(0),
+    "shuffle": _boolean,
+}
+assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
+
+_DATA_KEYS: dict[str, Callable[[Any], Any]] = {
+    "root": lambda v: _nonempty_string(v, "a folder path"),
+    "train_size": _int_at_least(1),
+    "test_size": _int_at_least(1),
+}
+_TOP_KEYS = ("experiment", "data", "grid")
+
+
+def _nonempty_string(value: Any, allowed: str) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
+        raise ValueError(allowed)
+    return str(value).strip()
+
+
+def check_value(key: str, value: Any, where: str = "") -> Any:
+    """Validate one grid value (used for CLI flags too, so both paths give the same message)."""
+    try:
+        return GRID_KEYS[key](value)
+    except ValueError as exc:
+        raise UserError(f"{where}{key}: got {value!r}; expected {exc}") from None
+
+
+def run_config(**values: Any) -> RunConfig:
+    """A RunConfig from raw values (CLI flags), validated like a grid file's."""
+    return RunConfig(**{k: check_value(k, v, "--") for k, v in values.items() if v is not None})
+
+
+# --- YAML loading --------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of keeping the last one silently."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in mapping:
+            line = key_node.start_mark.line + 1
+            raise UserError(f"duplicate key {key!r} at line {line}; each key may appear once")
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _unknown_key(where: str, key: Any, allowed: tuple[str, ...] | list[str]) -> UserError:
+    hint = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+    suggestion = f"did you mean {hint[0]!r}? " if hint else ""
+    return UserError(f"{where}{key}: unknown key; {suggestion}allowed: {', '.join(allowed)}")
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such grid file; see experiments/ for examples") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read grid file ({exc.__class__.__name__})") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}: YAML syntax error{at}: {problem}") from None
+
+
+def load_grid(path: str | Path) -> GridSpec:
+    """Read and validate a grid file; raise UserError naming the file and key on any problem."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    where = f"{path}: "
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}expected a mapping with keys {', '.join(_TOP_KEYS)}")
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise _unknown_key(where, key, _TOP_KEYS)
+
+    experiment = raw.get("experiment")
+    if experiment is None:
+        experiment = path.stem
+    else:
+        try:
+            experiment = _nonempty_string(experiment, "a non-empty name")
+        except ValueError:
+            raise UserError(f"{where}experiment: got {experiment!r}; expected a non-empty name") from None
+
+    data_raw = raw.get("data") or {}
+    if not isinstance(data_raw, dict):
+        raise UserError(f"{where}data: expected a mapping with keys {', '.join(_DATA_KEYS)}")
+    data_values = {}
+    for key, value in data_raw.items():
+        if key not in _DATA_KEYS:
+            raise _unknown_key(f"{where}data.", key, list(_DATA_KEYS))
+        if value is None:
+            continue
+        try:
+            data_values[key] = _DATA_KEYS[key](value)
+        except ValueError as exc:
+            raise UserError(f"{where}data.{key}: got {value!r}; expected {exc} or null") from None
+
+    grid_raw = raw.get("grid")
+    if grid_raw is None:
+        grid_raw = {}
+    if not isinstance(grid_raw, dict):
+        raise UserError(f"{where}grid: expected a mapping of setting → list of values")
+    axes = []
+    for key, values in grid_raw.items():
+        if key not in GRID_KEYS:
+            raise _unknown_key(f"{where}grid.", key, list(GRID_KEYS))
+        if not isinstance(values, list):
+            values = [values]  # a scalar is a one-element list
+        if not values:
+            raise UserError(f"{where}grid.{key}: empty list; give at least one value")
+        checked = tuple(check_value(key, v, f"{where}grid.") for v in values)
+        if len(set(checked)) != len(checked):
+            raise UserError(f"{where}grid.{key}: repeated value in {list(checked)}; list each once")
+        axes.append((key, checked))
+
+    return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes))

@@ -1,0 +1,114 @@
+"""Devices: resolve a grid's device name once per run, say why one is missing, describe hardware.
+
+The device decides where tensors live and how they get there (pinned memory, non_blocking copies),
+never what is computed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+
+class DeviceUnavailable(Exception):
+    """The requested device does not exist on this machine; the message says why."""
+
+
+def cuda_missing_reason() -> str:
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) was built without CUDA"
+    return (
+        f"torch {torch.__version__} is built for CUDA {torch.version.cuda}, "
+        "but no NVIDIA GPU or driver is visible (torch.cuda.is_available() is False)"
+    )
+
+
+def resolve(name: str) -> torch.device:
+    """Turn cpu / cuda / cuda:N / mps / auto into a torch.device, or raise DeviceUnavailable."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "mps":
+        if not torch.backends.mps.is_available():
+            raise DeviceUnavailable("mps is not available (needs Apple silicon and a torch built with MPS)")
+        return torch.device("mps")
+    device = torch.device(name)  # cuda or cuda:N (syntax checked by config)
+    if not torch.cuda.is_available():
+        raise DeviceUnavailable(f"{name} is not available: {cuda_missing_reason()}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise DeviceUnavailable(f"{name} is not available: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    return torch.device("cuda", index)
+
+
+@lru_cache(maxsize=1)
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def hardware_name(device: torch.device) -> str:
+    """CPU model or GPU name: what a timing result was measured on."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return f"Apple MPS ({platform.machine()})"
+    return cpu_name()
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str  # cpu, cuda:0, mps
+    hardware: str
+    detail: str  # threads or memory
+    works: bool
+    error: str = ""
+
+
+def _smoke(device: torch.device) -> str:
+    """A tiny tensor op on the device; returns '' when it works, else the error."""
+    try:
+        x = torch.arange(4.0, device=device)
+        if float((x @ x).item()) != 14.0:
+            return "wrong result from a 4-element dot product"
+    except Exception as exc:  # any failure here is the answer the user asked for
+        return f"{exc.__class__.__name__}: {exc}"
+    return ""
+
+
+def survey() -> tuple[list[DeviceInfo], list[str]]:
+    """Every device this machine offers, each smoke-tested, plus notes on what is missing."""
+    cpu = torch.device("cpu")
+    threads = f"{torch.get_num_threads()} torch threads, {os.cpu_count()} logical CPUs"
+    error = _smoke(cpu)
+    devices = [DeviceInfo("cpu", cpu_name(), threads, not error, error)]
+    notes = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            device = torch.device("cuda", index)
+            props = torch.cuda.get_device_properties(index)
+            detail = f"{props.total_memory / 2**30:.1f} GiB, compute capability {props.major}.{props.minor}"
+            error = _smoke(device)
+            devices.append(DeviceInfo(str(device), props.name, detail, not error, error))
+    else:
+        notes.append(f"cuda: {cuda_missing_reason()}")
+    if torch.backends.mps.is_available():
+        error = _smoke(torch.device("mps"))
+        devices.append(DeviceInfo("mps", hardware_name(torch.device("mps")), "unified memory", not error, error))
+    return devices, notes

@@ -1,0 +1,31 @@
+"""The tutorial's Fashion-MNIST CNN, with its exact layer names and shapes."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+
+
+class Network(nn.Module):
+    """conv1 → pool → conv2 → pool → fc1 → fc2 → out; input (N, 1, 28, 28) floats in [0, 1]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels=1, out_channels=6, kernel_size=5)
+        self.conv2 = nn.Conv2d(in_channels=6, out_channels=12, kernel_size=5)
+        self.fc1 = nn.Linear(in_features=12 * 4 * 4, out_features=120)
+        self.fc2 = nn.Linear(in_features=120, out_features=60)
+        self.out = nn.Linear(in_features=60, out_features=10)
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        t = F.max_pool2d(F.relu(self.conv1(t)), kernel_size=2, stride=2)
+        t = F.max_pool2d(F.relu(self.conv2(t)), kernel_size=2, stride=2)
+        t = F.relu(self.fc1(t.flatten(start_dim=1)))
+        t = F.relu(self.fc2(t))
+        return self.out(t)

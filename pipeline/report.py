@@ -1,0 +1,158 @@
+"""What a person reads: the plan, progress per run and epoch, and the final results table.
+
+Per-epoch lines are plain prints so they read well in logs and under `mlflow run`; a transient
+progress bar over an epoch's batches is added only on an interactive terminal.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from pipeline.grid import format_value
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pipeline.config import GridSpec
+    from pipeline.grid import GridPoint
+    from pipeline.runner import Outcome, Planned, SweepResult
+    from pipeline.tracking import Tracker
+    from pipeline.train import EpochStats
+
+
+def make_console() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:  # logs and `mlflow run`: wide enough that tables do not wrap
+        console = Console(highlight=False, width=200)
+    return console
+
+
+class Reporter:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or make_console()
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._reasons_said: set[str] = set()
+
+    # --- before training ----------------------------------------------------------------------------
+
+    def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path") -> None:
+        table = Table(title=f"{spec.path}: {len(planned)} grid points (dry run, nothing trained)")
+        table.add_column("#", justify="right")
+        for key, _ in spec.axes:
+            table.add_column(key)
+        table.add_column("runs on")
+        for item in planned:
+            values = item.point.config.as_params()
+            where = str(item.device) if item.device is not None else f"[yellow]skipped[/]: {item.reason}"
+            table.add_row(str(item.point.index), *(format_value(values[k]) for k, _ in spec.axes), where)
+        self.console.print(table)
+        self.console.print(f"experiment: {spec.experiment}   data: {data_folder}")
+
+    def data(self, description: str) -> None:
+        self.console.print(f"data: {description}")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"note: {text}")
+
+    def sweep_start(self, tracker: "Tracker", parent_id: str, size: int) -> None:
+        self.console.print(
+            f"experiment {tracker.experiment_name!r} (id {tracker.experiment_id}), parent run {parent_id}, "
+            f"{size} grid points, store {tracker.uri}"
+        )
+
+    # --- during training ------------------------------------------------------------------------------
+
+    def skipped(self, point: "GridPoint", reason: str) -> None:
+        said = reason in self._reasons_said
+        self._reasons_said.add(reason)
+        self.console.print(f"[yellow]skip[/] [{point.index}] {point.name}: {'same reason' if said else reason}")
+
+    def run_start(self, point: "GridPoint", device: str, index: int, total: int) -> None:
+        self.console.print(f"[bold]run {index}/{total}[/] [{point.index}] {point.name} on {device}")
+
+    def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
+        if not self.console.is_terminal:
+            return
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("  epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+                TimeRemainingColumn(), console=self.console, transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("", total=steps, epoch=f"{epoch}/{epochs}")
+        else:
+            self._progress.reset(self._task, total=steps, epoch=f"{epoch}/{epochs}")
+
+    def step(self) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def epoch_end(self, stats: "EpochStats", epochs: int) -> None:
+        self.console.print(
+            f"  epoch {stats.epoch}/{epochs}  train loss {stats.train_loss:.4f} acc {stats.train_accuracy:.4f}"
+            f"  test loss {stats.test_loss:.4f} acc {stats.test_accuracy:.4f}"
+            f"  {stats.epoch_duration_s:.2f}s ({stats.images_per_s:,.0f} img/s)"
+        )
+
+    def epoch_done(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def run_end(self, outcome: "Outcome") -> None:
+        if outcome.status == "FINISHED":
+            return
+        colour = "red" if outcome.status == "FAILED" else "yellow"
+        self.console.print(f"  [{colour}]{outcome.status}[/]: {outcome.reason}")
+
+    # --- after training ------------------------------------------------------------------------------
+
+    def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker") -> None:
+        keys = [k for k, _ in axes]
+        if "device" not in keys:
+            keys.append("device")
+        table = Table(title="Results")
+        table.add_column("#", justify="right")
+        for key in keys:
+            table.add_column(key)
+        for name in ("train loss", "train acc", "test loss", "test acc", "epoch s", "run s"):
+            table.add_column(name, justify="right")
+        table.add_column("status")
+        for o in result.outcomes:
+            values = o.point.config.as_params()
+            cells = [format_value(values[k]) for k in keys]
+            if o.device and o.device != values["device"]:
+                cells[keys.index("device")] = f"{values['device']} ({o.device})"
+            f = o.final
+            numbers = (
+                [f"{f.train_loss:.4f}", f"{f.train_accuracy:.4f}", f"{f.test_loss:.4f}", f"{f.test_accuracy:.4f}",
+                 f"{o.mean_epoch_s:.2f}", f"{o.run_duration_s:.2f}" if o.run_duration_s is not None else "-"]
+                if f else ["-"] * 6
+            )
+            table.add_row(str(o.point.index), *cells, *numbers, _status(o.status))
+        self.console.print(table)
+
+        counts = {}
+        for o in result.outcomes:
+            counts[o.status] = counts.get(o.status, 0) + 1
+        self.console.print(", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for o in result.outcomes:
+            if o.status in ("SKIPPED", "FAILED", "KILLED"):
+                grouped.setdefault((o.status, o.reason), []).append(f"#{o.point.index}")
+        for (status, reason), where in grouped.items():
+            self.console.print(f"  {status.lower()} {', '.join(where)}: {reason}")
+        command, url = tracker.ui()
+        if command:
+            self.console.print(f"Open the MLflow UI:  {command}")
+        self.console.print(f"then browse to       {url}")
+
+
+def _status(status: str) -> str:
+    colour = {"FINISHED": "green", "FAILED": "red", "KILLED": "yellow", "SKIPPED": "yellow"}.get(status, "")
+    return f"[{colour}]{status}[/]" if colour else status

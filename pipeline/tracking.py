@@ -1,0 +1,251 @@
+"""Every MLflow call lives here: store, experiment, parent and child runs, params, metrics, model.
+
+Runs are created with explicit ids through MlflowClient rather than the fluent active-run stack, so
+the status written is always the one we decide (MLflow itself records Ctrl-C as FAILED) and a child
+can name its parent from any thread or process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import traceback
+import urllib.parse
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import UserError
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
+
+# Metric names, defined once. Per-epoch metrics use step = epoch (from 1).
+EPOCH_METRICS = (
+    "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epoch_duration_s", "images_per_s",
+)
+RUN_DURATION = "run_duration_s"
+MODEL_NAME = "model"
+
+# Tags, defined once.
+TAG_DEVICE = "pipeline.device"
+TAG_HARDWARE = "pipeline.hardware"
+TAG_TORCH = "pipeline.torch_version"
+TAG_CUDA = "pipeline.cuda_version"
+TAG_CONFIG_HASH = "pipeline.config_hash"
+TAG_DATA = "pipeline.data"
+TAG_ERROR = "pipeline.error"
+TAG_GRID_FILE = "pipeline.grid_file"
+TAG_GRID_SIZE = "pipeline.grid_size"
+TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
+
+
+def resolve_tracking_uri(cli_value: str | None) -> str:
+    """--tracking-uri, then $MLFLOW_TRACKING_URI, then sqlite:///mlflow.db in the working directory."""
+    return cli_value or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+class _DropPickleWarning(logging.Filter):
+    # Pickle is chosen deliberately (see log_model); the warning would repeat once per run.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Saving pytorch model by Pickle")
+
+
+def _quiet_mlflow_logs() -> None:
+    # A new sqlite store prints a page of alembic migration INFO lines; users need none of them.
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.client"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("mlflow.pytorch").addFilter(_DropPickleWarning())
+
+
+def check_reachable(uri: str, timeout_s: float = 3.0) -> None:
+    """Fail fast (UserError) when a tracking server cannot be reached; MLflow's own retries take minutes."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        host = parsed.hostname or "localhost"
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                pass
+        except OSError as exc:
+            raise UserError(
+                f"tracking server {uri} is unreachable ({exc.__class__.__name__}: {exc}); "
+                "start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`) or pass another --tracking-uri"
+            ) from None
+    elif parsed.scheme == "sqlite":
+        path = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+        if path is not None and str(path) not in ("", ":memory:") and not path.parent.exists():
+            raise UserError(f"tracking store {uri}: folder {path.parent} does not exist; create it or pass another --tracking-uri")
+
+
+def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
+    """The command that opens the MLflow UI on this store, and the experiment's training-runs page."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    if uri.startswith(("http://", "https://")):
+        return "", f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    return (f"mlflow ui --backend-store-uri {uri} --port 5000",
+            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs")
+
+
+class Tracker:
+    """One experiment in one store. Methods take explicit run ids."""
+
+    def __init__(self, uri: str, experiment: str | None) -> None:
+        _quiet_mlflow_logs()
+        import mlflow
+        from mlflow.exceptions import MlflowException
+
+        check_reachable(uri)
+        self.uri = uri
+        self.resumed_run_id = os.environ.get("MLFLOW_RUN_ID") or None  # set by `mlflow run`
+        mlflow.set_tracking_uri(uri)
+        self.client = mlflow.MlflowClient(uri)
+        try:
+            if self.resumed_run_id:
+                # Under `mlflow run` the project run already exists: its experiment is ours.
+                run = self.client.get_run(self.resumed_run_id)
+                self.experiment_id = run.info.experiment_id
+            else:
+                self.experiment_id = self._experiment_id(experiment or "Default")
+        except MlflowException as exc:
+            raise UserError(f"tracking store {uri}: {_first_line(exc)}") from None
+        mlflow.set_experiment(experiment_id=self.experiment_id)  # LoggedModels land here too
+        self.experiment_name = self.client.get_experiment(self.experiment_id).name
+
+    def _experiment_id(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                raise UserError(
+                    f"experiment {name!r} is deleted in {self.uri}; restore it "
+                    f"(mlflow experiments restore --experiment-id {found.experiment_id}) or choose another name"
+                )
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except MlflowException:  # created by someone else meanwhile
+            return self.client.get_experiment_by_name(name).experiment_id
+
+    # --- runs ---------------------------------------------------------------------------------------
+
+    def start_run(self, name: str, parent_id: str | None = None, tags: dict[str, str] | None = None) -> str:
+        """Create a run (nested under `parent_id` when given) and return its id."""
+        from mlflow.tracking.context.registry import resolve_tags
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        tags = dict(tags or {})
+        if parent_id:
+            tags[MLFLOW_PARENT_RUN_ID] = parent_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=resolve_tags(tags))
+        return run.info.run_id
+
+    def adopt_or_start(self, name: str, tags: dict[str, str]) -> tuple[str, bool]:
+        """The run given by `mlflow run` (MLFLOW_RUN_ID) if any, else a new top-level run.
+
+        Returns (run_id, adopted). An adopted run's status is left to `mlflow run`.
+        """
+        if self.resumed_run_id:
+            from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
+
+            # Replace MLflow's random project-run name with ours, so the UI reads the same either way.
+            self.log_tags(self.resumed_run_id, {**tags, MLFLOW_RUN_NAME: name})
+            return self.resumed_run_id, True
+        return self.start_run(name, tags=tags), False
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        """Log params in one batch; keys the run already has (e.g. from `mlflow run -P`) are kept."""
+        from mlflow.entities import Param
+
+        existing = self.client.get_run(run_id).data.params
+        new = [Param(k, _param_str(v)) for k, v in params.items() if k not in existing]
+        if new:
+            self.client.log_batch(run_id, params=new)
+
+    def log_tags(self, run_id: str, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_epoch(self, run_id: str, stats: Any) -> None:
+        """One batch call per epoch with every per-epoch metric at step = epoch."""
+        from mlflow.entities import Metric
+
+        values = asdict(stats)
+        now = int(time.time() * 1000)
+        metrics = [Metric(name, float(values[name]), now, stats.epoch) for name in EPOCH_METRICS]
+        self.client.log_batch(run_id, metrics=metrics)
+
+    def log_run_duration(self, run_id: str, seconds: float) -> None:
+        self.client.log_metric(run_id, RUN_DURATION, seconds)
+
+    def log_model(self, run_id: str, model: Any, example: Any) -> str:
+        """Log a CPU copy of `model` with a signature; returns the model URI.
+
+        Pickle serialization keeps the Network class (pt2 would load back as a GraphModule, and its
+        CUDA exports do not load on CPU-only machines); explicit pip requirements avoid MLflow's
+        seconds-long requirement inference in a subprocess for every run.
+        """
+        import copy
+        import shutil
+        import tempfile
+
+        import cloudpickle
+        import mlflow
+        import torch
+        from mlflow.models import infer_signature
+
+        from pipeline import model as model_module
+
+        cpu_model = copy.deepcopy(model).to("cpu").eval()
+        with torch.no_grad():
+            output = cpu_model(torch.from_numpy(example)).numpy()
+        with tempfile.TemporaryDirectory() as tmp:
+            # The pickle names pipeline.model.Network: ship that one module with the model so it
+            # loads where this package is not installed (MLflow puts code/ on sys.path on load).
+            package = Path(tmp) / "pipeline"
+            package.mkdir()
+            (package / "__init__.py").write_text("")
+            shutil.copy(model_module.__file__, package / "model.py")
+            info = mlflow.pytorch.log_model(
+                cpu_model,
+                name=MODEL_NAME,
+                run_id=run_id,
+                signature=infer_signature(example, output),
+                input_example=example,
+                serialization_format="pickle",
+                code_paths=[str(package)],
+                pip_requirements=[
+                    f"torch=={torch.__version__.split('+')[0]}",
+                    f"mlflow=={mlflow.__version__}",
+                    f"cloudpickle=={cloudpickle.__version__}",
+                ],
+            )
+        return info.model_uri
+
+    def log_failure(self, run_id: str, exc: BaseException) -> None:
+        reason = f"{exc.__class__.__name__}: {exc}"[:5000]
+        self.client.set_tag(run_id, TAG_ERROR, reason)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self.client.log_text(run_id, text, "error/traceback.txt")
+
+    def end_run(self, run_id: str, status: str) -> None:
+        """FINISHED, FAILED or KILLED."""
+        self.client.set_terminated(run_id, status)
+
+    def ui(self) -> tuple[str, str]:
+        return ui_hint(self.uri, self.experiment_id)
+
+
+def _param_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__
