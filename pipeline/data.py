@@ -195,8 +195,11 @@ class _BatchIndices(Sampler):
         return math.ceil(self.n / self.batch_size)
 
     def __iter__(self):
+        # A generator function: the permutation is drawn on the first batch, not when iter() is
+        # called. DataLoader calls iter() twice with workers, which would otherwise consume an
+        # extra permutation and make the order depend on num_workers.
         order = torch.randperm(self.n, generator=self.generator) if self.shuffle else torch.arange(self.n)
-        return iter(order.split(self.batch_size))
+        yield from order.split(self.batch_size)
 
 
 class _IndexedSplit(torch.utils.data.Dataset):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 import traceback
 import urllib.parse
@@ -85,8 +86,19 @@ def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
         uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
     if uri.startswith(("http://", "https://")):
         return "", f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
-    return (f"mlflow ui --backend-store-uri {uri} --port 5000",
+    return (f"{_mlflow_executable()} ui --backend-store-uri {uri} --port 5000",
             f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs")
+
+
+def _mlflow_executable() -> str:
+    """`mlflow` of this environment, spelled so it runs from the user's shell without activation."""
+    candidate = Path(sys.executable).parent / "mlflow"
+    if not candidate.exists():
+        return "mlflow"
+    try:
+        return str(candidate.relative_to(Path.cwd()))
+    except ValueError:
+        return str(candidate)
 
 
 class Tracker:

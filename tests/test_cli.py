@@ -1,0 +1,203 @@
+"""The real CLI through CliRunner and subprocesses: exit codes, messages, what lands in MLflow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conftest import REPO
+from pipeline.cli import main
+
+SMALL = "experiment: cli-test\ngrid:\n  batch_size: [128]\n  device: [cpu, cuda]\n  epochs: [1]\n"
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def test_validate_prints_the_expanded_grid(cli):
+    result = cli("validate", str(REPO / "experiments" / "devices.yaml"))
+    assert result.exit_code == 0, result.output
+    assert "12 grid points" in result.output and "batch_size=20000 num_workers=1 device=cpu" in result.output
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("grid:\n  batchsize: [1]\n", "did you mean 'batch_size'"),
+        ("grid:\n  lr: ['fast']\n", "grid.lr"),
+        ("grid:\n  epochs: []\n", "empty list"),
+        ("grid:\n  device: [tpu]\n", "grid.device"),
+        ("grid:\n  batch_size: [-5]\n", "grid.batch_size"),
+        ("grid:\n  epochs: [0]\n", "grid.epochs"),
+        ("grid: {lr: [0.1\n", "YAML syntax error"),
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_bad_grid_exits_2_with_one_line_and_no_mlflow_state(cli, write_grid, tmp_path, text, fragment, command):
+    result = cli(command, str(write_grid(text)))
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_missing_grid_file(cli, tmp_path):
+    result = cli("run", "nope.yaml")
+    assert result.exit_code == 2 and result.output.startswith("error: nope.yaml: no such grid file")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_missing_data_exits_2(cli, write_grid, tmp_path):
+    result = cli("run", str(write_grid(SMALL)), "--data-dir", str(tmp_path / "nothing"))
+    assert result.exit_code == 2 and "Fashion-MNIST not found" in result.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_unreachable_tracking_server_exits_2(cli, write_grid, data_dir):
+    result = cli("run", str(write_grid(SMALL)), "--data-dir", str(data_dir), "--tracking-uri", "http://127.0.0.1:9")
+    assert result.exit_code == 2 and "tracking server http://127.0.0.1:9 is unreachable" in result.output
+
+
+def test_run_skips_missing_devices_and_prints_results(cli, write_grid, data_dir, tmp_path):
+    import torch
+
+    result = cli("run", str(write_grid(SMALL)), "--data-dir", str(data_dir))
+    assert result.exit_code == 0, result.output
+    assert "Results" in result.output and "FINISHED" in result.output
+    assert "mlflow ui --backend-store-uri sqlite:///" in result.output and "/#/experiments/" in result.output
+    if not torch.cuda.is_available():
+        assert "skipped #2: cuda is not available" in result.output
+    # The default store is ./mlflow.db.
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("cli-test")
+    statuses = sorted(r.info.status for r in client.search_runs([experiment.experiment_id]))
+    assert statuses == ["FINISHED"] * (3 if torch.cuda.is_available() else 2)
+
+
+def test_require_devices_exits_2(cli, write_grid, data_dir, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = cli("run", str(write_grid(SMALL)), "--data-dir", str(data_dir), "--require-devices")
+    assert result.exit_code == 2 and "--require-devices" in result.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_dry_run_trains_nothing(cli, write_grid, data_dir, tmp_path):
+    result = cli("run", str(write_grid(SMALL)), "--data-dir", str(data_dir), "--dry-run")
+    assert result.exit_code == 0 and "dry run" in result.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_train_one_run(cli, data_dir, tracking_uri):
+    result = cli("train", "--device", "cpu", "--batch-size", "128", "--epochs", "2", "--lr", "0.01",
+                 "--data-dir", str(data_dir), "--tracking-uri", tracking_uri, "--experiment", "single")
+    assert result.exit_code == 0, result.output
+    client = mlflow.MlflowClient(tracking_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("single").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["epochs"] == "2"
+    assert "mlflow.parentRunId" not in run.data.tags
+
+
+def test_train_rejects_bad_values(cli):
+    result = CliRunner().invoke(main, ["train", "--batch-size", "0"])
+    assert result.exit_code == 2 and "positive integer" in result.output
+    result = CliRunner().invoke(main, ["train", "--device", "gpu"])
+    assert result.exit_code == 2 and "cpu, cuda, cuda:N, mps or auto" in result.output
+
+
+def test_devices_and_data_commands(cli, data_dir):
+    result = cli("devices")
+    assert result.exit_code == 0 and "cpu" in result.output and "torch.cuda.is_available()" in result.output
+    result = cli("data", "--data-dir", str(data_dir))
+    assert result.exit_code == 0 and "512 train / 256 test" in result.output
+
+
+def test_help_and_validate_import_neither_torch_nor_mlflow(tmp_path):
+    grid = REPO / "experiments" / "quickstart.yaml"
+    code = (
+        "import sys\nfrom pipeline.cli import main\n"
+        "for args in (['--help'], ['validate', sys.argv[1]]):\n"
+        "    try:\n        main(args)\n    except SystemExit as e:\n        assert e.code == 0, e.code\n"
+        "heavy = [m for m in ('torch', 'mlflow') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(grid)], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in out.stdout
+
+
+def test_python_dash_m_entry_point():
+    out = subprocess.run([sys.executable, "-m", "pipeline", "--version"], capture_output=True, text=True, check=True)
+    assert "pipeline, version" in out.stdout
+
+
+# --- MLproject -------------------------------------------------------------------------------------
+
+
+def _mlproject():
+    return yaml.safe_load((REPO / "MLproject").read_text())
+
+
+@pytest.mark.parametrize("entry, command", [("main", "run"), ("train", "train")])
+def test_mlproject_parameters_are_cli_options(entry, command):
+    spec = _mlproject()["entry_points"][entry]
+    click_command = main.commands[command]
+    options = {opt for p in click_command.params for opt in p.opts}
+    arguments = {p.name for p in click_command.params if p.param_type_name == "argument"}
+    for name in spec["parameters"]:
+        flag = "--" + name.replace("_", "-")
+        assert flag in options or name in arguments, f"MLproject {entry}.{name} is no option of `pipeline {command}`"
+        assert "{" + name + "}" in spec["command"]
+    if command == "train":  # every `pipeline train` option is declared
+        declared = {"--" + n.replace("_", "-") for n in spec["parameters"]}
+        assert {p.opts[0] for p in click_command.params if p.opts[0].startswith("--")} <= declared
+
+
+def test_conda_env_mirrors_the_pins():
+    conda = yaml.safe_load((REPO / "conda.yaml").read_text())
+    pip = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict))
+    for pin in ("torch==2.14.1", "torchvision==0.29.1", "mlflow==3.17.2"):
+        assert pin in pip
+    makefile = (REPO / "Makefile").read_text()
+    assert "torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2" in makefile
+
+
+@pytest.mark.slow
+def test_mlflow_run_makes_the_project_run_the_parent(tmp_path, data_dir):
+    grid = tmp_path / "e2e.yaml"
+    grid.write_text("grid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+    store = f"sqlite:///{tmp_path / 'e2e.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mlflow", "run", str(REPO), "--env-manager", "local", "--experiment-name", "e2e",
+         "-P", f"grid={grid}", "-P", f"data_dir={data_dir}"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    client = mlflow.MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("e2e").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and len(runs) == 3
+    project_run = parents[0]
+    assert project_run.data.tags.get("mlflow.project.entryPoint") == "main"
+    assert project_run.info.status == "FINISHED"
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == project_run.info.run_id]
+    assert sorted(r.data.params["batch_size"] for r in kids) == ["128", "256"]
+    assert all(r.info.status == "FINISHED" for r in kids)

@@ -1,0 +1,118 @@
+"""Grid files: validation messages, coercion and deterministic expansion. No torch needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import RunConfig, load_grid
+from pipeline.errors import UserError
+from pipeline.grid import config_hash, expand, grid_size
+
+TUTORIAL = """
+experiment: fashion-devices
+grid:
+  lr: [0.01]
+  batch_size: [1000, 10000, 20000]
+  num_workers: [0, 1]
+  device: [cuda, cpu]
+  epochs: [1]
+"""
+
+
+def test_tutorial_grid_expands_in_file_key_order(write_grid):
+    spec = load_grid(write_grid(TUTORIAL))
+    assert spec.experiment == "fashion-devices"
+    assert grid_size(spec) == 12
+    points = expand(spec)
+    assert [p.index for p in points] == list(range(1, 13))
+    # itertools.product order: the last key (device) varies fastest.
+    combos = [(p.config.batch_size, p.config.num_workers, p.config.device) for p in points[:4]]
+    assert combos == [(1000, 0, "cuda"), (1000, 0, "cpu"), (1000, 1, "cuda"), (1000, 1, "cpu")]
+    assert points[0].name == "batch_size=1000 num_workers=0 device=cuda"
+    assert all(p.config.lr == 0.01 and p.config.epochs == 1 for p in points)
+    # Keys the file leaves out take the defaults.
+    assert points[0].config.seed == RunConfig().seed and points[0].config.shuffle is True
+
+
+def test_order_follows_the_file_not_the_alphabet(write_grid):
+    spec = load_grid(write_grid("grid:\n  device: [cpu, auto]\n  batch_size: [10, 20]\n"))
+    assert [(p.config.device, p.config.batch_size) for p in expand(spec)] == [
+        ("cpu", 10), ("cpu", 20), ("auto", 10), ("auto", 20)]
+
+
+def test_scalars_numbers_and_defaults(write_grid):
+    spec = load_grid(write_grid("grid:\n  lr: 1e-3\n  batch_size: 64\n  shuffle: no\n  device: CUDA:1\n"))
+    (point,) = expand(spec)
+    # YAML 1.1 reads 1e-3 as a string: the loader coerces it deliberately.
+    assert point.config.lr == pytest.approx(0.001)
+    assert point.config.batch_size == 64 and point.config.shuffle is False and point.config.device == "cuda:1"
+    assert spec.experiment == "grid"  # default: the file's stem
+    assert point.name == "lr=0.001 batch_size=64 shuffle=false device=cuda:1"
+
+
+def test_empty_grid_is_one_point_of_defaults(write_grid):
+    spec = load_grid(write_grid("experiment: x\n"))
+    assert [p.config for p in expand(spec)] == [RunConfig()]
+
+
+def test_data_section(write_grid):
+    spec = load_grid(write_grid("data:\n  root: /some/where\n  train_size: 100\n  test_size: null\n"))
+    assert (spec.data.root, spec.data.train_size, spec.data.test_size) == ("/some/where", 100, None)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("grid:\n  batch_siz: [1]\n", ["grid.batch_siz", "unknown key", "did you mean 'batch_size'"]),
+        ("gird:\n  lr: [1]\n", ["gird", "unknown key", "did you mean 'grid'"]),
+        ("data:\n  trainsize: 5\n", ["data.trainsize", "did you mean 'train_size'"]),
+        ("grid:\n  lr: []\n", ["grid.lr", "empty list"]),
+        ("grid:\n  batch_size: [0]\n", ["grid.batch_size", "got 0", "positive integer"]),
+        ("grid:\n  batch_size: [12.5]\n", ["grid.batch_size", "positive integer"]),
+        ("grid:\n  batch_size: ['many']\n", ["grid.batch_size", "'many'"]),
+        ("grid:\n  epochs: [-1]\n", ["grid.epochs", "positive integer"]),
+        ("grid:\n  num_workers: [-1]\n", ["grid.num_workers", "integer >= 0"]),
+        ("grid:\n  lr: [0]\n", ["grid.lr", "positive number"]),
+        ("grid:\n  lr: [true]\n", ["grid.lr", "positive number"]),
+        ("grid:\n  device: [gpu]\n", ["grid.device", "'gpu'", "cpu, cuda, cuda:N, mps or auto"]),
+        ("grid:\n  shuffle: [maybe]\n", ["grid.shuffle", "true or false"]),
+        ("grid:\n  lr: [0.1, 0.1]\n", ["grid.lr", "repeated value"]),
+        ("grid:\n  lr: [0.1]\n  lr: [0.2]\n", ["duplicate key 'lr'", "line 3"]),
+        ("grid: [lr, 0.1]\n", ["grid", "mapping"]),
+        ("- just\n- a list\n", ["expected a mapping"]),
+        ("grid:\n  lr: [0.1\n", ["YAML syntax error", "line"]),
+        ("experiment: ''\n", ["experiment", "non-empty"]),
+        ("data:\n  train_size: 0\n", ["data.train_size", "positive integer"]),
+    ],
+)
+def test_bad_grids_name_file_key_and_fix(write_grid, text, expected):
+    path = write_grid(text)
+    with pytest.raises(UserError) as info:
+        load_grid(path)
+    message = str(info.value)
+    assert message.startswith(str(path)), message
+    assert "\n" not in message
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UserError, match="no such grid file"):
+        load_grid(tmp_path / "nope.yaml")
+
+
+def test_config_hash_is_stable_and_sensitive():
+    a = config_hash(RunConfig(lr=0.01), train_size=10)
+    assert a == config_hash(RunConfig(lr=0.01), train_size=10)
+    assert a != config_hash(RunConfig(lr=0.02), train_size=10)
+    assert a != config_hash(RunConfig(lr=0.01), train_size=11)
+
+
+def test_shipped_grids_are_valid():
+    from conftest import REPO
+
+    sizes = {p.stem: grid_size(load_grid(p)) for p in (REPO / "experiments").glob("*.yaml")}
+    assert sizes["devices"] == 12 and sizes["quickstart"] >= 2 and len(sizes) >= 3
+    devices = expand(load_grid(REPO / "experiments" / "devices.yaml"))
+    assert {(p.config.lr, p.config.batch_size, p.config.num_workers, p.config.device) for p in devices} == {
+        (0.01, b, w, d) for b in (1000, 10000, 20000) for w in (0, 1) for d in ("cuda", "cpu")}

@@ -1,0 +1,119 @@
+"""Locating, verifying and decoding IDX files, and batches built by indexing."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import torch
+
+from conftest import make_idx, requires_real_data
+from pipeline import data
+from pipeline.data import FILES, batches, load, locate
+from pipeline.errors import UserError
+
+
+@pytest.mark.parametrize("gz", [True, False])
+@pytest.mark.parametrize("torchvision_layout", [False, True])
+def test_loads_flat_or_torchvision_layout_gz_or_not(tmp_path, gz, torchvision_layout):
+    folder = make_idx(tmp_path / "d", 40, 20, gz=gz, torchvision_layout=torchvision_layout)
+    ds = load(folder)
+    assert ds.train.images.shape == (40, 1, 28, 28) and ds.train.images.dtype == torch.uint8
+    assert ds.test.labels.shape == (20,) and ds.test.labels.dtype == torch.int64
+    assert not ds.verified and "not the canonical" in ds.description
+    assert str(folder.resolve()) in ds.description
+
+
+def test_subset_sizes_take_the_first_examples(tmp_path):
+    folder = make_idx(tmp_path / "d", 40, 20)
+    full, head = load(folder), load(folder, train_size=10, test_size=5)
+    assert len(head.train) == 10 and len(head.test) == 5
+    assert torch.equal(head.train.images, full.train.images[:10])
+    with pytest.raises(UserError, match="data.train_size: 41 is more than the 40"):
+        load(folder, train_size=41)
+
+
+def test_search_order(tmp_path, monkeypatch):
+    env_dir = make_idx(tmp_path / "env", 10, 10)
+    make_idx(tmp_path / "data", 12, 10)  # ./data (the tests run in tmp_path)
+    assert locate()[0] == (tmp_path / "data").resolve()
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(env_dir))
+    assert locate()[0] == env_dir.resolve()
+    explicit = make_idx(tmp_path / "explicit", 14, 10)
+    assert locate(explicit)[0] == explicit.resolve()
+
+
+def test_missing_data_lists_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "SYSTEM_DIR", tmp_path / "not-installed")
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "env"))
+    with pytest.raises(UserError) as info:
+        locate()
+    message = str(info.value)
+    for fragment in ("env ($PIPELINE_DATA_DIR)", "data (./data)", "not-installed", "apt-get install dataset-fashion-mnist"):
+        assert fragment in message
+    with pytest.raises(UserError, match=r"nowhere \(--data-dir"):
+        locate(tmp_path / "nowhere")
+
+
+def test_corrupt_files_are_named(tmp_path):
+    folder = make_idx(tmp_path / "d", 10, 10, gz=False)
+    labels = folder / FILES["train_labels"]
+    labels.write_bytes(labels.read_bytes()[:-3])
+    with pytest.raises(UserError, match="truncated"):
+        load(folder)
+
+    folder = make_idx(tmp_path / "e", 10, 10, gz=False)
+    (folder / FILES["test_images"]).write_bytes(b"\x00\x00\x08\x01" + b"\x00" * 20)
+    with pytest.raises(UserError, match="magic number 2051"):
+        load(folder)
+
+    folder = make_idx(tmp_path / "f", 10, 10)
+    (folder / (FILES["train_images"] + ".gz")).write_bytes(b"not gzip at all")
+    with pytest.raises(UserError, match="corrupt"):
+        load(folder)
+
+
+def test_image_label_count_mismatch(tmp_path):
+    folder = make_idx(tmp_path / "d", 10, 10, gz=False)
+    make_idx(tmp_path / "other", 11, 10, gz=False)
+    (folder / FILES["train_labels"]).write_bytes((tmp_path / "other" / FILES["train_labels"]).read_bytes())
+    with pytest.raises(UserError, match="10 images but 11 labels"):
+        load(folder)
+
+
+def test_canonical_sizes_must_match_the_checksums(tmp_path, monkeypatch):
+    # Files with Fashion-MNIST's sizes but other content (MNIST, a corrupt copy) are rejected.
+    monkeypatch.setattr(data, "CANONICAL_SIZES", {"train": 30, "test": 10})
+    folder = make_idx(tmp_path / "d", 30, 10)
+    with pytest.raises(UserError, match="do not match Fashion-MNIST's checksums"):
+        load(folder)
+
+
+@requires_real_data
+def test_real_fashion_mnist_is_verified():
+    ds = load()
+    assert ds.verified and len(ds.train) == 60_000 and len(ds.test) == 10_000
+    assert torch.bincount(ds.train.labels).tolist() == [6000] * 10
+
+
+def test_batches_cover_the_split_by_indexing(tmp_path):
+    split = load(make_idx(tmp_path / "d", 50, 10)).train
+    seen = []
+    for images, labels in batches(split, 16, shuffle=True, seed=3):
+        assert images.dtype == torch.uint8 and images.shape[1:] == (1, 28, 28)
+        assert len(images) == len(labels) <= 16
+        seen.append(labels)
+    assert [len(x) for x in seen] == [16, 16, 16, 2]
+    assert sorted(torch.cat(seen).tolist()) == sorted(split.labels.tolist())
+
+
+def test_shuffle_is_seeded_and_independent_of_workers(tmp_path):
+    split = load(make_idx(tmp_path / "d", 64, 10)).train
+
+    def order(seed, workers):
+        return [labels.tolist() for _, labels in batches(split, 8, shuffle=True, seed=seed, num_workers=workers)]
+
+    assert order(1, 0) == order(1, 0) == order(1, 1)
+    assert order(1, 0) != order(2, 0)
+    unshuffled = torch.cat([labels for _, labels in batches(split, 8)])
+    assert torch.equal(unshuffled, split.labels)

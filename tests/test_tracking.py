@@ -1,0 +1,173 @@
+"""What MLflow holds after a sweep, read back from a real sqlite store."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+
+from pipeline import runner, tracking
+from pipeline.config import load_grid
+from pipeline.errors import UserError
+from pipeline.report import Reporter
+from pipeline.runner import run_grid, run_single
+
+GRID = """
+experiment: sweep-test
+grid:
+  lr: [0.01]
+  batch_size: [64, 128]
+  device: [cuda, cpu]
+  epochs: [2]
+"""
+
+
+def children(client, parent_id):
+    return client.search_runs(
+        [client.get_run(parent_id).info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'"
+    )
+
+
+def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid, data_dir, tracking_uri):
+    spec = load_grid(write_grid(GRID, "devices-small.yaml"))
+    result = run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir))
+    cuda = torch.cuda.is_available()
+    statuses = [o.status for o in result.outcomes]
+    assert statuses == ["FINISHED"] * 4 if cuda else ["SKIPPED", "FINISHED", "SKIPPED", "FINISHED"]
+    assert result.exit_code == 0
+
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("sweep-test")
+    assert experiment.experiment_id == result.experiment_id
+    parent = client.get_run(result.parent_run_id)
+    assert parent.info.status == "FINISHED"
+    assert parent.info.run_name.startswith("devices-small 20")  # grid file + start time
+    assert parent.data.tags[tracking.TAG_GRID_SIZE] == "4"
+    assert "devices-small.yaml" in [a.path.split("/")[-1] for a in client.list_artifacts(parent.info.run_id, "grid")]
+
+    runs = children(client, result.parent_run_id)
+    assert len(runs) == (4 if cuda else 2)
+    by_name = {r.info.run_name: r for r in runs}
+    run = by_name["batch_size=64 device=cpu"]
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"lr": "0.01", "batch_size": "64", "num_workers": "0", "device": "cpu",
+                               "epochs": "2", "seed": "0", "shuffle": "true",
+                               "train_size": "512", "test_size": "256"}
+    for name in tracking.EPOCH_METRICS:
+        history = client.get_metric_history(run.info.run_id, name)
+        assert [m.step for m in history] == [1, 2], name
+    assert run.data.metrics[tracking.RUN_DURATION] > 0
+    tags = run.data.tags
+    assert tags[tracking.TAG_DEVICE] == "cpu" and tags[tracking.TAG_HARDWARE]
+    assert tags[tracking.TAG_TORCH] == torch.__version__ and tags[tracking.TAG_CUDA]
+    assert len(tags[tracking.TAG_CONFIG_HASH]) == 16
+
+    # The logged model loads both ways and runs on an (N, 1, 28, 28) float32 batch.
+    (model_output,) = run.outputs.model_outputs
+    uri = f"models:/{model_output.model_id}"
+    batch = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
+    net = mlflow.pytorch.load_model(uri)
+    assert net(torch.from_numpy(batch)).shape == (5, 10)
+    scores = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model").predict(batch)
+    assert scores.shape == (5, 10)
+    assert np.allclose(scores, net(torch.from_numpy(batch)).detach().numpy(), atol=1e-5)
+
+
+def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, tracking_uri, monkeypatch):
+    import pipeline.train as train_mod
+
+    real_fit = train_mod.fit
+
+    def flaky_fit(config, *args, **kwargs):
+        if config.batch_size == 64:
+            raise RuntimeError("injected failure")
+        return real_fit(config, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "fit", flaky_fit)
+    spec = load_grid(write_grid("grid:\n  batch_size: [64, 128]\n  device: [cpu]\n"))
+    result = run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir))
+    assert [o.status for o in result.outcomes] == ["FAILED", "FINISHED"]
+    assert result.exit_code == 1
+
+    client = mlflow.MlflowClient(tracking_uri)
+    runs = {r.data.params["batch_size"]: r for r in children(client, result.parent_run_id)}
+    failed = runs["64"]
+    assert failed.info.status == "FAILED"
+    assert failed.data.tags[tracking.TAG_ERROR] == "RuntimeError: injected failure"
+    traceback_text = client.download_artifacts(failed.info.run_id, "error/traceback.txt")
+    assert "injected failure" in open(traceback_text).read()
+    assert runs["128"].info.status == "FINISHED"
+    assert client.get_run(result.parent_run_id).info.status == "FAILED"
+
+
+def test_interrupt_marks_child_and_parent_killed(write_grid, data_dir, tracking_uri, monkeypatch):
+    import pipeline.train as train_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_mod, "fit", interrupted)
+    spec = load_grid(write_grid("grid:\n  device: [cpu]\n"))
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir))
+    client = mlflow.MlflowClient(tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("grid").experiment_id])
+    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"]
+
+
+def test_require_devices_fails_before_any_run(write_grid, data_dir, tracking_uri):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    spec = load_grid(write_grid(GRID))
+    with pytest.raises(UserError, match="2 of 4 grid points need a device this machine lacks"):
+        run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir), require_devices=True)
+    assert mlflow.MlflowClient(tracking_uri).search_runs(["0"]) == []
+    assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("sweep-test") is None
+
+
+def test_missing_data_fails_before_any_run(write_grid, tmp_path, tracking_uri):
+    spec = load_grid(write_grid("grid:\n  device: [cpu]\n"))
+    with pytest.raises(UserError, match="Fashion-MNIST not found"):
+        run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(tmp_path / "empty"))
+    assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("grid") is None
+
+
+def test_unreachable_server_fails_fast():
+    with pytest.raises(UserError, match="tracking server http://127.0.0.1:9 is unreachable"):
+        tracking.check_reachable("http://127.0.0.1:9", timeout_s=2)
+
+
+def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, monkeypatch):
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment_id = client.create_experiment("project")
+    project_run = client.create_run(experiment_id)
+    client.log_param(project_run.info.run_id, "lr", "0.010")  # as `mlflow run -P lr=0.010` would
+    monkeypatch.setenv("MLFLOW_RUN_ID", project_run.info.run_id)
+    from pipeline.config import RunConfig
+
+    result = run_single(RunConfig(lr=0.01, batch_size=128, device="cpu"), Reporter(),
+                        tracking_uri=tracking_uri, data_dir=str(data_dir))
+    assert result.exit_code == 0
+    runs = client.search_runs([experiment_id])
+    assert [r.info.run_id for r in runs] == [project_run.info.run_id]
+    run = runs[0]
+    assert run.data.params["lr"] == "0.010" and run.data.params["batch_size"] == "128"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1]
+
+
+def test_ui_hint_points_at_the_training_runs_page(tmp_path):
+    command, url = tracking.ui_hint("sqlite:///mlflow.db", "7")
+    assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000")
+    assert url.endswith("/#/experiments/7/runs")
+    assert tracking.ui_hint("http://host:5000/", "3") == ("", "http://host:5000/#/experiments/3/runs")
+
+
+def test_outcome_statistics():
+    from pipeline.grid import GridPoint
+    from pipeline.config import RunConfig
+    from pipeline.train import EpochStats
+
+    epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i), 10) for i in (1, 3)]
+    outcome = runner.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
+    assert outcome.mean_epoch_s == 2.0 and outcome.final is epochs[-1]

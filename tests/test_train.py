@@ -1,0 +1,82 @@
+"""The training loop on the CPU, through the real data loader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import requires_real_data
+from pipeline.config import RunConfig
+from pipeline.data import load
+from pipeline.device import DeviceUnavailable, resolve
+from pipeline.train import Diverged, Hooks, evaluate, fit
+
+
+class Recorder(Hooks):
+    def __init__(self):
+        self.starts, self.steps, self.ends = [], 0, []
+
+    def epoch_start(self, epoch, steps):
+        self.starts.append((epoch, steps))
+
+    def step(self):
+        self.steps += 1
+
+    def epoch_end(self, stats):
+        self.ends.append(stats)
+
+
+def test_fit_learns_and_reports_every_epoch(data_dir):
+    dataset = load(data_dir)
+    hooks = Recorder()
+    result = fit(RunConfig(lr=0.01, batch_size=64, epochs=3, device="cpu"), dataset, torch.device("cpu"), hooks)
+    assert hooks.starts == [(1, 8), (2, 8), (3, 8)] and hooks.steps == 24
+    assert [s.epoch for s in hooks.ends] == [1, 2, 3] and result.epochs == hooks.ends
+    assert result.final.test_accuracy > 0.8  # the synthetic classes are easy; chance is 0.1
+    assert result.epochs[-1].train_loss < result.epochs[0].train_loss
+    assert all(s.epoch_duration_s > 0 and s.images_per_s > 0 for s in result.epochs)
+    assert result.duration_s >= sum(s.epoch_duration_s for s in result.epochs)
+    loss, accuracy = evaluate(result.model, dataset.test, torch.device("cpu"))
+    assert accuracy == pytest.approx(result.final.test_accuracy) and loss == pytest.approx(result.final.test_loss)
+
+
+def test_same_seed_same_result_with_or_without_workers(data_dir):
+    dataset = load(data_dir)
+    runs = [fit(RunConfig(batch_size=128, num_workers=w, seed=5), dataset, torch.device("cpu")) for w in (0, 1, 0)]
+    assert runs[0].final.train_loss == pytest.approx(runs[1].final.train_loss, rel=1e-5)
+    assert runs[0].final.test_accuracy == runs[1].final.test_accuracy == runs[2].final.test_accuracy
+    other = fit(RunConfig(batch_size=128, seed=6), dataset, torch.device("cpu"))
+    assert other.final.train_loss != runs[0].final.train_loss
+
+
+def test_divergence_is_an_error(data_dir):
+    with pytest.raises(Diverged, match="diverged at epoch 1"):
+        fit(RunConfig(lr=1e30, batch_size=64), load(data_dir), torch.device("cpu"))
+
+
+def test_device_resolution_on_this_machine():
+    assert resolve("cpu") == torch.device("cpu")
+    assert resolve("auto").type in ("cpu", "cuda", "mps")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailable, match="cuda is not available"):
+            resolve("cuda")
+    with pytest.raises(DeviceUnavailable, match=r"cuda:99 is not available"):
+        resolve("cuda:99")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(data_dir):
+    dataset = load(data_dir)
+    config = RunConfig(batch_size=64, epochs=2, seed=1)
+    cpu = fit(config, dataset, torch.device("cpu"))
+    gpu = fit(config, dataset, resolve("cuda"))
+    assert next(gpu.model.parameters()).device.type == "cuda"
+    assert gpu.final.test_accuracy == pytest.approx(cpu.final.test_accuracy, abs=0.05)
+
+
+@requires_real_data
+def test_full_data_reaches_the_known_accuracy():
+    """The acceptance run: bs 100, lr 0.01, 3 epochs on the full data reaches about 0.85+."""
+    result = fit(RunConfig(lr=0.01, batch_size=100, epochs=3, device="cpu"), load(), torch.device("cpu"))
+    assert result.final.test_accuracy >= 0.85
