@@ -7,6 +7,11 @@ GRID   ?= experiments/quickstart.yaml
 # `mlflow run` puts the project run in this experiment: the grid's `experiment:`, else its file name.
 EXPERIMENT ?= $(or $(shell sed -n 's/^experiment:[[:space:]]*\([^#[:space:]]*\).*/\1/p' $(GRID) 2>/dev/null),$(basename $(notdir $(GRID))))
 FASHION_DIRS := $(PIPELINE_DATA_DIR) data data/FashionMNIST/raw /usr/share/datasets/fashion-mnist
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip warns about every missing local index folder on these machines; keep real messages only.
+PIP := $(BIN)/python -m pip install -q
+QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
 .PHONY: setup data run test clean
 
@@ -15,9 +20,9 @@ setup: $(STAMP) data
 # pip takes these exact torch/torchvision builds from this machine's disk; other pins download GBs.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(PIP) --upgrade pip $(QUIET)
+	$(PIP) torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2 $(QUIET)
+	$(PIP) -e '.[test]' $(QUIET)
 	touch $@
 
 # Fashion-MNIST: Debian's dataset-fashion-mnist when missing (as root), else say what to do.

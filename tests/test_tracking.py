@@ -171,3 +171,28 @@ def test_outcome_statistics():
     epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i), 10) for i in (1, 3)]
     outcome = runner.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
     assert outcome.mean_epoch_s == 2.0 and outcome.final is epochs[-1]
+
+
+def test_logged_model_loads_where_pipeline_is_not_installed(data_dir, tracking_uri):
+    """The model ships the module that defines Network, so loading needs no `pipeline` package."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from pipeline.config import RunConfig
+
+    result = run_single(RunConfig(batch_size=256, device="cpu"), Reporter(), tracking_uri=tracking_uri,
+                        data_dir=str(data_dir), experiment="portable")
+    code = f"""
+import sys
+sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]
+sys.path = [p for p in sys.path if p not in ("", ".", {str(REPO)!r})]
+import importlib.util
+assert importlib.util.find_spec("pipeline") is None, "pipeline is still importable"
+import mlflow, numpy as np
+mlflow.set_tracking_uri({tracking_uri!r})
+scores = mlflow.pyfunc.load_model("runs:/{result.outcomes[0].run_id}/model").predict(np.zeros((3, 1, 28, 28), np.float32))
+print("SHAPE", scores.shape)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert "SHAPE (3, 10)" in out.stdout, out.stderr
