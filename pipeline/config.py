@@ -249,4 +249,7 @@ def load_grid(path: str | Path) -> GridSpec:
             raise UserError(f"{where}grid.{key}: repeated value in {list(checked)}; list each once")
         axes.append((key, checked))
 
+    if "root" in data_values and not Path(data_values["root"]).expanduser().is_absolute():
+        # Relative to the grid file, so the grid means the same from any working directory.
+        data_values["root"] = str(path.parent / data_values["root"])
     return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes))

@@ -55,9 +55,12 @@ def test_empty_grid_is_one_point_of_defaults(write_grid):
     assert [p.config for p in expand(spec)] == [RunConfig()]
 
 
-def test_data_section(write_grid):
+def test_data_section(write_grid, tmp_path):
     spec = load_grid(write_grid("data:\n  root: /some/where\n  train_size: 100\n  test_size: null\n"))
     assert (spec.data.root, spec.data.train_size, spec.data.test_size) == ("/some/where", 100, None)
+    # A relative root is relative to the grid file, not to the working directory.
+    spec = load_grid(write_grid("data:\n  root: fashion\n", "sub.yaml"))
+    assert spec.data.root == str(tmp_path / "fashion")
 
 
 @pytest.mark.parametrize(
