@@ -7,6 +7,7 @@ Heavy imports (torch, mlflow) happen inside the commands that need them, so `pip
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -39,6 +40,10 @@ def _grid_value(key: str):
 tracking_uri_option = click.option(
     "--tracking-uri", callback=_blank_is_none, metavar="URI",
     help="MLflow tracking URI. Default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here.",
+)
+system_metrics_option = click.option(
+    "--system-metrics", type=bool, is_flag=False, flag_value=True, default=False, show_default=True,
+    help="Record MLflow system metrics (CPU, memory, disk, network; GPU via nvidia-ml-py) per run.",
 )
 data_dir_option = click.option(
     "--data-dir", callback=_blank_is_none, metavar="DIR",
@@ -78,8 +83,9 @@ def main() -> None:
 @click.option("--require-devices", is_flag=True,
               help="Exit 2 before training if any grid point's device is missing, instead of skipping it.")
 @click.option("--dry-run", is_flag=True, help="Show the plan (points, devices, data) and exit; trains nothing.")
+@system_metrics_option
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
-        require_devices: bool, dry_run: bool) -> None:
+        require_devices: bool, dry_run: bool, system_metrics: bool) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason. Exit code: 0 when every run
@@ -87,12 +93,12 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     """
     from pipeline.config import load_grid
     from pipeline.report import Reporter
-    from pipeline.runner import run_grid
+    from pipeline.runner import Options, run_grid
 
     spec = load_grid(grid)
-    result = run_grid(spec, Reporter(), tracking_uri=tracking_uri, experiment=experiment,
-                      data_dir=data_dir, require_devices=require_devices, dry_run=dry_run)
-    sys.exit(result.exit_code)
+    options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
+                      require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics)
+    sys.exit(run_grid(spec, Reporter(), options).exit_code)
 
 
 @main.command()
@@ -108,17 +114,20 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 @data_dir_option
 @click.option("--experiment", default="train", show_default=True, callback=_blank_is_none, metavar="NAME")
 @tracking_uri_option
+@system_metrics_option
 def train(device: str, batch_size: int, lr: float, num_workers: int, epochs: int, seed: int,
-          shuffle: bool, data_dir: str | None, experiment: str | None, tracking_uri: str | None) -> None:
+          shuffle: bool, data_dir: str | None, experiment: str | None, tracking_uri: str | None,
+          system_metrics: bool) -> None:
     """Train one run with the given settings and track it in MLflow."""
     from pipeline.config import RunConfig
     from pipeline.report import Reporter
-    from pipeline.runner import run_single
+    from pipeline.runner import Options, run_single
 
     config = RunConfig(lr=lr, batch_size=batch_size, num_workers=num_workers, device=device,
                        epochs=epochs, seed=seed, shuffle=shuffle)
-    result = run_single(config, Reporter(), tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir)
-    sys.exit(result.exit_code)
+    options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
+                      system_metrics=system_metrics)
+    sys.exit(run_single(config, Reporter(), options).exit_code)
 
 
 @main.command()
@@ -182,3 +191,69 @@ def data(data_dir: str | None, download: bool) -> None:
         click.echo(f"downloaded into {data_mod.download(data_dir or 'data')}")
     dataset = data_mod.load(data_dir)
     click.echo(dataset.description)
+
+
+@main.command()
+@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+              help="Compare this experiment's latest sweep. Default: the latest sweep in the store.")
+@click.option("--parent-run", callback=_blank_is_none, metavar="ID", help="Compare this sweep (a parent run id).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
+              show_default=True, help="table for a terminal; csv, markdown and json print only the data.")
+@click.option("--out", type=click.Path(file_okay=False), metavar="DIR",
+              help="Also write the charts (PNG), results.csv and results.md into DIR.")
+@click.option("--sort", metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
+@tracking_uri_option
+def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str | None, sort: str | None,
+            tracking_uri: str | None) -> None:
+    """One row per finished run of a sweep: settings, final loss and accuracy, epoch time, images/s,
+    the data/transfer/compute shares of each epoch, and each device's speedup over its cpu twin."""
+    from pipeline.compare import HISTORIES, build, render, write_report
+    from pipeline.report import Reporter
+    from pipeline.tracking import open_client, read_sweep, resolve_tracking_uri
+
+    client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
+    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES)
+    if not sweep.children:
+        raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
+    comparison = build(sweep, sort)
+    if fmt == "table":
+        Reporter().comparison(comparison)
+    else:
+        click.echo(render(comparison, fmt), nl=False)
+    if out:
+        for path in write_report(comparison, Path(out)):
+            click.echo(f"wrote {path}", err=True)
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind. The UI has no authentication: keep it on 127.0.0.1 unless you must.")
+@tracking_uri_option
+def ui(port: int, host: str, tracking_uri: str | None) -> None:
+    """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
+    import subprocess
+
+    from pipeline.tracking import absolute_store_uri, open_client, read_sweep, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        click.echo(f"{uri} is a tracking server; its UI is at {uri}")
+        return
+    client = open_client(uri, must_exist=True)
+    try:
+        experiment_id = read_sweep(client).experiment_id
+        page = f"#/experiments/{experiment_id}/runs"
+    except UserError:
+        page = ""
+    if host in ("0.0.0.0", "::"):
+        click.echo(f"warning: --host {host} exposes the UI, without authentication, to every network "
+                   "this machine is on", err=True)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    store = absolute_store_uri(uri)
+    click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--host", host, "--port", str(port)]
+    try:
+        sys.exit(subprocess.call(command))
+    except KeyboardInterrupt:
+        sys.exit(0)

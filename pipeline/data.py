@@ -181,6 +181,14 @@ def download(root: str | os.PathLike = "data") -> Path:
     return Path(root) / "FashionMNIST" / "raw"
 
 
+def image_grid(images: torch.Tensor, max_images: int = 64) -> np.ndarray:
+    """An 8-wide grid of uint8 (N,1,28,28) images as an (H, W, 3) uint8 array, for a PNG."""
+    from torchvision.utils import make_grid
+
+    grid = make_grid(images[:max_images], nrow=8, padding=2, pad_value=255)
+    return grid.permute(1, 2, 0).contiguous().numpy()
+
+
 # --- batches ---------------------------------------------------------------------------------------
 
 

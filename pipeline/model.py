@@ -29,3 +29,13 @@ class Network(nn.Module):
         t = F.relu(self.fc1(t.flatten(start_dim=1)))
         t = F.relu(self.fc2(t))
         return self.out(t)
+
+
+def summary(model: nn.Module) -> str:
+    """The tutorial's add_graph and named_parameters listing, as text: layers, then every
+    parameter's name, shape, size and the device it lives on."""
+    rows = [(name, tuple(p.shape), p.numel(), str(p.device)) for name, p in model.named_parameters()]
+    lines = [repr(model), "", f"{'parameter':<14} {'shape':<16} {'numel':>7}  device"]
+    lines += [f"{name:<14} {str(shape):<16} {numel:>7}  {device}" for name, shape, numel, device in rows]
+    lines.append(f"{'total':<14} {'':<16} {sum(r[2] for r in rows):>7}")
+    return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ from pipeline.grid import format_value
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from pipeline.compare import Comparison
     from pipeline.config import GridSpec
     from pipeline.grid import GridPoint
     from pipeline.runner import Outcome, Planned, SweepResult
@@ -112,7 +113,26 @@ class Reporter:
 
     # --- after training ------------------------------------------------------------------------------
 
-    def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker") -> None:
+    def comparison(self, comparison: "Comparison") -> None:
+        """`pipeline compare --format table`: the comparison table and one line per speedup group."""
+        from pipeline.compare import display_frame
+
+        sweep = comparison.sweep
+        table = Table(title=f"{sweep.name} ({sweep.experiment_name}): {len(comparison.table)} finished runs")
+        frame = display_frame(comparison)
+        for column in frame.columns:
+            table.add_column(column, justify="left" if column == "device" else "right")
+        for row in frame.itertuples(index=False):
+            table.add_row(*(str(v) for v in row))
+        self.console.print(table)
+        self.speedups(comparison)
+
+    def speedups(self, comparison: "Comparison") -> None:
+        for line in comparison.speedups:
+            self.console.print(f"speedup  {line}")
+
+    def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker",
+                comparison: "Comparison | None" = None) -> None:
         keys = [k for k, _ in axes]
         if "device" not in keys:
             keys.append("device")
@@ -147,6 +167,10 @@ class Reporter:
                 grouped.setdefault((o.status, o.reason), []).append(f"#{o.point.index}")
         for (status, reason), where in grouped.items():
             self.console.print(f"  {status.lower()} {', '.join(where)}: {reason}")
+        if comparison is not None and not comparison.table.empty:
+            self.speedups(comparison)
+            self.console.print("Charts and tables: the parent run's comparison/ artifacts; "
+                               "or `pipeline compare --out DIR`")
         command, url = tracker.ui()
         if command:
             self.console.print(f"Open the MLflow UI:  {command}")

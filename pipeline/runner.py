@@ -8,8 +8,10 @@ on. Ctrl-C marks the current run and the parent KILLED and re-raises.
 from __future__ import annotations
 
 import statistics
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from pipeline.config import GridSpec, RunConfig
@@ -25,6 +27,18 @@ if TYPE_CHECKING:
     from pipeline.train import EpochStats
 
 FINISHED, FAILED, KILLED, SKIPPED = "FINISHED", "FAILED", "KILLED", "SKIPPED"
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run, as opposed to what to train (the RunConfig)."""
+
+    tracking_uri: str | None = None
+    experiment: str | None = None
+    data_dir: str | None = None
+    require_devices: bool = False
+    dry_run: bool = False
+    system_metrics: bool = False
 
 
 @dataclass
@@ -87,27 +101,25 @@ def _require_devices(planned: Sequence[Planned]) -> None:
         )
 
 
-def run_grid(spec: GridSpec, reporter: "Reporter", *, tracking_uri: str | None = None,
-             experiment: str | None = None, data_dir: str | None = None,
-             require_devices: bool = False, dry_run: bool = False) -> SweepResult:
+def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options()) -> SweepResult:
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     from pipeline import data as data_mod
     from pipeline.tracking import TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE, Tracker, resolve_tracking_uri
 
     points = expand(spec)
     planned = plan(points)
-    if require_devices:
+    if options.require_devices:
         _require_devices(planned)
-    data_root = data_dir or spec.data.root
-    if dry_run:
+    data_root = options.data_dir or spec.data.root
+    if options.dry_run:
         folder, _ = data_mod.locate(data_root)
         reporter.plan(spec, planned, folder)
         return SweepResult([Outcome(p.point, SKIPPED, reason="dry run") for p in planned])
 
     dataset = data_mod.load(data_root, spec.data.train_size, spec.data.test_size)
     reporter.data(dataset.description)
-    tracker = Tracker(resolve_tracking_uri(tracking_uri), experiment or spec.experiment)
-    if tracker.resumed_run_id and experiment is None and spec.experiment != tracker.experiment_name:
+    tracker = Tracker(resolve_tracking_uri(options.tracking_uri), options.experiment or spec.experiment)
+    if tracker.resumed_run_id and options.experiment is None and spec.experiment != tracker.experiment_name:
         reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
                       f"{tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
     name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
@@ -130,40 +142,57 @@ def run_grid(spec: GridSpec, reporter: "Reporter", *, tracking_uri: str | None =
                 reporter.skipped(item.point, item.reason)
                 continue
             done += 1
-            outcomes.append(_run_point(tracker, dataset, item, parent_id, reporter, position=(done, total)))
+            outcomes.append(_run_point(tracker, dataset, item, parent_id, reporter, (done, total), options))
     except KeyboardInterrupt:
         tracker.end_run(parent_id, KILLED)
         raise
     result = SweepResult(outcomes, tracker.experiment_id, parent_id)
+    comparison = _log_comparison(tracker, parent_id, reporter) if done else None
     if not adopted:  # `mlflow run` ends its own run from our exit code
         tracker.end_run(parent_id, FAILED if result.exit_code else FINISHED)
-    reporter.summary(spec.axes, result, tracker)
+    reporter.summary(spec.axes, result, tracker, comparison)
     return result
 
 
-def run_single(config: RunConfig, reporter: "Reporter", *, tracking_uri: str | None = None,
-               experiment: str | None = None, data_dir: str | None = None) -> SweepResult:
+def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter"):
+    """The comparison table and charts, as artifacts of the parent run (under comparison/)."""
+    from pipeline.compare import HISTORIES, build, write_report
+    from pipeline.tracking import read_sweep
+
+    try:
+        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES))
+        if comparison.table.empty:
+            return comparison
+        with tempfile.TemporaryDirectory() as tmp:
+            write_report(comparison, Path(tmp))
+            tracker.log_artifacts(parent_id, Path(tmp), "comparison")
+        return comparison
+    except Exception as exc:  # a report must never cost the user their sweep
+        reporter.note(f"could not build the comparison charts ({exc.__class__.__name__}: {exc})")
+        return None
+
+
+def run_single(config: RunConfig, reporter: "Reporter", options: Options = Options()) -> SweepResult:
     """One run (`pipeline train`): a top-level run, or the `mlflow run` project run itself."""
     from pipeline import data as data_mod
     from pipeline.tracking import Tracker, resolve_tracking_uri
 
     values = config.as_params()
-    point = GridPoint(1, config, " ".join(f"{k}={v}" for k, v in values.items() if k in ("lr", "batch_size", "num_workers", "device")))
-    (item,) = plan([point])
+    name = " ".join(f"{k}={values[k]}" for k in ("lr", "batch_size", "num_workers", "device"))
+    (item,) = plan([GridPoint(1, config, name)])
     if item.device is None:
         raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto")
-    dataset = data_mod.load(data_dir)
+    dataset = data_mod.load(options.data_dir)
     reporter.data(dataset.description)
-    tracker = Tracker(resolve_tracking_uri(tracking_uri), experiment or "train")
-    outcome = _run_point(tracker, dataset, item, None, reporter, position=(1, 1))
-    axes = tuple((k, (v,)) for k, v in values.items())
+    tracker = Tracker(resolve_tracking_uri(options.tracking_uri), options.experiment or "train")
+    outcome = _run_point(tracker, dataset, item, None, reporter, (1, 1), options)
     result = SweepResult([outcome], tracker.experiment_id, None)
-    reporter.summary(axes, result, tracker)
+    reporter.summary(tuple((k, (v,)) for k, v in values.items()), result, tracker)
     return result
 
 
 def _run_point(tracker: "Tracker", dataset: "Dataset", item: Planned, parent_id: str | None,
-               reporter: "Reporter", position: tuple[int, int]) -> Outcome:
+               reporter: "Reporter", position: tuple[int, int], options: Options) -> Outcome:
     """Train and track one grid point. Exceptions become a FAILED run; Ctrl-C a KILLED one."""
     import torch
 
@@ -193,6 +222,9 @@ def _run_point(tracker: "Tracker", dataset: "Dataset", item: Planned, parent_id:
     reporter.run_start(point, str(device), *position)
 
     class _Hooks(Hooks):
+        def model_ready(self, model) -> None:
+            tracker.log_network(run_id, model, dataset.train.images[: min(point.config.batch_size, 64)])
+
         def epoch_start(self, epoch: int, steps: int) -> None:
             reporter.epoch_start(epoch, point.config.epochs, steps)
 
@@ -205,7 +237,8 @@ def _run_point(tracker: "Tracker", dataset: "Dataset", item: Planned, parent_id:
             reporter.epoch_end(stats, point.config.epochs)
 
     try:
-        result = fit(point.config, dataset, device, _Hooks())
+        with tracker.system_metrics(run_id, options.system_metrics):
+            result = fit(point.config, dataset, device, _Hooks())
         outcome.run_duration_s = result.duration_s
         tracker.log_run_duration(run_id, result.duration_s)
         example = (dataset.test.images[:2].float() / 255).numpy()

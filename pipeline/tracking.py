@@ -7,6 +7,7 @@ can name its parent from any thread or process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -14,7 +15,7 @@ import sys
 import time
 import traceback
 import urllib.parse
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
 # Metric names, defined once. Per-epoch metrics use step = epoch (from 1).
 EPOCH_METRICS = (
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epoch_duration_s", "images_per_s",
+    "data_time_s", "transfer_time_s", "compute_time_s",
 )
+TIME_BUCKETS = ("data_time_s", "transfer_time_s", "compute_time_s")
 RUN_DURATION = "run_duration_s"
 MODEL_NAME = "model"
 
@@ -37,6 +40,9 @@ TAG_CUDA = "pipeline.cuda_version"
 TAG_CONFIG_HASH = "pipeline.config_hash"
 TAG_DATA = "pipeline.data"
 TAG_ERROR = "pipeline.error"
+TAG_PARAM_DEVICES = "pipeline.param_devices"  # where every parameter lives after the move
+ARTIFACT_SUMMARY = "summary/model.txt"
+ARTIFACT_BATCH = "inputs/train_batch.png"
 TAG_GRID_FILE = "pipeline.grid_file"
 TAG_GRID_SIZE = "pipeline.grid_size"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
@@ -55,7 +61,8 @@ class _DropPickleWarning(logging.Filter):
 
 def _quiet_mlflow_logs() -> None:
     # A new sqlite store prints a page of alembic migration INFO lines; users need none of them.
-    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.client"):
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.client",
+                 "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("mlflow.pytorch").addFilter(_DropPickleWarning())
 
@@ -75,15 +82,20 @@ def check_reachable(uri: str, timeout_s: float = 3.0) -> None:
                 "start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`) or pass another --tracking-uri"
             ) from None
     elif parsed.scheme == "sqlite":
-        path = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
-        if path is not None and str(path) not in ("", ":memory:") and not path.parent.exists():
+        path = _sqlite_path(uri)
+        if path is not None and not path.parent.exists():
             raise UserError(f"tracking store {uri}: folder {path.parent} does not exist; create it or pass another --tracking-uri")
+
+
+def absolute_store_uri(uri: str) -> str:
+    """A relative sqlite URI made absolute, so it names the same store from any directory."""
+    path = _sqlite_path(uri)
+    return f"sqlite:///{path.resolve()}" if path is not None else uri
 
 
 def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
     """The command that opens the MLflow UI on this store, and the experiment's training-runs page."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    uri = absolute_store_uri(uri)
     if uri.startswith(("http://", "https://")):
         return "", f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
     return (f"{_mlflow_executable()} ui --backend-store-uri {uri} --port 5000",
@@ -105,15 +117,12 @@ class Tracker:
     """One experiment in one store. Methods take explicit run ids."""
 
     def __init__(self, uri: str, experiment: str | None) -> None:
-        _quiet_mlflow_logs()
         import mlflow
         from mlflow.exceptions import MlflowException
 
-        check_reachable(uri)
         self.uri = uri
         self.resumed_run_id = os.environ.get("MLFLOW_RUN_ID") or None  # set by `mlflow run`
-        mlflow.set_tracking_uri(uri)
-        self.client = mlflow.MlflowClient(uri)
+        self.client = open_client(uri)
         try:
             if self.resumed_run_id:
                 # Under `mlflow run` the project run already exists: its experiment is ours.
@@ -191,6 +200,17 @@ class Tracker:
         metrics = [Metric(name, float(values[name]), now, stats.epoch) for name in EPOCH_METRICS]
         self.client.log_batch(run_id, metrics=metrics)
 
+    def log_network(self, run_id: str, model: Any, images: Any) -> None:
+        """The tutorial's TensorBoard extras: a grid of training images, the model summary with
+        every parameter's shape and device, and a tag listing the parameters' devices."""
+        from pipeline.data import image_grid
+        from pipeline.model import summary
+
+        self.client.log_image(run_id, image_grid(images), ARTIFACT_BATCH)
+        self.client.log_text(run_id, summary(model), ARTIFACT_SUMMARY)
+        devices = sorted({str(p.device) for p in model.parameters()})
+        self.client.set_tag(run_id, TAG_PARAM_DEVICES, ",".join(devices))
+
     def log_run_duration(self, run_id: str, seconds: float) -> None:
         self.client.log_metric(run_id, RUN_DURATION, seconds)
 
@@ -238,6 +258,24 @@ class Tracker:
             )
         return info.model_uri
 
+    def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
+        self.client.log_artifacts(run_id, str(folder), artifact_path)
+
+    @contextlib.contextmanager
+    def system_metrics(self, run_id: str, enabled: bool, interval_s: float = 2.0):
+        """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling for one run."""
+        if not enabled:
+            yield
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, tracking_uri=self.uri)
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.finish()
+
     def log_failure(self, run_id: str, exc: BaseException) -> None:
         reason = f"{exc.__class__.__name__}: {exc}"[:5000]
         self.client.set_tag(run_id, TAG_ERROR, reason)
@@ -261,3 +299,96 @@ def _param_str(value: Any) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else exc.__class__.__name__
+
+
+# --- reading a sweep back ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    """A finished run as plain data: what `compare` needs, with no MLflow types."""
+
+    run_id: str
+    name: str
+    params: dict[str, str]
+    metrics: dict[str, float]  # last values
+    tags: dict[str, str]
+    histories: dict[str, list[float]] = field(default_factory=dict)  # per-epoch values, step order
+
+
+@dataclass
+class SweepRecord:
+    run_id: str
+    name: str
+    experiment_id: str
+    experiment_name: str
+    children: list[RunRecord]
+
+
+def open_client(uri: str, must_exist: bool = False):
+    """An MlflowClient on `uri`, after a fast reachability check.
+
+    With `must_exist`, a local sqlite store that is not there is an error rather than created.
+    """
+    _quiet_mlflow_logs()
+    import mlflow
+
+    check_reachable(uri)
+    path = _sqlite_path(uri)
+    if must_exist and path is not None and not path.exists():
+        raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
+    mlflow.set_tracking_uri(uri)
+    return mlflow.MlflowClient(uri)
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///") and uri[len("sqlite:///"):] not in ("", ":memory:"):
+        return Path(uri[len("sqlite:///"):])
+    return None
+
+
+def read_sweep(client, experiment: str | None = None, parent_run_id: str | None = None,
+               histories: tuple[str, ...] = ()) -> SweepRecord:
+    """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
+
+    Raises UserError when there is nothing to read.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    try:
+        if parent_run_id:
+            parent = client.get_run(parent_run_id)
+        else:
+            if experiment:
+                found = client.get_experiment_by_name(experiment)
+                if found is None:
+                    names = [e.name for e in client.search_experiments()]
+                    raise UserError(f"no experiment {experiment!r} in {client.tracking_uri}; "
+                                    f"experiments there: {', '.join(names) or 'none'}")
+                experiment_ids = [found.experiment_id]
+            else:
+                experiment_ids = [e.experiment_id for e in client.search_experiments()]
+            sweeps = client.search_runs(experiment_ids, f"tags.{TAG_ROLE} = 'sweep'",
+                                        order_by=["attributes.start_time DESC"], max_results=1)
+            if not sweeps:
+                where = f"experiment {experiment!r}" if experiment else client.tracking_uri
+                raise UserError(f"no sweep (a `pipeline run` parent run) in {where}; run a grid first")
+            parent = sweeps[0]
+        runs = client.search_runs(
+            [parent.info.experiment_id],
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time ASC"],
+        )
+    except MlflowException as exc:
+        raise UserError(f"{client.tracking_uri}: {_first_line(exc)}") from None
+    children = []
+    for run in runs:
+        record = RunRecord(run.info.run_id, run.info.run_name, dict(run.data.params),
+                           dict(run.data.metrics), dict(run.data.tags))
+        for name in histories:
+            steps = client.get_metric_history(run.info.run_id, name)
+            record.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
+        children.append(record)
+    experiment_name = client.get_experiment(parent.info.experiment_id).name
+    return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)

@@ -11,7 +11,7 @@ from pipeline import runner, tracking
 from pipeline.config import load_grid
 from pipeline.errors import UserError
 from pipeline.report import Reporter
-from pipeline.runner import run_grid, run_single
+from pipeline.runner import Options, run_grid, run_single
 
 GRID = """
 experiment: sweep-test
@@ -31,7 +31,7 @@ def children(client, parent_id):
 
 def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid, data_dir, tracking_uri):
     spec = load_grid(write_grid(GRID, "devices-small.yaml"))
-    result = run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir))
+    result = run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     cuda = torch.cuda.is_available()
     statuses = [o.status for o in result.outcomes]
     assert statuses == ["FINISHED"] * 4 if cuda else ["SKIPPED", "FINISHED", "SKIPPED", "FINISHED"]
@@ -86,7 +86,7 @@ def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, track
 
     monkeypatch.setattr(train_mod, "fit", flaky_fit)
     spec = load_grid(write_grid("grid:\n  batch_size: [64, 128]\n  device: [cpu]\n"))
-    result = run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir))
+    result = run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     assert [o.status for o in result.outcomes] == ["FAILED", "FINISHED"]
     assert result.exit_code == 1
 
@@ -110,7 +110,7 @@ def test_interrupt_marks_child_and_parent_killed(write_grid, data_dir, tracking_
     monkeypatch.setattr(train_mod, "fit", interrupted)
     spec = load_grid(write_grid("grid:\n  device: [cpu]\n"))
     with pytest.raises(KeyboardInterrupt):
-        run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir))
+        run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     client = mlflow.MlflowClient(tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name("grid").experiment_id])
     assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"]
@@ -121,7 +121,7 @@ def test_require_devices_fails_before_any_run(write_grid, data_dir, tracking_uri
         pytest.skip("this machine has CUDA")
     spec = load_grid(write_grid(GRID))
     with pytest.raises(UserError, match="2 of 4 grid points need a device this machine lacks"):
-        run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(data_dir), require_devices=True)
+        run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir), require_devices=True))
     assert mlflow.MlflowClient(tracking_uri).search_runs(["0"]) == []
     assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("sweep-test") is None
 
@@ -129,7 +129,7 @@ def test_require_devices_fails_before_any_run(write_grid, data_dir, tracking_uri
 def test_missing_data_fails_before_any_run(write_grid, tmp_path, tracking_uri):
     spec = load_grid(write_grid("grid:\n  device: [cpu]\n"))
     with pytest.raises(UserError, match="Fashion-MNIST not found"):
-        run_grid(spec, Reporter(), tracking_uri=tracking_uri, data_dir=str(tmp_path / "empty"))
+        run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(tmp_path / "empty")))
     assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("grid") is None
 
 
@@ -147,7 +147,7 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
     from pipeline.config import RunConfig
 
     result = run_single(RunConfig(lr=0.01, batch_size=128, device="cpu"), Reporter(),
-                        tracking_uri=tracking_uri, data_dir=str(data_dir))
+                        Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     assert result.exit_code == 0
     runs = client.search_runs([experiment_id])
     assert [r.info.run_id for r in runs] == [project_run.info.run_id]
@@ -181,8 +181,8 @@ def test_logged_model_loads_where_pipeline_is_not_installed(data_dir, tracking_u
     from conftest import REPO
     from pipeline.config import RunConfig
 
-    result = run_single(RunConfig(batch_size=256, device="cpu"), Reporter(), tracking_uri=tracking_uri,
-                        data_dir=str(data_dir), experiment="portable")
+    result = run_single(RunConfig(batch_size=256, device="cpu"), Reporter(),
+                        Options(tracking_uri=tracking_uri, data_dir=str(data_dir), experiment="portable"))
     code = f"""
 import sys
 sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]

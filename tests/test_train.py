@@ -80,3 +80,14 @@ def test_full_data_reaches_the_known_accuracy():
     """The acceptance run: bs 100, lr 0.01, 3 epochs on the full data reaches about 0.85+."""
     result = fit(RunConfig(lr=0.01, batch_size=100, epochs=3, device="cpu"), load(), torch.device("cpu"))
     assert result.final.test_accuracy >= 0.85
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_time_buckets_account_for_the_epoch(data_dir, num_workers):
+    """data + transfer + compute must be within 15% of the epoch's duration."""
+    result = fit(RunConfig(batch_size=32, epochs=2, num_workers=num_workers), load(data_dir), torch.device("cpu"))
+    for stats in result.epochs:
+        buckets = stats.data_time_s + stats.transfer_time_s + stats.compute_time_s
+        assert min(stats.data_time_s, stats.transfer_time_s, stats.compute_time_s) >= 0
+        assert stats.compute_time_s > 0 and stats.data_time_s > 0
+        assert abs(buckets - stats.epoch_duration_s) <= 0.15 * stats.epoch_duration_s, stats

@@ -1,0 +1,104 @@
+"""PNG charts of a comparison (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.compare import Comparison
+
+EPOCH_DURATION_PNG = "epoch_duration.png"
+TEST_ACCURACY_PNG = "test_accuracy.png"
+TIME_BREAKDOWN_PNG = "time_breakdown.png"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; works without a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def epoch_duration(comparison: "Comparison", path: Path) -> Path:
+    """Mean epoch duration for each (batch size, workers), one bar per device."""
+    plt = _pyplot()
+    t = comparison.table
+    means = t.groupby(["batch_size", "num_workers", "device"], sort=False)["epoch_duration_s"].mean()
+    categories = list(dict.fromkeys((b, w) for b, w, _ in means.index))
+    devices = list(dict.fromkeys(d for _, _, d in means.index))
+    width = 0.8 / len(devices)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
+    for i, device in enumerate(devices):
+        xs, ys = [], []
+        for j, (batch, workers) in enumerate(categories):
+            if (batch, workers, device) in means.index:
+                xs.append(j + (i - (len(devices) - 1) / 2) * width)
+                ys.append(means[(batch, workers, device)])
+        bars = ax.bar(xs, ys, width, label=device)
+        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+    ax.set_xticks(range(len(categories)), [f"bs {b}\n{w} worker{'s' if w != 1 else ''}" for b, w in categories])
+    ax.set_xlabel("batch size / DataLoader workers")
+    ax.set_ylabel("mean epoch duration (s)")
+    ax.set_title(f"Epoch duration by batch size and workers\n{comparison.sweep.name}", fontsize=10)
+    ax.legend(title="device")
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def test_accuracy(comparison: "Comparison", path: Path) -> Path:
+    """Test accuracy after each epoch, one line per run."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    longest = 1
+    for run in comparison.sweep.children:
+        values = run.histories.get("test_accuracy") or []
+        if values:
+            ax.plot(range(1, len(values) + 1), values, marker="o", label=run.name)
+            longest = max(longest, len(values))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy (fraction correct)")
+    ax.set_xticks(range(1, longest + 1))
+    ax.set_xlim(0.5, longest + 0.5)
+    ax.set_title(f"Test accuracy per epoch\n{comparison.sweep.name}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="run")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def time_breakdown(comparison: "Comparison", path: Path) -> Path:
+    """Where each run's epoch went: data, transfer and compute seconds, stacked."""
+    plt = _pyplot()
+    t = comparison.table
+    labels = [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(t) + 1.8))
+    left = [0.0] * len(t)
+    for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"), ("compute_share", "tab:blue")):
+        seconds = (t[share].fillna(0) * t["epoch_duration_s"]).tolist()
+        ax.barh(labels, seconds, left=left, color=colour, label=share.replace("_share", ""))
+        left = [a + b for a, b in zip(left, seconds)]
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per epoch (mean)")
+    ax.set_title(f"Where each epoch's time goes\n{comparison.sweep.name}", fontsize=10)
+    ax.legend(title="time spent on", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_all(comparison: "Comparison", folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [
+        epoch_duration(comparison, folder / EPOCH_DURATION_PNG),
+        test_accuracy(comparison, folder / TEST_ACCURACY_PNG),
+        time_breakdown(comparison, folder / TIME_BREAKDOWN_PNG),
+    ]

@@ -1,0 +1,165 @@
+"""Compare a sweep's runs: one row per finished run, device speedups, and where the time went.
+
+Works on plain RunRecords (tracking.read_sweep), so it needs no MLflow calls of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from pipeline.errors import UserError
+from pipeline.tracking import TAG_DEVICE, TAG_HARDWARE, TIME_BUCKETS
+
+if TYPE_CHECKING:
+    from pipeline.tracking import SweepRecord
+
+SETTINGS = ("device", "lr", "batch_size", "num_workers", "epochs", "seed", "shuffle")
+# Runs equal in all of these but the device are "twins" whose epoch times compare devices.
+TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "train_size", "test_size")
+FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup")
+HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", *TIME_BUCKETS)
+FORMATS = ("table", "csv", "markdown", "json")
+
+
+@dataclass
+class Comparison:
+    sweep: "SweepRecord"
+    table: pd.DataFrame  # one row per finished run; columns below
+    speedups: list[str]  # one summary line per twin group with a cpu run and another device
+
+    @property
+    def varying(self) -> list[str]:
+        """Settings (other than device) whose values differ between rows."""
+        return [k for k in TWIN_KEYS if k in self.table and self.table[k].nunique() > 1]
+
+
+def _number(text: str | None) -> float | int | str | None:
+    if text is None:
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
+    """The comparison table of `sweep`'s finished children, with speedups over cpu twins."""
+    rows = []
+    for run in sweep.children:
+        row = {"run_id": run.run_id, "run_name": run.name}
+        row["device"] = run.tags.get(TAG_DEVICE) or run.params.get("device")
+        row["requested_device"] = run.params.get("device")
+        row["hardware"] = run.tags.get(TAG_HARDWARE, "")
+        for key in TWIN_KEYS:
+            row[key] = _number(run.params.get(key))
+        for key in FINAL:
+            row[key] = run.metrics.get(key, math.nan)
+        epochs = run.histories.get("epoch_duration_s") or [run.metrics.get("epoch_duration_s", math.nan)]
+        row["epoch_duration_s"] = _mean(epochs)
+        row["images_per_s"] = _mean(run.histories.get("images_per_s") or [run.metrics.get("images_per_s", math.nan)])
+        row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
+        total = sum(epochs)
+        for bucket in TIME_BUCKETS:
+            spent = run.histories.get(bucket)
+            share = bucket.replace("_time_s", "_share")
+            row[share] = sum(spent) / total if spent and total > 0 else math.nan
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    lines: list[str] = []
+    if not table.empty:
+        table["speedup"], table["speedup_vs"], lines = _speedups(table)
+    if sort:
+        if sort not in table.columns:
+            raise UserError(f"--sort {sort}: no such column; choose one of {', '.join(table.columns)}")
+        table = table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
+    return Comparison(sweep, table.reset_index(drop=True), lines)
+
+
+def _speedups(table: pd.DataFrame) -> tuple[list[float], list[str], list[str]]:
+    """Each non-cpu run's epoch-time speedup over its cpu twin, and one summary line per group."""
+    speedup = [math.nan] * len(table)
+    versus = [""] * len(table)
+    lines = []
+    keys = [k for k in TWIN_KEYS if k in table]
+    varying = [k for k in keys if table[k].nunique() > 1]
+    for _, group in table.groupby(keys, dropna=False, sort=False):
+        cpu = group[group["device"] == "cpu"]
+        others = group[group["device"] != "cpu"]
+        if cpu.empty or others.empty:
+            continue
+        reference = cpu.iloc[0]
+        label = " ".join(f"{k}={reference[k]}" for k in varying) or "all settings equal"
+        parts = []
+        for index, row in others.iterrows():
+            ratio = reference["epoch_duration_s"] / row["epoch_duration_s"]
+            speedup[index], versus[index] = ratio, reference["run_id"]
+            parts.append(f"{row['device']} x{ratio:.2f} ({row['epoch_duration_s']:.3f} s/epoch)")
+        speedup[cpu.index[0]] = 1.0
+        lines.append(f"{label}: {', '.join(parts)} vs cpu ({reference['epoch_duration_s']:.3f} s/epoch)")
+    return speedup, versus, lines
+
+
+def render(comparison: Comparison, fmt: str) -> str:
+    """csv, markdown or json text of the comparison table (table format is drawn by report)."""
+    table = comparison.table
+    if fmt == "csv":
+        return table.to_csv(index=False)
+    if fmt == "json":
+        return json.dumps(json.loads(table.to_json(orient="records")), indent=2) + "\n"
+    if fmt == "markdown":
+        return markdown(display_frame(comparison))
+    raise ValueError(fmt)
+
+
+def display_frame(comparison: Comparison) -> pd.DataFrame:
+    """The human view: varying settings, results, time shares and speedups, formatted."""
+    t = comparison.table
+    settings = ["device"] + [k for k in ("batch_size", "num_workers", "lr", "epochs")
+                             if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle")]
+    out = t[settings].copy()
+    for key in FINAL:
+        out[key.replace("_accuracy", "_acc").replace("_", " ")] = t[key].map(lambda v: f"{v:.4f}")
+    out["epoch_s"] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
+    out["img/s"] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
+    out["run_s"] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
+    for share in ("data_share", "transfer_share", "compute_share"):
+        out[share.replace("_share", " %")] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
+    out["speedup"] = [
+        f"x{v:.2f}" if not math.isnan(v) and d != "cpu" else ("ref" if not math.isnan(v) else "")
+        for v, d in zip(t.get("speedup", [math.nan] * len(t)), t["device"])
+    ]
+    return out
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+def write_report(comparison: Comparison, folder) -> list:
+    """Charts, results.csv and results.md (with the speedup lines) into `folder`."""
+    from pathlib import Path
+
+    from pipeline import charts
+
+    folder = Path(folder)
+    paths = charts.write_all(comparison, folder)
+    (folder / "results.csv").write_text(render(comparison, "csv"))
+    speedups = "".join(f"- {line}\n" for line in comparison.speedups)
+    title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
+    (folder / "results.md").write_text(title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
+    return [*paths, folder / "results.csv", folder / "results.md"]

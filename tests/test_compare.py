@@ -1,0 +1,187 @@
+"""Comparison reports on stores built by real small grids: rows, speedups, shares, charts, CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import mlflow
+import pytest
+from click.testing import CliRunner
+from mlflow.entities import Metric, Param, RunTag
+
+from pipeline import tracking
+from pipeline.cli import main
+from pipeline.compare import HISTORIES, build, render
+from pipeline.config import load_grid
+from pipeline.report import Reporter
+from pipeline.runner import Options, run_grid
+from pipeline.tracking import read_sweep
+
+GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+@pytest.fixture
+def sweep_store(write_grid, data_dir, tracking_uri):
+    """A real 2-point cpu sweep, plus a fake 'cuda:0' twin of the batch_size=128 run logged by hand
+    (this machine has no GPU), whose epochs take a quarter of the cpu twin's time."""
+    result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    client = mlflow.MlflowClient(tracking_uri)
+    cpu = next(r for r in client.search_runs([result.experiment_id], "params.batch_size = '128'"))
+    twin = client.create_run(result.experiment_id, run_name="batch_size=128 device=cuda", tags={
+        "mlflow.parentRunId": result.parent_run_id, tracking.TAG_DEVICE: "cuda:0", tracking.TAG_HARDWARE: "Fake GPU"})
+    params = {**cpu.data.params, "device": "cuda"}
+    metrics = []
+    for name in HISTORIES + ("train_loss", "train_accuracy", "test_loss"):
+        for m in client.get_metric_history(cpu.info.run_id, name):
+            value = m.value / 4 if name in ("epoch_duration_s", *tracking.TIME_BUCKETS) else m.value
+            metrics.append(Metric(name, value, m.timestamp, m.step))
+    metrics.append(Metric("run_duration_s", 1.0, 0, 0))
+    client.log_batch(twin.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
+                     tags=[RunTag("x", "y")])
+    client.set_terminated(twin.info.run_id, "FINISHED")
+    return result, client, cpu
+
+
+def test_rows_speedups_and_shares(sweep_store):
+    result, client, cpu = sweep_store
+    comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
+    table = comparison.table
+    assert len(table) == 3 and set(table["device"]) == {"cpu", "cuda:0"}
+    gpu = table[table["device"] == "cuda:0"].iloc[0]
+    ref = table[(table["device"] == "cpu") & (table["batch_size"] == 128)].iloc[0]
+    lone = table[table["batch_size"] == 256].iloc[0]
+    assert gpu["speedup"] == pytest.approx(4.0) and gpu["speedup_vs"] == ref["run_id"]
+    assert ref["speedup"] == 1.0 and math.isnan(lone["speedup"])  # no twin on another device
+    history = [m.value for m in client.get_metric_history(cpu.info.run_id, "epoch_duration_s")]
+    assert ref["epoch_duration_s"] == pytest.approx(sum(history) / len(history))
+    shares = ref[["data_share", "transfer_share", "compute_share"]].sum()
+    assert 0.85 <= shares <= 1.15
+    (line,) = comparison.speedups
+    assert line.startswith("batch_size=128: cuda:0 x4.00") and "vs cpu" in line
+
+
+def test_formats_and_sort(sweep_store):
+    result, client, _ = sweep_store
+    sweep = read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES)
+    comparison = build(sweep, sort="epoch_duration_s")
+    assert list(comparison.table["device"])[0] == "cuda:0"
+    assert list(build(sweep, sort="speedup").table["device"])[0] == "cuda:0"  # higher first
+    rows = list(csv.DictReader(io.StringIO(render(comparison, "csv"))))
+    assert len(rows) == 3 and {"device", "batch_size", "num_workers", "lr", "epochs", "train_loss", "test_accuracy",
+                               "epoch_duration_s", "images_per_s", "run_duration_s", "data_share", "speedup"} <= set(rows[0])
+    records = json.loads(render(comparison, "json"))
+    assert [r["device"] for r in records] == list(comparison.table["device"])
+    lines = render(comparison, "markdown").splitlines()
+    assert len(lines) == 5 and lines[1].startswith("|---") and "x4.00" in lines[2]
+
+
+def test_cli_compare_pipes_csv_and_writes_charts(sweep_store, tmp_path):
+    result, client, _ = sweep_store
+    uri = client.tracking_uri
+    out = CliRunner().invoke(main, ["compare", "--experiment", "cmp", "--format", "csv", "--tracking-uri", uri])
+    assert out.exit_code == 0, out.output
+    assert len(list(csv.DictReader(io.StringIO(out.stdout)))) == 3
+    out = CliRunner().invoke(main, ["compare", "--tracking-uri", uri, "--out", str(tmp_path / "report")])
+    assert out.exit_code == 0 and "speedup  batch_size=128: cuda:0 x4.00" in out.output
+    for name in ("epoch_duration.png", "test_accuracy.png", "time_breakdown.png"):
+        data = (tmp_path / "report" / name).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000
+    assert "x4.00" in (tmp_path / "report" / "results.md").read_text()
+
+
+def test_sweep_logs_comparison_and_network_artifacts(sweep_store):
+    result, client, cpu = sweep_store
+    logged = {a.path for a in client.list_artifacts(result.parent_run_id, "comparison")}
+    assert {"comparison/epoch_duration.png", "comparison/test_accuracy.png", "comparison/results.csv",
+            "comparison/results.md"} <= logged
+    assert {a.path for a in client.list_artifacts(cpu.info.run_id, "inputs")} == {tracking.ARTIFACT_BATCH}
+    summary = open(client.download_artifacts(cpu.info.run_id, tracking.ARTIFACT_SUMMARY)).read()
+    assert "conv1.weight" in summary and "(6, 1, 5, 5)" in summary and "out.bias" in summary and "cpu" in summary
+    assert cpu.data.tags[tracking.TAG_PARAM_DEVICES] == "cpu"
+    for name in tracking.TIME_BUCKETS:
+        assert [m.step for m in client.get_metric_history(cpu.info.run_id, name)] == [1, 2]
+
+
+def test_compare_errors_exit_2_without_creating_a_store(tmp_path, tracking_uri):
+    out = CliRunner().invoke(main, ["compare"])
+    assert out.exit_code == 2 and "no tracking store" in out.output
+    assert not (tmp_path / "mlflow.db").exists()
+    out = CliRunner().invoke(main, ["compare", "--tracking-uri", tracking_uri])
+    assert out.exit_code == 2 and "no sweep" in out.output
+    out = CliRunner().invoke(main, ["compare", "--tracking-uri", tracking_uri, "--experiment", "nope"])
+    assert out.exit_code == 2 and "no experiment 'nope'" in out.output
+
+
+def test_system_metrics(write_grid, data_dir, tracking_uri, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    grid = write_grid("grid:\n  batch_size: [16]\n  device: [cpu]\n  epochs: [2]\n")
+    result = run_grid(load_grid(grid), Reporter(),
+                      Options(tracking_uri=tracking_uri, data_dir=str(data_dir), system_metrics=True))
+    run = mlflow.MlflowClient(tracking_uri).get_run(result.outcomes[0].run_id)
+    assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics), run.data.metrics.keys()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server exited: {process.stdout.read() if process.stdout else ''}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer in {seconds} s")
+
+
+def test_against_a_real_tracking_server(tmp_path, write_grid, data_dir):
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )
+    try:
+        uri = f"http://127.0.0.1:{port}"
+        _wait_for(f"{uri}/health", server)
+        grid = write_grid("experiment: remote\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+        out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri])
+        assert out.exit_code == 0, out.output
+        assert f"{uri}/#/experiments/" in out.output
+        out = CliRunner().invoke(main, ["compare", "--experiment", "remote", "--format", "json", "--tracking-uri", uri])
+        assert out.exit_code == 0, out.output
+        assert sorted(r["batch_size"] for r in json.loads(out.stdout)) == [128, 256]
+        assert not (tmp_path / "mlflow.db").exists()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_ui_serves_the_store(tmp_path, tracking_uri):
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    ui = subprocess.Popen([sys.executable, "-m", "pipeline", "ui", "--port", str(port)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        first = ui.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in first and "mlflow.db" in first
+        _wait_for(f"http://127.0.0.1:{port}/health", ui)
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
