@@ -91,3 +91,14 @@ def test_time_buckets_account_for_the_epoch(data_dir, num_workers):
         assert min(stats.data_time_s, stats.transfer_time_s, stats.compute_time_s) >= 0
         assert stats.compute_time_s > 0 and stats.data_time_s > 0
         assert abs(buckets - stats.epoch_duration_s) <= 0.15 * stats.epoch_duration_s, stats
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_time_buckets_account_for_the_epoch(data_dir):
+    """On CUDA transfer/compute come from events and data is the rest: still within 15%."""
+    result = fit(RunConfig(batch_size=32, epochs=2, num_workers=1), load(data_dir), resolve("cuda"))
+    for stats in result.epochs:
+        assert stats.transfer_time_s > 0 and stats.compute_time_s > 0 and stats.data_time_s >= 0
+        buckets = stats.data_time_s + stats.transfer_time_s + stats.compute_time_s
+        assert abs(buckets - stats.epoch_duration_s) <= 0.15 * stats.epoch_duration_s, stats
