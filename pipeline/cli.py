@@ -84,8 +84,10 @@ def main() -> None:
               help="Exit 2 before training if any grid point's device is missing, instead of skipping it.")
 @click.option("--dry-run", is_flag=True, help="Show the plan (points, devices, data) and exit; trains nothing.")
 @system_metrics_option
+@click.option("--register", "register_name", callback=_blank_is_none, metavar="MODEL_NAME",
+              help="When the grid finishes, register its best run (by test_accuracy) as MODEL_NAME@champion.")
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
-        require_devices: bool, dry_run: bool, system_metrics: bool) -> None:
+        require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason. Exit code: 0 when every run
@@ -96,9 +98,25 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     from pipeline.runner import Options, run_grid
 
     spec = load_grid(grid)
+    if register_name:
+        from pipeline.registry import check_alias
+
+        check_alias("champion")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics)
-    sys.exit(run_grid(spec, Reporter(), options).exit_code)
+    result = run_grid(spec, Reporter(), options)
+    if register_name and not dry_run:
+        from pipeline import registry
+        from pipeline.runner import FINISHED
+        from pipeline.tracking import open_client, resolve_tracking_uri
+
+        if any(o.status == FINISHED for o in result.outcomes):
+            client = open_client(resolve_tracking_uri(tracking_uri))
+            best = registry.best_run(client, parent_run_id=result.parent_run_id)
+            _print_registration(registry.register(client, best, name=register_name, metric="test_accuracy"))
+        else:
+            click.echo(f"--register {register_name}: no run finished, nothing registered", err=True)
+    sys.exit(result.exit_code)
 
 
 @main.command()
@@ -257,3 +275,99 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
         sys.exit(subprocess.call(command))
     except KeyboardInterrupt:
         sys.exit(0)
+
+
+@main.command()
+@click.option("--run-id", callback=_blank_is_none, metavar="ID", help="Register this run's model.")
+@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+              help="Register the best FINISHED run of this experiment (by --metric).")
+@click.option("--parent-run", callback=_blank_is_none, metavar="ID",
+              help="With --experiment or alone: only consider this sweep's runs.")
+@click.option("--name", required=True, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
+@click.option("--metric", default="test_accuracy", show_default=True, help="Metric that picks the best run.")
+@click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True)
+@click.option("--alias", default="champion", show_default=True, help="Alias to point at the version.")
+@click.option("--force", type=bool, is_flag=False, flag_value=True, default=False,
+              help="Make a new version even if this run is already registered.")
+@tracking_uri_option
+def register(run_id: str | None, experiment: str | None, parent_run: str | None, name: str, metric: str,
+             mode: str, alias: str, force: bool, tracking_uri: str | None) -> None:
+    """Register a run's model (or the best run's) as a new version of MODEL_NAME and alias it."""
+    from pipeline import registry
+    from pipeline.tracking import open_client, resolve_tracking_uri
+
+    if not (run_id or experiment or parent_run):
+        raise UserError("say which run to register: --run-id ID, or --experiment NAME [--parent-run ID]")
+    registry.check_alias(alias)
+    client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
+    if run_id:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = client.get_run(run_id)
+        except MlflowException:
+            raise UserError(f"--run-id {run_id}: no such run in {client.tracking_uri}") from None
+        if run.info.status != "FINISHED":
+            raise UserError(f"--run-id {run_id}: the run is {run.info.status}, not FINISHED; register a finished run")
+    else:
+        run = registry.best_run(client, experiment=experiment, parent_run_id=parent_run, metric=metric, mode=mode)
+    _print_registration(registry.register(client, run, name=name, metric=metric, alias=alias, force=force))
+
+
+def _print_registration(reg) -> None:
+    if reg.created:
+        click.echo(f"registered {reg.name} version {reg.version} from run {reg.run_id} ({reg.metric} {reg.value:.4f})")
+    else:
+        click.echo(f"run {reg.run_id} is already {reg.name} version {reg.version}; "
+                   "not registering it again (--force makes a new version)")
+    click.echo(f"alias {reg.alias} -> version {reg.version}")
+    click.echo(f"load it with: {reg.uri}")
+
+
+@main.command()
+@click.argument("images", nargs=-1, type=click.Path(path_type=Path), metavar="[IMAGE_FILES]...")
+@click.option("--model", "model_uri", required=True, metavar="URI",
+              help="models:/NAME@ALIAS, models:/m-..., or runs:/RUN_ID/model.")
+@click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "mps"]))
+@data_dir_option
+@click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N examples of the split.")
+@tracking_uri_option
+def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str | None, split: str,
+            limit: int | None, tracking_uri: str | None) -> None:
+    """Classify IMAGE_FILES (PNG/JPEG, any size, colour or grey), or measure accuracy on a
+    Fashion-MNIST split when no files are given."""
+    import mlflow
+    from rich.table import Table
+
+    from pipeline import data as data_mod
+    from pipeline import predict as predict_mod
+    from pipeline.device import DeviceUnavailable, resolve
+    from pipeline.report import make_console
+    from pipeline.tracking import resolve_tracking_uri
+
+    try:
+        target = resolve(device)
+    except DeviceUnavailable as exc:
+        raise UserError(f"--device {device}: {exc}") from None
+    if images and (data_dir or limit):
+        raise UserError("give image files, or --data-dir/--limit for a dataset split, not both")
+    for path in images:
+        if not path.is_file():
+            raise UserError(f"{path}: no such image file")
+    mlflow.set_tracking_uri(resolve_tracking_uri(tracking_uri))
+    dataset = None if images else data_mod.load(data_dir)
+    model = predict_mod.load(model_uri, target)
+    if images:
+        for p in predict_mod.predict_files(model, list(images), target):
+            click.echo(f"{p.path}\t{p.class_name}\t{p.probability:.3f}")
+        return
+    part = getattr(dataset, split).head(limit)
+    accuracy, per_class = predict_mod.split_accuracy(model, part.images, part.labels, target)
+    click.echo(f"accuracy {accuracy:.4f}")
+    table = Table(title=f"{split} split, first {len(part)} examples ({dataset.folder})")
+    for column in ("class", "examples", "accuracy"):
+        table.add_column(column, justify="left" if column == "class" else "right")
+    for name, count, value in per_class:
+        table.add_row(name, str(count), "-" if count == 0 else f"{value:.4f}")
+    make_console().print(table)

@@ -154,7 +154,7 @@ def _mlproject():
     return yaml.safe_load((REPO / "MLproject").read_text())
 
 
-@pytest.mark.parametrize("entry, command", [("main", "run"), ("train", "train")])
+@pytest.mark.parametrize("entry, command", [("main", "run"), ("train", "train"), ("register", "register")])
 def test_mlproject_parameters_are_cli_options(entry, command):
     spec = _mlproject()["entry_points"][entry]
     click_command = main.commands[command]
@@ -164,7 +164,7 @@ def test_mlproject_parameters_are_cli_options(entry, command):
         flag = "--" + name.replace("_", "-")
         assert flag in options or name in arguments, f"MLproject {entry}.{name} is no option of `pipeline {command}`"
         assert "{" + name + "}" in spec["command"]
-    if command == "train":  # every `pipeline train` option is declared
+    if command in ("train", "register"):  # every option is declared
         declared = {"--" + n.replace("_", "-") for n in spec["parameters"]}
         assert {p.opts[0] for p in click_command.params if p.opts[0].startswith("--")} <= declared
 

@@ -1,0 +1,187 @@
+"""Registering the best run under an alias, then loading and predicting with it anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from conftest import requires_real_data
+from pipeline.cli import main
+from pipeline.model import CLASSES
+from test_compare import _free_port, _wait_for
+
+GRID = "experiment: reg\ngrid:\n  lr: [0.01, 0.0001]\n  batch_size: [64]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def trained(write_grid, data_dir, tracking_uri):
+    """Two real runs on the synthetic data: lr 0.01 learns, lr 0.0001 barely does."""
+    out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    client = mlflow.MlflowClient(tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("reg").experiment_id], "params.lr != ''")
+    return client, {r.data.params["lr"]: r for r in runs}
+
+
+def test_register_best_run_under_champion(trained, tracking_uri):
+    client, runs = trained
+    best = max(runs.values(), key=lambda r: r.data.metrics["test_accuracy"])
+    out = invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    assert "version 1" in out.output and "models:/fashion-cnn@champion" in out.output
+    version = client.get_model_version_by_alias("fashion-cnn", "champion")
+    assert version.run_id == best.info.run_id and str(version.version) == "1"
+    tags = version.tags
+    assert tags["pipeline.source_run"] == best.info.run_id and tags["lr"] == best.data.params["lr"]
+    assert float(tags["test_accuracy"]) == pytest.approx(best.data.metrics["test_accuracy"])
+    assert tags["device_used"] == "cpu" and tags["batch_size"] == "64"
+
+    # Again: no duplicate version; --force makes one; --mode min picks the other run.
+    out = invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--tracking-uri", tracking_uri)
+    assert "already fashion-cnn version 1" in out.output
+    assert len(client.search_model_versions("name = 'fashion-cnn'")) == 1
+    invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--force", "--tracking-uri", tracking_uri)
+    assert len(client.search_model_versions("name = 'fashion-cnn'")) == 2
+    invoke("register", "--experiment", "reg", "--name", "worst", "--metric", "test_accuracy", "--mode", "min",
+           "--alias", "worst", "--tracking-uri", tracking_uri)
+    worst = min(runs.values(), key=lambda r: r.data.metrics["test_accuracy"])
+    assert client.get_model_version_by_alias("worst", "worst").run_id == worst.info.run_id
+
+
+def test_predict_split_accuracy_matches_the_run(trained, tracking_uri, data_dir):
+    client, runs = trained
+    run = runs["0.01"]
+    invoke("register", "--run-id", run.info.run_id, "--name", "m", "--tracking-uri", tracking_uri)
+    out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    accuracy = float(out.output.split("accuracy ")[1].split()[0])
+    assert accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-4)  # the same test split
+    assert "Ankle boot" in out.output
+    out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir), "--limit", "10",
+                 "--split", "train", "--tracking-uri", tracking_uri)
+    assert "train split, first 10 examples" in out.output
+
+
+def test_register_errors_exit_2_and_register_nothing(trained, tracking_uri):
+    client, runs = trained
+    experiment_id = client.get_experiment_by_name("reg").experiment_id
+    bare = client.create_run(experiment_id, run_name="no model")
+    client.set_terminated(bare.info.run_id, "FINISHED")
+    empty = client.create_experiment("empty")
+    cases = [
+        (["--run-id", bare.info.run_id], "has no logged model"),
+        (["--experiment", "reg", "--metric", "f1"], "--metric f1: no FINISHED run"),
+        (["--experiment", "empty"], "no FINISHED training runs"),
+        (["--experiment", "nope"], "no experiment 'nope'"),
+        (["--experiment", "reg", "--alias", "v2"], "--alias 'v2'"),
+        ([], "say which run to register"),
+    ]
+    for args, fragment in cases:
+        out = CliRunner().invoke(main, ["register", "--name", "bad", "--tracking-uri", tracking_uri, *args])
+        assert out.exit_code == 2, (args, out.output)
+        assert out.output.startswith("error: ") and fragment in out.output and len(out.output.splitlines()) == 1
+    assert client.search_registered_models() == [] and empty
+
+
+def test_run_register_option(write_grid, data_dir, tracking_uri):
+    out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
+                 "--register", "from-run")
+    assert out.exit_code == 0, out.output and "models:/from-run@champion" in out.output
+    client = mlflow.MlflowClient(tracking_uri)
+    version = client.get_model_version_by_alias("from-run", "champion")
+    assert client.get_run(version.run_id).data.params["lr"] == "0.01"
+
+
+def test_mlflow_models_predict_and_serve(trained, tracking_uri, tmp_path):
+    client, runs = trained
+    invoke("register", "--run-id", runs["0.01"].info.run_id, "--name", "served", "--tracking-uri", tracking_uri)
+    batch = np.random.default_rng(0).random((3, 1, 28, 28), dtype=np.float32)
+    (tmp_path / "in.json").write_text(json.dumps({"inputs": batch.tolist()}))
+    # `mlflow models serve` starts `uvicorn` from PATH: the venv's bin must be on it (activate the venv).
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri,
+           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mlflow", "models", "predict", "-m", "models:/served@champion", "-i", "in.json",
+         "-t", "json", "--env-manager", "local", "-o", "out.json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    scores = np.array(json.loads((tmp_path / "out.json").read_text())["predictions"])
+    assert scores.shape == (3, 10)
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/served@champion", "--env-manager",
+         "local", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/ping", server, seconds=120)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=json.dumps({"inputs": batch[:2].tolist()}).encode(),
+            headers={"Content-Type": "application/json"})
+        answer = json.loads(urllib.request.urlopen(request, timeout=30).read())
+        served = np.array(answer["predictions"])
+        assert served.shape == (2, 10) and np.allclose(served, scores[:2], atol=1e-5)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@requires_real_data
+def test_predict_png_and_jpeg_files_from_real_test_images(tmp_path):
+    """Train briefly on real data; images written as files come back as their labels' classes."""
+    from pipeline.data import load
+    from pipeline.predict import image_tensor
+
+    out = invoke("train", "--device", "cpu", "--batch-size", "100", "--epochs", "1", "--experiment", "real")
+    assert out.exit_code == 0, out.output
+    client = mlflow.MlflowClient("sqlite:///mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("real").experiment_id])
+    model = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/model")
+    test = load().test
+    with torch.no_grad():
+        probabilities = torch.softmax(model(test.images[:200].float() / 255), dim=1)
+    confident = [i for i in range(200) if probabilities[i].max() > 0.97
+                 and probabilities[i].argmax() == test.labels[i]][:4]
+    assert len(confident) == 4
+    files = []
+    for n, i in enumerate(confident):
+        pixels = test.images[i, 0].numpy()
+        image = Image.fromarray(pixels)
+        if n == 1:  # large colour image
+            image = image.resize((112, 112), Image.Resampling.BICUBIC).convert("RGB")
+        if n == 2:  # a dark object photographed on a white background, as JPEG
+            image = Image.fromarray(255 - pixels).resize((84, 84), Image.Resampling.BICUBIC)
+        path = tmp_path / f"item{n}.{'jpg' if n == 2 else 'png'}"
+        image.save(path)
+        files.append(path)
+    assert torch.allclose(image_tensor(files[0])[0], test.images[confident[0], 0].float() / 255)
+    out = invoke("predict", "--model", f"runs:/{run.info.run_id}/model", *map(str, files))
+    assert out.exit_code == 0, out.output
+    lines = out.output.strip().splitlines()
+    assert [line.split("\t")[1] for line in lines] == [CLASSES[int(test.labels[i])] for i in confident]
+    assert all(0.0 < float(line.split("\t")[2]) <= 1.0 for line in lines)
+
+
+def test_predict_bad_input(tmp_path, tracking_uri):
+    out = CliRunner().invoke(main, ["predict", "--model", "models:/nope@champion", str(tmp_path / "x.png")])
+    assert out.exit_code == 2 and "no such image file" in out.output
+    (tmp_path / "x.png").write_text("not an image")
+    out = CliRunner().invoke(main, ["predict", "--model", "models:/nope@champion", "--tracking-uri", tracking_uri,
+                                    str(tmp_path / "x.png")])
+    assert out.exit_code == 2 and "--model models:/nope@champion" in out.output
