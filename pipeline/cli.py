@@ -58,9 +58,9 @@ class _Group(click.Group):
         except UserError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             click.echo("interrupted: the current run and its parent are marked KILLED", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+            ctx.exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -86,12 +86,19 @@ def main() -> None:
 @system_metrics_option
 @click.option("--register", "register_name", callback=_blank_is_none, metavar="MODEL_NAME",
               help="When the grid finishes, register its best run (by test_accuracy) as MODEL_NAME@champion.")
+@click.option("--rerun", is_flag=True, help="Train every point, even those already FINISHED in this experiment.")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first failed run.")
+@click.option("--checkpoint", is_flag=True,
+              help="Save model and optimizer state each epoch; an interrupted point resumes from it.")
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
-        require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None) -> None:
+        require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
+        rerun: bool, fail_fast: bool, checkpoint: bool) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
-    Points whose device this machine lacks are skipped with the reason. Exit code: 0 when every run
-    that could run finished, 1 when one failed, 2 for bad input.
+    Points whose device this machine lacks are skipped with the reason, and points that already
+    have a FINISHED run in the experiment (same settings, data, host and hardware) are not trained
+    again. Exit code: 0 when every run that could run finished, 1 when one failed, 2 for bad input,
+    130 on Ctrl-C (143 on SIGTERM).
     """
     from pipeline.config import load_grid
     from pipeline.report import Reporter
@@ -103,7 +110,8 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 
         check_alias("champion")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
-                      require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics)
+                      require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
+                      rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint)
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry

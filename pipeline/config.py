@@ -58,6 +58,7 @@ class GridSpec:
     experiment: str
     data: DataConfig = field(default_factory=DataConfig)
     axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    checkpoint: bool = False  # save model and optimizer state each epoch, resume from it
 
 
 # --- value checks --------------------------------------------------------------------------------
@@ -129,7 +130,7 @@ _DATA_KEYS: dict[str, Callable[[Any], Any]] = {
     "train_size": _int_at_least(1),
     "test_size": _int_at_least(1),
 }
-_TOP_KEYS = ("experiment", "data", "grid")
+_TOP_KEYS = ("experiment", "data", "grid", "checkpoint")
 
 
 def _nonempty_string(value: Any, allowed: str) -> str:
@@ -249,7 +250,11 @@ def load_grid(path: str | Path) -> GridSpec:
             raise UserError(f"{where}grid.{key}: repeated value in {list(checked)}; list each once")
         axes.append((key, checked))
 
+    checkpoint = raw.get("checkpoint", False)
+    if not isinstance(checkpoint, bool):
+        raise UserError(f"{where}checkpoint: got {checkpoint!r}; expected true or false")
     if "root" in data_values and not Path(data_values["root"]).expanduser().is_absolute():
         # Relative to the grid file, so the grid means the same from any working directory.
         data_values["root"] = str(path.parent / data_values["root"])
-    return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes))
+    return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes),
+                    checkpoint=checkpoint)

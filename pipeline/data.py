@@ -44,6 +44,7 @@ HOW_TO_GET = (
     "or point --data-dir at a folder with the four IDX files"
 )
 _IMAGE_MAGIC, _LABEL_MAGIC = 2051, 2049
+WORKER_TIMEOUT_S = 300  # no batch of this dataset takes minutes; a worker that does has hung
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,12 @@ class Dataset:
     test: Split
     folder: Path
     verified: bool  # True when the decoded bytes match the canonical Fashion-MNIST
+
+    @property
+    def identity(self) -> dict:
+        """What the data is, independent of where it was read from when it is the canonical set."""
+        source = "fashion-mnist" if self.verified else str(self.folder)
+        return {"source": source, "train_size": len(self.train), "test_size": len(self.test)}
 
     @property
     def description(self) -> str:
@@ -236,4 +243,5 @@ def batches(split: Split, batch_size: int, *, shuffle: bool = False, seed: int =
         num_workers=num_workers,
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
+        timeout=WORKER_TIMEOUT_S if num_workers > 0 else 0,  # a hung worker fails the run
     )

@@ -105,6 +105,15 @@ class Reporter:
             self._progress.stop()
             self._progress = None
 
+    def tracking_down(self, error: str, state_dir: "Path") -> None:
+        from pipeline.tracking import RESULTS_FILE
+
+        self.console.print(
+            f"[red]The tracking store stopped answering[/] ({error}). Finished training results are in "
+            f"{state_dir / RESULTS_FILE}. When the store is back: `pipeline relog` logs the ones marked "
+            "unlogged, and running the same grid again trains only what is missing."
+        )
+
     def run_end(self, outcome: "Outcome") -> None:
         if outcome.status == "FINISHED":
             return
@@ -163,7 +172,7 @@ class Reporter:
         self.console.print(", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
         grouped: dict[tuple[str, str], list[str]] = {}
         for o in result.outcomes:
-            if o.status in ("SKIPPED", "FAILED", "KILLED"):
+            if o.status in ("SKIPPED", "FAILED", "KILLED", "NOT RUN"):
                 grouped.setdefault((o.status, o.reason), []).append(f"#{o.point.index}")
         for (status, reason), where in grouped.items():
             self.console.print(f"  {status.lower()} {', '.join(where)}: {reason}")
@@ -178,5 +187,6 @@ class Reporter:
 
 
 def _status(status: str) -> str:
-    colour = {"FINISHED": "green", "FAILED": "red", "KILLED": "yellow", "SKIPPED": "yellow"}.get(status, "")
+    colour = {"FINISHED": "green", "DONE": "green", "FAILED": "red", "NOT RUN": "red", "KILLED": "yellow",
+              "SKIPPED": "yellow"}.get(status, "")
     return f"[{colour}]{status}[/]" if colour else status

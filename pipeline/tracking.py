@@ -46,6 +46,24 @@ ARTIFACT_BATCH = "inputs/train_batch.png"
 TAG_GRID_FILE = "pipeline.grid_file"
 TAG_GRID_SIZE = "pipeline.grid_size"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
+TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
+TAG_HOST = "pipeline.host"
+TAG_PID = "pipeline.pid"
+TAG_PROCESS_START = "pipeline.process_start"  # with the pid, tells a live process from a reused pid
+TAG_RESUMED_FROM = "pipeline.resumed_from_epoch"
+TAG_KILLED_REASON = "pipeline.killed_reason"
+
+RESULTS_FILE = "pipeline-results.jsonl"
+CHECKPOINT_DIR = ".pipeline-checkpoints"
+
+# MLflow's own HTTP retries (7, backoff 2, 120 s timeout) take minutes to give up; we retry ourselves.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store stopped answering (after retries) in the middle of a sweep."""
 
 
 def resolve_tracking_uri(cli_value: str | None) -> str:
@@ -158,11 +176,38 @@ class Tracker:
         from mlflow.tracking.context.registry import resolve_tags
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        tags = dict(tags or {})
+        tags = {**process_tags(), **(tags or {})}
         if parent_id:
             tags[MLFLOW_PARENT_RUN_ID] = parent_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=resolve_tags(tags))
         return run.info.run_id
+
+    def finished_runs(self) -> dict[str, Any]:
+        """FINISHED runs of this experiment by run key (the newest per key)."""
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time ASC"], max_results=50000,
+        )
+        return {run.data.tags[TAG_RUN_KEY]: run for run in runs}
+
+    def reap_orphans(self) -> list[str]:
+        """Mark KILLED the RUNNING runs of this experiment left by dead processes on this host."""
+        host = socket.gethostname()
+        runs = self.client.search_runs(
+            [self.experiment_id], f"attributes.status = 'RUNNING' and tags.`{TAG_HOST}` = '{host}'",
+            max_results=50000,
+        )
+        reaped = []
+        for run in runs:
+            tags = run.data.tags
+            if run.info.run_id == self.resumed_run_id or not tags.get(TAG_PID, "").isdigit():
+                continue
+            if not _process_alive(int(tags[TAG_PID]), tags.get(TAG_PROCESS_START)):
+                self.client.set_tag(run.info.run_id, TAG_KILLED_REASON,
+                                    f"process {tags[TAG_PID]} on {host} ended without closing the run")
+                self.client.set_terminated(run.info.run_id, "KILLED")
+                reaped.append(run.info.run_id)
+        return reaped
 
     def adopt_or_start(self, name: str, tags: dict[str, str]) -> tuple[str, bool]:
         """The run given by `mlflow run` (MLFLOW_RUN_ID) if any, else a new top-level run.
@@ -173,7 +218,7 @@ class Tracker:
             from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
             # Replace MLflow's random project-run name with ours, so the UI reads the same either way.
-            self.log_tags(self.resumed_run_id, {**tags, MLFLOW_RUN_NAME: name})
+            self.log_tags(self.resumed_run_id, {**process_tags(), **tags, MLFLOW_RUN_NAME: name})
             return self.resumed_run_id, True
         return self.start_run(name, tags=tags), False
 
@@ -276,8 +321,9 @@ class Tracker:
         finally:
             monitor.finish()
 
-    def log_failure(self, run_id: str, exc: BaseException) -> None:
-        reason = f"{exc.__class__.__name__}: {exc}"[:5000]
+    def log_failure(self, run_id: str, exc: BaseException, reason: str | None = None) -> None:
+        """The reason as a tag (error class and message, or a hint), the traceback as an artifact."""
+        reason = (reason or f"{exc.__class__.__name__}: {exc}")[:5000]
         self.client.set_tag(run_id, TAG_ERROR, reason)
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.client.log_text(run_id, text, "error/traceback.txt")
@@ -326,19 +372,94 @@ class SweepRecord:
 
 
 def open_client(uri: str, must_exist: bool = False):
-    """An MlflowClient on `uri`, after a fast reachability check.
+    """An MlflowClient on `uri` that retries transient failures, after a fast reachability check.
 
-    With `must_exist`, a local sqlite store that is not there is an error rather than created.
+    With `must_exist`, a local sqlite store that is not there is an error rather than created. A new
+    sqlite store is created under a file lock: processes creating the tables at once break it.
     """
     _quiet_mlflow_logs()
+    for key, value in _HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     import mlflow
 
     check_reachable(uri)
     path = _sqlite_path(uri)
-    if must_exist and path is not None and not path.exists():
-        raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
+    if path is not None:
+        if must_exist and not path.exists():
+            raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
+        with _file_lock(path.with_name(path.name + ".lock")):
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades the schema once
     mlflow.set_tracking_uri(uri)
-    return mlflow.MlflowClient(uri)
+    return _Retrying(mlflow.MlflowClient(uri))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth retrying: a busy sqlite file, a dropped connection, a 5xx or 429 from a server."""
+    text = f"{exc.__class__.__name__}: {exc}".lower()
+    return any(s in text for s in ("database is locked", "connection", "timed out", "timeout",
+                                   "max retries", "temporarily", "503", "502", "504", "429", "500 "))
+
+
+class _Retrying:
+    """Wraps an MlflowClient: each call retries transient failures with backoff, then raises
+    TrackingUnavailable. Everything else passes through unchanged."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            for delay in (*_RETRY_DELAYS_S, None):
+                try:
+                    return attribute(*args, **kwargs)
+                except Exception as exc:
+                    if not _transient(exc):
+                        raise
+                    if delay is None:
+                        raise TrackingUnavailable(f"{self._client.tracking_uri}: {_first_line(exc)}") from exc
+                    time.sleep(delay)
+
+        return call
+
+
+def local_state_dir(uri: str) -> Path:
+    """Where local results and checkpoints live: beside a sqlite store, else the working directory."""
+    path = _sqlite_path(uri)
+    return path.resolve().parent if path is not None else Path.cwd()
+
+
+def process_tags() -> dict[str, str]:
+    """Host, pid and process start time: enough to tell later whether this process is gone."""
+    import psutil
+
+    return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid()),
+            TAG_PROCESS_START: f"{psutil.Process().create_time():.2f}"}
+
+
+def _process_alive(pid: int, started: str | None) -> bool:
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return started is None or abs(process.create_time() - float(started)) < 1.0
+    except (psutil.NoSuchProcess, ValueError):
+        return False
 
 
 def _sqlite_path(uri: str) -> Path | None:

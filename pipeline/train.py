@@ -6,7 +6,7 @@ step. Batches arrive as uint8 and are normalised on the device, so a CUDA copy m
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -61,6 +61,12 @@ class Hooks:
     def step(self) -> None: ...
 
     def epoch_end(self, stats: EpochStats) -> None: ...
+
+    # Checkpointing: when `checkpointing` is True, save_state gets everything needed to resume
+    # after each epoch (fit(resume=state) continues from it).
+    checkpointing = False
+
+    def save_state(self, state: dict) -> None: ...
 
 
 def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device, non_blocking: bool):
@@ -134,8 +140,13 @@ def evaluate(model: Network, split: Split, device: torch.device) -> tuple[float,
     return loss_sum.item() / n, correct.item() / n
 
 
-def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | None = None) -> FitResult:
-    """Train `config.epochs` epochs with Adam and cross-entropy; evaluate on the test set each epoch."""
+def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | None = None,
+        resume: dict | None = None) -> FitResult:
+    """Train `config.epochs` epochs with Adam and cross-entropy; evaluate on the test set each epoch.
+
+    `resume` is a state from Hooks.save_state: training continues after its last epoch, with the
+    same weights, optimizer moments and shuffling order it would have had without the break.
+    """
     hooks = hooks or Hooks()
     torch.manual_seed(config.seed)
     model = Network().to(device)  # initialised on the CPU by the seed, then moved: same weights anywhere
@@ -146,15 +157,26 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
         num_workers=config.num_workers, pin_memory=cuda,
     )
     result = FitResult(model=model)
+    first_epoch, earlier_s = 1, 0.0
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        loader.sampler.generator.set_state(resume["generator"])
+        result.epochs = [EpochStats(**e) for e in resume["epochs"]]
+        first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
     hooks.model_ready(model)
     run_start = time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(first_epoch, config.epochs + 1):
         hooks.epoch_start(epoch, len(loader))
         model.train()
         clock = _Clock(device)
         # Accumulate on the device; reading them once per epoch avoids a host sync per step.
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), dtype=torch.long, device=device)
+        # Divergence is tracked on the device too: all_finite stays True until the first NaN/inf
+        # loss, and finite_steps counts the steps before it.
+        all_finite = torch.ones((), dtype=torch.bool, device=device)
+        finite_steps = torch.zeros((), dtype=torch.long, device=device)
         epoch_start = waiting_since = time.perf_counter()
         for images, labels in loader:
             waited_s = time.perf_counter() - waiting_since
@@ -168,6 +190,10 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
             optimizer.step()
             loss_sum += loss.detach() * labels.size(0)
             correct += (logits.argmax(dim=1) == labels).sum()
+            all_finite &= torch.isfinite(loss.detach())
+            finite_steps += all_finite
+            if not cuda and not all_finite:  # free to check on the CPU; on CUDA, once per epoch
+                break
             clock.step(waited_s, before_copy, after_copy, clock.mark())
             hooks.step()
             waiting_since = time.perf_counter()
@@ -175,9 +201,10 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
         epoch_s = time.perf_counter() - epoch_start
         clock.finish(epoch_s)
         n = len(data.train)
+        if not all_finite.item():
+            raise Diverged(f"diverged at epoch {epoch}, step {finite_steps.item() + 1}: "
+                           "the training loss became NaN or inf; try a lower lr")
         train_loss = loss_sum.item() / n
-        if not math.isfinite(train_loss):
-            raise Diverged(f"diverged at epoch {epoch}: training loss is {train_loss}; try a lower lr")
         test_loss, test_accuracy = evaluate(model, data.test, device)
         stats = EpochStats(
             epoch=epoch,
@@ -193,5 +220,12 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
         )
         result.epochs.append(stats)
         hooks.epoch_end(stats)
-    result.duration_s = time.perf_counter() - run_start
+        if hooks.checkpointing:
+            hooks.save_state({
+                "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "generator": loader.sampler.generator.get_state(),
+                "epochs": [dataclasses.asdict(e) for e in result.epochs],
+                "elapsed_s": earlier_s + time.perf_counter() - run_start,
+            })
+    result.duration_s = earlier_s + time.perf_counter() - run_start
     return result
