@@ -379,3 +379,17 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
     for name, count, value in per_class:
         table.add_row(name, str(count), "-" if count == 0 else f"{value:.4f}")
     make_console().print(table)
+
+
+@main.command()
+@click.argument("results_file", required=False, type=click.Path(path_type=Path), metavar="[RESULTS.jsonl]")
+@tracking_uri_option
+def relog(results_file: Path | None, tracking_uri: str | None) -> None:
+    """Log the finished runs that a tracking outage kept only in the local results file
+    (pipeline-results.jsonl beside the store). Params and per-epoch metrics; no model."""
+    from pipeline.tracking import RESULTS_FILE, local_state_dir, open_client, relog as relog_runs, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    path = results_file or local_state_dir(uri) / RESULTS_FILE
+    created = relog_runs(open_client(uri), path)
+    click.echo(f"logged {len(created)} run(s) from {path}" + (f": {', '.join(created)}" if created else ""))

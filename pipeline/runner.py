@@ -308,6 +308,9 @@ class _Sweep:
                                     "test_size": len(dataset.test)})
         reporter.run_start(point, str(device), *position)
         if resume is not None:
+            from pipeline.train import EpochStats
+
+            outcome.epochs = [EpochStats(**e) for e in resume["epochs"]]  # logged again by model_ready
             reporter.note(f"resuming from the checkpoint after epoch {resume['epoch']} ({checkpoint})")
         hooks = _RunHooks(self, point, run_id, outcome, checkpoint)
         try:

@@ -8,6 +8,7 @@ can name its parent from any thread or process.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -513,3 +514,37 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
         children.append(record)
     experiment_name = client.get_experiment(parent.info.experiment_id).name
     return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
+
+
+def relog(client, results_file: Path) -> list[str]:
+    """Log the runs that a tracking outage kept only in the local results file; returns new run ids.
+
+    Each becomes a FINISHED run in its experiment with its params, per-epoch metrics and tags (the
+    model itself was not kept), and its line is marked logged.
+    """
+    from mlflow.entities import Metric, Param, RunTag
+
+    if not results_file.exists():
+        raise UserError(f"{results_file}: no results file here; pass the one the sweep named")
+    lines = [json.loads(line) for line in results_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    created = []
+    for entry in lines:
+        if entry.get("logged", True):
+            continue
+        found = client.get_experiment_by_name(entry["experiment"])
+        experiment_id = found.experiment_id if found else client.create_experiment(entry["experiment"])
+        tags = {TAG_RUN_KEY: entry["run_key"], TAG_DEVICE: entry["device"], "pipeline.relogged_from": entry["run_id"]}
+        run = client.create_run(experiment_id, run_name=entry["name"], tags=tags)
+        metrics = [Metric(name, float(value), 0, epoch["epoch"]) for epoch in entry["epochs"]
+                   for name, value in epoch.items() if name in EPOCH_METRICS]
+        if entry.get("run_duration_s") is not None:
+            metrics.append(Metric(RUN_DURATION, float(entry["run_duration_s"]), 0, 0))
+        params = [Param(k, _param_str(v)) for k, v in entry["params"].items()]
+        client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=[RunTag("pipeline.role", "point")])
+        client.set_terminated(run.info.run_id, "FINISHED")
+        entry["logged"], entry["relogged_as"] = True, run.info.run_id
+        created.append(run.info.run_id)
+    temporary = results_file.with_suffix(".tmp")
+    temporary.write_text("".join(json.dumps(entry) + "\n" for entry in lines), encoding="utf-8")
+    os.replace(temporary, results_file)
+    return created

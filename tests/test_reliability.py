@@ -1,0 +1,279 @@
+"""Sweeps that survive: skip-done, interrupts, orphans, checkpoints, failures, outages, concurrency."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import mlflow
+import pytest
+import torch
+from click.testing import CliRunner
+
+from conftest import make_idx
+from pipeline import tracking
+from pipeline.cli import main
+
+FOUR = "experiment: four\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+@pytest.fixture(scope="module")
+def slow_data(tmp_path_factory):
+    """Enough synthetic data that an epoch takes a noticeable fraction of a second."""
+    return make_idx(tmp_path_factory.mktemp("slow"), n_train=3000, n_test=200)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def runs_of(uri: str, experiment: str):
+    client = mlflow.MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id]) if found else []
+
+
+def children(runs):
+    return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def start(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **kwargs.pop("env", {})}
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, **kwargs)
+
+
+def read_until(process: subprocess.Popen, marker: str, seconds: float = 120) -> str:
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    process.kill()
+    raise AssertionError(f"never saw {marker!r}:\n{''.join(seen)}")
+
+
+def test_rerun_skips_finished_points(write_grid, data_dir, tracking_uri):
+    grid = write_grid("experiment: again\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+    assert invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri).exit_code == 0
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0 and "2 of 2 points already have a FINISHED run" in out.output
+    assert out.output.count("DONE") == 2
+    assert len(runs_of(tracking_uri, "again")) == 3  # no new parent when nothing is left to train
+
+    bigger = write_grid("experiment: again\ngrid:\n  batch_size: [128, 256, 512]\n  device: [cpu]\n")
+    out = invoke("run", str(bigger), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0 and "2 of 3 points already" in out.output and "run 1/1" in out.output
+    runs = runs_of(tracking_uri, "again")
+    assert len(runs) == 5 and sorted(r.data.params["batch_size"] for r in children(runs)) == ["128", "256", "512"]
+
+    out = invoke("run", str(bigger), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri, "--rerun")
+    assert out.exit_code == 0 and "run 3/3" in out.output
+
+
+def test_another_host_is_another_measurement(write_grid, data_dir, tracking_uri, monkeypatch):
+    grid = write_grid("experiment: hosts\ngrid:\n  batch_size: [256]\n  device: [cpu]\n")
+    invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    monkeypatch.setattr("socket.gethostname", lambda: "another-machine")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert "already" not in out.output and "run 1/1" in out.output
+    keys = {r.data.tags[tracking.TAG_RUN_KEY] for r in children(runs_of(tracking_uri, "hosts"))}
+    assert len(keys) == 2
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_marks_killed_and_the_rerun_finishes_the_rest(write_grid, slow_data, tracking_uri, signum, code):
+    grid = write_grid(FOUR)
+    args = ["run", str(grid), "--data-dir", str(slow_data), "--tracking-uri", tracking_uri]
+    process = start(args)
+    read_until(process, "run 2/4")
+    time.sleep(0.3)
+    process.send_signal(signum)
+    output = process.communicate(timeout=60)[0]
+    assert process.returncode == code, output
+    runs = runs_of(tracking_uri, "four")
+    assert "RUNNING" not in [r.info.status for r in runs]
+    kids = {r.data.params["batch_size"]: r.info.status for r in children(runs)}
+    assert kids == {"32": "FINISHED", "48": "KILLED"}
+    assert [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags] == ["KILLED"]
+
+    out = invoke(*args)
+    assert out.exit_code == 0 and "1 of 4 points already" in out.output
+    finished = [r for r in children(runs_of(tracking_uri, "four")) if r.info.status == "FINISHED"]
+    assert sorted(r.data.params["batch_size"] for r in finished) == ["32", "48", "64", "80"]
+
+
+def test_kill_9_leaves_an_orphan_that_is_reaped_and_a_checkpoint_that_resumes(write_grid, slow_data, tracking_uri):
+    grid = write_grid("experiment: crash\ncheckpoint: true\ngrid:\n  batch_size: [32]\n  device: [cpu]\n  epochs: [3]\n")
+    args = ["run", str(grid), "--data-dir", str(slow_data), "--tracking-uri", tracking_uri]
+    process = start(args)
+    read_until(process, "epoch 1/3")
+    time.sleep(0.2)
+    process.kill()  # SIGKILL: no handler runs, MLflow keeps the runs RUNNING
+    process.wait(timeout=30)
+    assert {r.info.status for r in runs_of(tracking_uri, "crash")} == {"RUNNING"}
+
+    out = invoke(*args)
+    assert out.exit_code == 0, out.output
+    assert "marked 2 run(s) KILLED whose process ended" in out.output
+    assert "resuming from the checkpoint after epoch" in out.output
+    runs = runs_of(tracking_uri, "crash")
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED", "KILLED", "KILLED"]
+    resumed = next(r for r in children(runs) if r.info.status == "FINISHED")
+    first_done = int(resumed.data.tags[tracking.TAG_RESUMED_FROM])
+    assert first_done >= 1
+    client = mlflow.MlflowClient(tracking_uri)
+    assert [m.step for m in client.get_metric_history(resumed.info.run_id, "test_accuracy")] == [1, 2, 3]
+    killed = next(r for r in children(runs) if r.info.status == "KILLED")
+    assert resumed.data.tags["pipeline.resumed_from_run"] == killed.info.run_id
+    assert "ended without closing" in killed.data.tags[tracking.TAG_KILLED_REASON]
+    assert not list((tracking_uri_dir(tracking_uri) / tracking.CHECKPOINT_DIR).glob("*.pt"))
+
+
+def tracking_uri_dir(uri: str):
+    from pathlib import Path
+
+    return Path(uri[len("sqlite:///"):]).parent
+
+
+def test_resumed_training_equals_uninterrupted_training(data_dir):
+    """A checkpoint carries weights, optimizer moments and the shuffling order."""
+    from pipeline.config import RunConfig
+    from pipeline.data import load
+    from pipeline.train import Hooks, fit
+
+    class Keep(Hooks):
+        checkpointing = True
+        states: list = []
+
+        def save_state(self, state):
+            import copy
+
+            self.states.append(copy.deepcopy(state))  # state_dict()s are live references
+
+    config = RunConfig(batch_size=64, epochs=3, seed=3)
+    dataset = load(data_dir)
+    full = fit(config, dataset, torch.device("cpu"), Keep())
+    resumed = fit(config, dataset, torch.device("cpu"), resume=Keep.states[0])
+    assert [e.epoch for e in resumed.epochs] == [1, 2, 3]
+    assert resumed.final.train_loss == pytest.approx(full.final.train_loss, rel=1e-6)
+    assert resumed.final.test_accuracy == full.final.test_accuracy
+
+
+def test_divergence_fails_that_run_only(write_grid, data_dir, tracking_uri):
+    grid = write_grid("experiment: nan\ngrid:\n  lr: [1000000000000.0, 0.01]\n  batch_size: [64]\n  device: [cpu]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 1
+    assert "failed #1: Diverged: diverged at epoch 1, step" in out.output
+    runs = {r.data.params["lr"]: r for r in children(runs_of(tracking_uri, "nan"))}
+    assert runs["1000000000000.0"].info.status == "FAILED"
+    assert "diverged at epoch 1, step" in runs["1000000000000.0"].data.tags[tracking.TAG_ERROR]
+    assert runs["0.01"].info.status == "FINISHED"
+
+
+def test_fail_fast_stops_the_grid(write_grid, data_dir, tracking_uri):
+    grid = write_grid("experiment: ff\ngrid:\n  lr: [1000000000000.0, 0.01]\n  device: [cpu]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri, "--fail-fast")
+    assert out.exit_code == 1 and "NOT RUN" in out.output and "--fail-fast after #1 failed" in out.output
+    assert [r.info.status for r in children(runs_of(tracking_uri, "ff"))] == ["FAILED"]
+
+
+def test_cuda_oom_is_a_failed_run_with_a_hint(write_grid, data_dir, tracking_uri, monkeypatch):
+    import pipeline.train as train_mod
+
+    real_fit = train_mod.fit
+
+    def oom_for_big_batches(config, *args, **kwargs):
+        if config.batch_size > 128:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_fit(config, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "fit", oom_for_big_batches)
+    grid = write_grid("experiment: oom\ngrid:\n  batch_size: [256, 64]\n  device: [cpu]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 1
+    runs = {r.data.params["batch_size"]: r for r in children(runs_of(tracking_uri, "oom"))}
+    assert "CUDA out of memory at batch_size 256: lower batch_size" in runs["256"].data.tags[tracking.TAG_ERROR]
+    assert runs["64"].info.status == "FINISHED"
+
+
+def test_dataloader_worker_crash_fails_the_run(write_grid, data_dir, tracking_uri, monkeypatch):
+    from pipeline import data as data_mod
+
+    real = data_mod._IndexedSplit.__getitem__
+
+    def crash_in_worker(self, index):
+        if torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, index)
+
+    monkeypatch.setattr(data_mod._IndexedSplit, "__getitem__", crash_in_worker)
+    grid = write_grid("experiment: worker\ngrid:\n  num_workers: [1, 0]\n  device: [cpu]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 1
+    runs = {r.data.params["num_workers"]: r for r in children(runs_of(tracking_uri, "worker"))}
+    assert runs["1"].info.status == "FAILED" and "DataLoader worker" in runs["1"].data.tags[tracking.TAG_ERROR]
+    assert runs["0"].info.status == "FINISHED"
+
+
+def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_uri, monkeypatch):
+    from pipeline.tracking import TrackingUnavailable, Tracker
+
+    grid = write_grid("experiment: outage\ngrid:\n  batch_size: [64, 128, 256]\n  device: [cpu]\n  epochs: [2]\n")
+    real = Tracker.log_epoch
+
+    def down_for_the_second_point(self, run_id, stats):
+        if self.client.get_run(run_id).data.params["batch_size"] == "128":
+            raise TrackingUnavailable("http://tracking: Connection refused")
+        return real(self, run_id, stats)
+
+    monkeypatch.setattr(Tracker, "log_epoch", down_for_the_second_point)
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 1 and "tracking store stopped answering" in out.output and "pipeline relog" in out.output
+    results = tracking_uri_dir(tracking_uri) / tracking.RESULTS_FILE
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(line["params"]["batch_size"], line["logged"]) for line in lines] == [(64, True), (128, False)]
+    assert [e["epoch"] for e in lines[1]["epochs"]] == [1, 2]  # training went on while tracking was down
+    statuses = {r.data.params["batch_size"]: r.info.status for r in children(runs_of(tracking_uri, "outage"))}
+    assert statuses == {"64": "FINISHED", "128": "FAILED"}  # 256 was not started
+
+    monkeypatch.setattr(Tracker, "log_epoch", real)
+    out = invoke("relog", "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0 and "logged 1 run(s)" in out.output
+    client = mlflow.MlflowClient(tracking_uri)
+    relogged = client.get_run(json.loads(results.read_text().splitlines()[1])["relogged_as"])
+    assert relogged.info.status == "FINISHED" and relogged.data.params["batch_size"] == "128"
+    assert [m.step for m in client.get_metric_history(relogged.info.run_id, "test_accuracy")] == [1, 2]
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0 and "2 of 3 points already" in out.output  # only 256 trains now
+
+
+def test_two_concurrent_sweeps_into_one_new_sqlite_store(tmp_path, write_grid, data_dir):
+    uri = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"
+    (tmp_path / "shared").mkdir()
+    grids = [write_grid(f"experiment: both\ngrid:\n  batch_size: [{a}, {b}, {c}]\n  device: [cpu]\n", f"g{i}.yaml")
+             for i, (a, b, c) in enumerate([(64, 96, 128), (160, 192, 224)])]
+    processes = [start(["run", str(g), "--data-dir", str(data_dir), "--tracking-uri", uri]) for g in grids]
+    outputs = [p.communicate(timeout=240)[0] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    runs = runs_of(uri, "both")
+    assert len(runs) == 8 and {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_secrets_in_the_environment_are_never_logged(write_grid, data_dir, tracking_uri, monkeypatch):
+    secret = "s3cr3t-value-do-not-log"
+    for name in ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN"):
+        monkeypatch.setenv(name, secret)
+    grid = write_grid("experiment: secrets\ngrid:\n  device: [cpu]\n")
+    assert invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri).exit_code == 0
+    for run in runs_of(tracking_uri, "secrets"):
+        values = [*run.data.params.values(), *run.data.tags.values()]
+        assert not any(secret in v for v in values)
