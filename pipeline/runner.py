@@ -123,6 +123,13 @@ def run_key(config: RunConfig, dataset: "Dataset", device: "torch.device") -> st
     return config_hash(config, **dataset.identity, host=socket.gethostname(), hardware=hardware_name(device))
 
 
+def _check_store(options: Options) -> None:
+    """Fail in seconds on a store that cannot be used, before decoding data or training."""
+    from pipeline.tracking import open_client, resolve_tracking_uri
+
+    open_client(resolve_tracking_uri(options.tracking_uri))
+
+
 def _require_devices(planned: Sequence[Planned]) -> None:
     missing = [p for p in planned if p.device is None]
     if missing:
@@ -145,6 +152,7 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options())
         folder, _ = data_mod.locate(data_root)
         reporter.plan(spec, planned, folder)
         return SweepResult([Outcome(p.point, SKIPPED, reason="dry run") for p in planned])
+    _check_store(options)
     dataset = data_mod.load(data_root, spec.data.train_size, spec.data.test_size)
     options = Options(**{**asdict(options), "checkpoint": options.checkpoint or spec.checkpoint})
     return _Sweep(dataset, reporter, options, options.experiment or spec.experiment).run(planned, spec)
@@ -159,6 +167,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     (item,) = plan([GridPoint(1, config, name)])
     if item.device is None:
         raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto")
+    _check_store(options)
     dataset = data_mod.load(options.data_dir)
     options = Options(**{**asdict(options), "rerun": True})  # `train` always trains: it is one explicit run
     return _Sweep(dataset, reporter, options, options.experiment or "train").run([item], None)

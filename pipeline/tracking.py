@@ -97,7 +97,7 @@ def check_reachable(uri: str, timeout_s: float = 3.0) -> None:
                 pass
         except OSError as exc:
             raise UserError(
-                f"tracking server {uri} is unreachable ({exc.__class__.__name__}: {exc}); "
+                f"tracking server {redact(uri)} is unreachable ({exc.__class__.__name__}: {exc}); "
                 "start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`) or pass another --tracking-uri"
             ) from None
     elif parsed.scheme == "sqlite":
@@ -385,13 +385,30 @@ def open_client(uri: str, must_exist: bool = False):
 
     check_reachable(uri)
     path = _sqlite_path(uri)
-    if path is not None:
-        if must_exist and not path.exists():
-            raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
-        with _file_lock(path.with_name(path.name + ".lock")):
-            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades the schema once
+    if must_exist and path is not None and not path.exists():
+        raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
+    lock = _file_lock(path.with_name(path.name + ".lock")) if path is not None else contextlib.nullcontext()
+    try:
+        with lock:
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
+    except Exception as exc:  # a bad scheme, a missing driver, a file store: say so in one line
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError):
+            hint = f"; install the {exc.name} package for this store"
+        elif "MLFLOW_ALLOW_FILE_STORE" in str(exc):
+            hint = "; MLflow 3 retired file stores: use sqlite:///mlflow.db or a tracking server"
+        raise UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
+                        f"{_first_line(exc)[:300]}){hint}") from None
     mlflow.set_tracking_uri(uri)
     return _Retrying(mlflow.MlflowClient(uri))
+
+
+def redact(uri: str) -> str:
+    """The URI with any password replaced, for messages."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.password:
+        return uri.replace(f":{parsed.password}@", ":***@", 1)
+    return uri
 
 
 @contextlib.contextmanager

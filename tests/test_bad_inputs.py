@@ -1,0 +1,168 @@
+"""The bad-input catalogue: every case exits 2 with a short message naming the problem and the fix,
+prints no traceback, creates no MLflow run, and changes no existing file or run."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from conftest import make_idx, write_idx
+from pipeline import data as data_mod
+from pipeline.cli import main
+from pipeline.data import FILES
+
+GOOD_GRID = "experiment: existing\ngrid:\n  batch_size: [256]\n  device: [cpu]\n"
+
+
+@pytest.fixture
+def world(tmp_path, data_dir, tracking_uri):
+    """An existing store holding one finished sweep, a good grid and good data."""
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD_GRID)
+    out = CliRunner().invoke(main, ["run", str(good), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri])
+    assert out.exit_code == 0, out.output
+    return {"tmp": tmp_path, "data": data_dir, "uri": tracking_uri, "good": good}
+
+
+def snapshot(world) -> tuple:
+    """Every run's id, status and end time, and the bytes of every file under the test folder."""
+    client = mlflow.MlflowClient(world["uri"])
+    runs = sorted((r.info.run_id, r.info.status, r.info.end_time)
+                  for e in client.search_experiments() for r in client.search_runs([e.experiment_id]))
+    files = {}
+    for path in sorted(world["tmp"].rglob("*")):
+        if path.is_file() and not path.name.endswith((".db", ".lock")):
+            files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return runs, files
+
+
+def bad_data(world, name: str, damage) -> Path:
+    folder = make_idx(world["tmp"] / name, 60, 20, gz=False)
+    damage(folder)
+    return folder
+
+
+def truncate(folder: Path) -> None:
+    path = folder / FILES["train_images"]
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+def wrong_magic(folder: Path) -> None:
+    path = folder / FILES["test_labels"]
+    raw = bytearray(path.read_bytes())
+    raw[2:4] = b"\x08\x03"
+    path.write_bytes(bytes(raw))
+
+
+def labels_out_of_range(folder: Path) -> None:
+    write_idx(folder / FILES["train_labels"], np.full(60, 12, dtype=np.uint8), gz=False)
+
+
+def small_images(folder: Path) -> None:
+    write_idx(folder / FILES["test_images"], np.zeros((20, 20, 20), dtype=np.uint8), gz=False)
+
+
+def grid_case(text: str, fragment: str):
+    return ("grid", text, fragment)
+
+
+CASES = {
+    # grid files
+    "unknown key": grid_case("grid:\n  batch_sise: [1]\n", "did you mean 'batch_size'"),
+    "unknown top-level key": grid_case("experimnt: x\n", "did you mean 'experiment'"),
+    "unknown data key": grid_case("data:\n  rot: x\n", "did you mean 'root'"),
+    "lr not a number": grid_case("grid:\n  lr: [fast]\n", "grid.lr: got 'fast'"),
+    "empty list": grid_case("grid:\n  device: []\n", "grid.device: empty list"),
+    "unknown device": grid_case("grid:\n  device: [gpu0]\n", "cpu, cuda, cuda:N, mps or auto"),
+    "zero batch size": grid_case("grid:\n  batch_size: [0]\n", "grid.batch_size: got 0"),
+    "negative epochs": grid_case("grid:\n  epochs: [-2]\n", "grid.epochs: got -2"),
+    "fractional workers": grid_case("grid:\n  num_workers: [0.5]\n", "grid.num_workers"),
+    "yaml syntax error": grid_case("grid:\n  lr: [0.1, 0.2\n", "YAML syntax error at line"),
+    "duplicate key": grid_case("grid:\n  lr: [0.1]\n  lr: [0.2]\n", "duplicate key 'lr'"),
+    "repeated value": grid_case("grid:\n  batch_size: [8, 8]\n", "repeated value"),
+    "not a mapping": grid_case("[1, 2, 3]\n", "expected a mapping"),
+    "empty file": grid_case("", "expected a mapping"),
+    "checkpoint not boolean": grid_case("checkpoint: sometimes\n", "checkpoint: got 'sometimes'"),
+    "zero train_size": grid_case("data:\n  train_size: 0\n", "data.train_size"),
+    "train_size too large": grid_case("data:\n  train_size: 100000\ngrid:\n  device: [cpu]\n",
+                                      "data.train_size: 100000 is more than"),
+    "missing grid file": ("args", ["run", "{tmp}/nope.yaml"], "no such grid file"),
+    # CLI options
+    "train batch size 0": ("args", ["train", "--batch-size", "0"], "positive integer"),
+    "train unknown device": ("args", ["train", "--device", "tpu"], "cpu, cuda, cuda:N, mps or auto"),
+    "train negative lr": ("args", ["train", "--lr", "-1"], "positive number"),
+    "train epochs not a number": ("args", ["train", "--epochs", "many"], "'many' is not a valid integer"),
+    "predict limit 0": ("args", ["predict", "--model", "models:/x@y", "--limit", "0"], "--limit"),
+    "ui port out of range": ("args", ["ui", "--port", "70000"], "--port"),
+    "compare unknown sort": ("args", ["compare", "--tracking-uri", "{uri}", "--sort", "speed"], "--sort speed: no such column"),
+    "compare unknown experiment": ("args", ["compare", "--tracking-uri", "{uri}", "--experiment", "nope"], "no experiment 'nope'"),
+    "register reserved alias": ("args", ["register", "--experiment", "existing", "--name", "m", "--alias", "latest",
+                                         "--tracking-uri", "{uri}"], "--alias 'latest'"),
+    "register unknown metric": ("args", ["register", "--experiment", "existing", "--name", "m", "--metric", "f1",
+                                         "--tracking-uri", "{uri}"], "--metric f1"),
+    "predict missing model": ("args", ["predict", "--model", "models:/nope@champion", "--tracking-uri", "{uri}",
+                                       "--data-dir", "{data}", "--limit", "5"], "--model models:/nope@champion"),
+    # data files
+    "missing data": ("data", lambda w: w["tmp"] / "nowhere", "Fashion-MNIST not found"),
+    "truncated file": ("data", lambda w: bad_data(w, "trunc", truncate), "truncated"),
+    "wrong magic number": ("data", lambda w: bad_data(w, "magic", wrong_magic), "magic number 2049"),
+    "labels out of range": ("data", lambda w: bad_data(w, "labels", labels_out_of_range), "label 12 found"),
+    "images not 28x28": ("data", lambda w: bad_data(w, "shape", small_images), "expected 28x28"),
+    "wrong checksum": ("checksum", None, "do not match Fashion-MNIST's checksums"),
+    # tracking URIs
+    "unreachable server": ("uri", "http://127.0.0.1:9", "tracking server http://127.0.0.1:9 is unreachable"),
+    "sqlite folder missing": ("uri", "sqlite:///{tmp}/no/such/dir/mlflow.db", "does not exist"),
+    "retired file store": ("uri", "file://{tmp}/fs", "MLflow 3 retired file stores"),
+    "unsupported scheme": ("uri", "ftp://host/store", "tracking store ftp://host/store cannot be opened"),
+    "store without driver": ("uri", "postgresql://user:hunter2@127.0.0.1:1/db", "postgresql://user:***@"),
+    "compare on a missing store": ("args", ["compare", "--tracking-uri", "sqlite:///{tmp}/absent.db"], "no tracking store"),
+}
+
+
+def test_the_catalogue_is_large_enough():
+    assert len(CASES) >= 25
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input(name, world, monkeypatch):
+    kind, value, fragment = CASES[name]
+    fill = {k: str(v) for k, v in world.items()}
+    grid, args = world["good"], None
+    if kind == "grid":
+        grid = world["tmp"] / "bad.yaml"
+        grid.write_text(value)
+    if kind == "args":
+        args = [a.format(**fill) for a in value]
+    elif kind == "uri":
+        args = ["run", str(grid), "--data-dir", str(world["data"]), "--tracking-uri", value.format(**fill)]
+    elif kind == "data":
+        args = ["run", str(grid), "--data-dir", str(value(world)), "--tracking-uri", world["uri"]]
+    elif kind == "checksum":
+        monkeypatch.setattr(data_mod, "CANONICAL_SIZES", {"train": 512, "test": 256})
+        data_mod._decode.cache_clear()
+    if args is None:
+        args = ["run", str(grid), "--data-dir", str(world["data"]), "--tracking-uri", world["uri"]]
+    if kind == "grid" and "train_size" in value:
+        args = ["run", str(grid), "--data-dir", str(world["data"]), "--tracking-uri", world["uri"]]
+    before = snapshot(world)
+    try:
+        out = CliRunner().invoke(main, args)
+    finally:
+        data_mod._decode.cache_clear()
+    assert out.exit_code == 2, f"{name}: exit {out.exit_code}\n{out.output}"
+    assert "Traceback" not in out.output and out.exception is None or isinstance(out.exception, SystemExit)
+    lines = out.output.strip().splitlines()
+    message = next(line for line in lines if line.lower().startswith("error"))
+    assert fragment in out.output, f"{name}: {out.output}"
+    assert len(lines) <= 4 and len(message) < 600, out.output  # one line of ours, or click's usage + error
+    assert snapshot(world) == before, f"{name} changed the store or a file"
+    for leftover in ("mlruns", "fs", "no"):
+        if leftover != "mlruns":
+            assert not (world["tmp"] / leftover).exists(), f"{name} left {leftover}"
