@@ -258,7 +258,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
 @tracking_uri_option
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
-    import subprocess
+    import os
 
     from pipeline.tracking import absolute_store_uri, open_client, read_sweep, resolve_tracking_uri
 
@@ -278,11 +278,10 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
     click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--host", host, "--port", str(port)]
-    try:
-        sys.exit(subprocess.call(command))
-    except KeyboardInterrupt:
-        sys.exit(0)
+    sys.stdout.flush()
+    # Become the MLflow UI process, so signals (Ctrl-C, a service manager's SIGTERM) reach it directly.
+    os.execv(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store,
+                              "--host", host, "--port", str(port)])
 
 
 @main.command()

@@ -125,9 +125,13 @@ def run_key(config: RunConfig, dataset: "Dataset", device: "torch.device") -> st
 
 def _check_store(options: Options) -> None:
     """Fail in seconds on a store that cannot be used, before decoding data or training."""
-    from pipeline.tracking import open_client, resolve_tracking_uri
+    from pipeline.tracking import _sqlite_path, check_reachable, open_client, resolve_tracking_uri
 
-    open_client(resolve_tracking_uri(options.tracking_uri))
+    uri = resolve_tracking_uri(options.tracking_uri)
+    if _sqlite_path(uri) is not None:
+        check_reachable(uri)  # its folder exists; the file itself is only created once data is found
+    else:
+        open_client(uri)
 
 
 def _require_devices(planned: Sequence[Planned]) -> None:

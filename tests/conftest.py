@@ -95,3 +95,30 @@ def write_grid(tmp_path):
 requires_real_data = pytest.mark.skipif(
     not REAL_DATA.is_dir(), reason="Debian's dataset-fashion-mnist is not installed (make setup installs it)"
 )
+
+
+def start_service(args: list[str], **kwargs):
+    """Start a server (mlflow server/ui, models serve) in its own process group, so that
+    stop_service ends its workers too: MLflow's servers leave uvicorn and huey children behind."""
+    import subprocess
+
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **kwargs)
+
+
+def stop_service(process) -> None:
+    import os
+    import signal
+    import subprocess
+
+    for signum, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            os.killpg(process.pid, signal.SIGKILL)  # workers that outlive their parent
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            continue
+        return

@@ -21,9 +21,14 @@ from pipeline.data import FILES
 GOOD_GRID = "experiment: existing\ngrid:\n  batch_size: [256]\n  device: [cpu]\n"
 
 
-@pytest.fixture
-def world(tmp_path, data_dir, tracking_uri):
-    """An existing store holding one finished sweep, a good grid and good data."""
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, data_dir, _store_template):
+    """An existing store holding one finished sweep, a good grid and good data, shared by every case
+    (each case asserts that it changed nothing, so sharing is safe)."""
+    tmp_path = tmp_path_factory.mktemp("world")
+    (tmp_path / "store").mkdir()
+    shutil.copy(_store_template, tmp_path / "store" / "mlflow.db")
+    tracking_uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     good = tmp_path / "good.yaml"
     good.write_text(GOOD_GRID)
     out = CliRunner().invoke(main, ["run", str(good), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri])
@@ -44,7 +49,9 @@ def snapshot(world) -> tuple:
 
 
 def bad_data(world, name: str, damage) -> Path:
-    folder = make_idx(world["tmp"] / name, 60, 20, gz=False)
+    folder = world["tmp"] / "bad-data" / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder = make_idx(folder, 60, 20, gz=False)
     damage(folder)
     return folder
 

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
 
+from conftest import start_service, stop_service
 from pipeline import tracking
 from pipeline.cli import main
 from pipeline.compare import HISTORIES, build, render
@@ -151,11 +152,11 @@ def _wait_for(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
 
 def test_against_a_real_tracking_server(tmp_path, write_grid, data_dir):
     port = _free_port()
-    server = subprocess.Popen(
+    server = start_service(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
          "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+        cwd=tmp_path,
     )
     try:
         uri = f"http://127.0.0.1:{port}"
@@ -169,19 +170,16 @@ def test_against_a_real_tracking_server(tmp_path, write_grid, data_dir):
         assert sorted(r["batch_size"] for r in json.loads(out.stdout)) == [128, 256]
         assert not (tmp_path / "mlflow.db").exists()
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_service(server)
 
 
 def test_ui_serves_the_store(tmp_path, tracking_uri):
     port = _free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
-    ui = subprocess.Popen([sys.executable, "-m", "pipeline", "ui", "--port", str(port)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    ui = start_service([sys.executable, "-m", "pipeline", "ui", "--port", str(port)], env=env)
     try:
         first = ui.stdout.readline()
         assert f"http://127.0.0.1:{port}/" in first and "mlflow.db" in first
         _wait_for(f"http://127.0.0.1:{port}/health", ui)
     finally:
-        ui.terminate()
-        ui.wait(timeout=30)
+        stop_service(ui)

@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from conftest import requires_real_data
+from conftest import requires_real_data, start_service, stop_service
 from pipeline.cli import main
 from pipeline.model import CLASSES
 from test_compare import _free_port, _wait_for
@@ -124,10 +124,10 @@ def test_mlflow_models_predict_and_serve(trained, tracking_uri, tmp_path):
     assert scores.shape == (3, 10)
 
     port = _free_port()
-    server = subprocess.Popen(
+    server = start_service(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/served@champion", "--env-manager",
          "local", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path, env=env,
     )
     try:
         _wait_for(f"http://127.0.0.1:{port}/ping", server, seconds=120)
@@ -138,8 +138,7 @@ def test_mlflow_models_predict_and_serve(trained, tracking_uri, tmp_path):
         served = np.array(answer["predictions"])
         assert served.shape == (2, 10) and np.allclose(served, scores[:2], atol=1e-5)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_service(server)
 
 
 @requires_real_data

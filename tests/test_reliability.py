@@ -104,6 +104,8 @@ def test_interrupt_marks_killed_and_the_rerun_finishes_the_rest(write_grid, slow
     kids = {r.data.params["batch_size"]: r.info.status for r in children(runs)}
     assert kids == {"32": "FINISHED", "48": "KILLED"}
     assert [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags] == ["KILLED"]
+    if signum != signal.SIGINT:
+        return  # resuming is the same whatever the signal was
 
     out = invoke(*args)
     assert out.exit_code == 0 and "1 of 4 points already" in out.output
