@@ -157,7 +157,9 @@ def write_report(comparison: Comparison, folder) -> list:
     from pipeline import charts
 
     folder = Path(folder)
-    paths = charts.write_all(comparison, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    # Charts compare runs; a one-run sweep has nothing to compare (and matplotlib costs ~1 s).
+    paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
     (folder / "results.csv").write_text(render(comparison, "csv"))
     speedups = "".join(f"- {line}\n" for line in comparison.speedups)
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Every GPU check in one call, for a lent GPU machine (see README, "Performance"):
+#   1. the GPU-marked tests;
+#   2. the harness on cuda and cpu at batch sizes 1000/10000/20000 with 0 and 1 workers, which
+#      prints epoch times, the cuda/cpu speedups, the data/transfer/compute shares and the
+#      pipeline against the tutorial's loop.
+# On a machine without CUDA it says so and runs the CPU part only. Needs no MLflow and no
+# Fashion-MNIST (it generates data of the same shape unless --real is given).
+# Usage: bash benchmarks/gpu_check.sh [OUT_DIR] [--real]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-${OUT:-/tmp/gpu_check}}"
+mkdir -p "$out"
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] && python=.venv/bin/python
+data_flag="--synthetic"
+[ "${2:-}" = "--real" ] && data_flag=""
+
+if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  devices=(--device cuda --device cpu)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+  echo "== GPU-marked tests"
+  "$python" -m pytest -q -m gpu tests/test_train.py 2>&1 | tee "$out/gpu_tests.log"
+else
+  echo "no CUDA device here (torch.cuda.is_available() is False): skipping the CUDA parts, CPU only"
+  devices=(--device cpu)
+fi
+
+echo "== harness"
+"$python" benchmarks/harness.py "${devices[@]}" --batch-size 1000 --batch-size 10000 --batch-size 20000 \
+  --workers 0 --workers 1 --rounds "${ROUNDS:-2}" $data_flag --out "$out/harness.md" 2>&1 | tee "$out/harness.log"

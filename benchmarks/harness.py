@@ -1,0 +1,237 @@
+"""Side-by-side speed: the pipeline's training loop against the tutorial's, and MLflow's overhead.
+
+Runs the reference (benchmarks/tutorial_loop.py) and the pipeline's `fit` on the same settings,
+alternating, for several rounds in one process, and reports medians and spreads as ratios: absolute
+times on shared machines are noise, ratios measured side by side are not. Needs no MLflow for the
+loop comparison (the GPU machine has none); `--overhead` adds the tracking measurements.
+
+    python benchmarks/harness.py                                    # CPU, bs 1000, 0 workers
+    python benchmarks/harness.py --device cuda --device cpu --batch-size 1000 --batch-size 10000 \\
+        --workers 0 --workers 1 --synthetic                         # what gpu_check.sh runs
+    python benchmarks/harness.py --overhead --accuracy-epochs 3     # the README's figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tutorial_loop  # noqa: E402
+
+from pipeline import data as data_mod  # noqa: E402
+from pipeline.config import RunConfig  # noqa: E402
+from pipeline.device import DeviceUnavailable, hardware_name, resolve  # noqa: E402
+from pipeline.train import fit  # noqa: E402
+
+
+def synthetic_idx(folder: Path) -> Path:
+    """Fashion-MNIST-shaped random IDX files (60000/10000), for machines without the data set."""
+    rng = np.random.default_rng(0)
+    for stem, n, magic, shape in (("train-images-idx3-ubyte", 60000, 2051, (28, 28)),
+                                  ("train-labels-idx1-ubyte", 60000, 2049, ()),
+                                  ("t10k-images-idx3-ubyte", 10000, 2051, (28, 28)),
+                                  ("t10k-labels-idx1-ubyte", 10000, 2049, ())):
+        dims = (n, *shape)
+        values = rng.integers(0, 10 if not shape else 256, dims, dtype=np.uint8)
+        header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+        (folder / stem).write_bytes(header + values.tobytes())
+    return folder
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
+    reference = tutorial_loop.train_set(reference_root)
+    rows = []
+    for name in args.device:
+        try:
+            device = resolve(name)
+        except DeviceUnavailable as exc:
+            print(f"skipping {name}: {exc}", flush=True)
+            continue
+        for batch_size in args.batch_size:
+            for workers in args.workers:
+                config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, device=name, epochs=1)
+                # Warm-up, untimed: first optimizer (torch imports its compiler), worker start, caches.
+                warm = data_mod.Dataset(dataset.train.head(2 * batch_size), dataset.test.head(1000),
+                                        dataset.folder, dataset.verified)
+                fit(config, warm, device)
+                tutorial_loop.epoch(torch.utils.data.Subset(reference, range(2 * batch_size)), batch_size, workers, device)
+                ref_s, ours_s, stats = [], [], []
+                for _ in range(args.rounds):
+                    ref_s.append(tutorial_loop.epoch(reference, batch_size, workers, device)[0])
+                    result = fit(config, dataset, device).final
+                    ours_s.append(result.epoch_duration_s)
+                    stats.append(result)
+                ratios = [o / r for o, r in zip(ours_s, ref_s)]
+                last = stats[-1]
+                row = {
+                    "device": str(device), "hardware": hardware_name(device), "batch_size": batch_size,
+                    "workers": workers, "tutorial_s": ref_s, "pipeline_s": ours_s, "ratio": ratios,
+                    "images_per_s": statistics.median(s.images_per_s for s in stats),
+                    "shares": [round(100 * getattr(last, k) / last.epoch_duration_s, 1)
+                               for k in ("data_time_s", "transfer_time_s", "compute_time_s")],
+                }
+                rows.append(row)
+                print(f"{row['device']:7} bs {batch_size:>5} w {workers}: tutorial {spread(ref_s)} s, "
+                      f"pipeline {spread(ours_s)} s, ratio {spread(ratios)}", flush=True)
+    return rows
+
+
+def loops_table(rows: list[dict]) -> str:
+    lines = ["| device | batch | workers | tutorial epoch s | pipeline epoch s | pipeline/tutorial | pipeline img/s | data/transfer/compute % |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {spread(r['tutorial_s'])} | "
+                     f"{spread(r['pipeline_s'])} | {spread(r['ratio'])} | {r['images_per_s']:,.0f} | "
+                     f"{'/'.join(str(s) for s in r['shares'])} |")
+    speedups = _speedups(rows)
+    if speedups:
+        lines.append("")
+        lines += [f"- {line}" for line in speedups]
+    return "\n".join(lines)
+
+
+def _speedups(rows: list[dict]) -> list[str]:
+    """cuda vs cpu for the same batch size and workers, for both loops."""
+    out = []
+    cpu = {(r["batch_size"], r["workers"]): r for r in rows if r["device"] == "cpu"}
+    for r in rows:
+        twin = cpu.get((r["batch_size"], r["workers"]))
+        if r["device"] != "cpu" and twin:
+            ours = statistics.median(twin["pipeline_s"]) / statistics.median(r["pipeline_s"])
+            theirs = statistics.median(twin["tutorial_s"]) / statistics.median(r["tutorial_s"])
+            out.append(f"bs {r['batch_size']}, {r['workers']} workers: {r['device']}/cpu speedup x{ours:.1f} "
+                       f"with the pipeline's loop, x{theirs:.1f} with the tutorial's")
+    return out
+
+
+def accuracy(args, dataset, reference_root: Path) -> str:
+    """Same settings, N epochs each: speed must not change what is learned."""
+    device = resolve(args.device[0]) if args.device else torch.device("cpu")
+    bs = args.batch_size[0]
+    reference, test = tutorial_loop.train_set(reference_root), tutorial_loop.train_set(reference_root, train=False)
+    network = optimizer = None
+    for _ in range(args.accuracy_epochs):
+        _, network, optimizer = tutorial_loop.epoch(reference, bs, 0, device, network=network, optimizer=optimizer)
+    theirs = tutorial_loop.test_accuracy(network, test, device)
+    ours = fit(RunConfig(batch_size=bs, epochs=args.accuracy_epochs), dataset, device).final.test_accuracy
+    return (f"test accuracy after {args.accuracy_epochs} epochs at bs {bs}, lr 0.01 on {device}: "
+            f"tutorial {theirs:.4f}, pipeline {ours:.4f}")
+
+
+# --- tracking overhead (needs mlflow) ------------------------------------------------------------------
+
+
+def _timed(command: list[str], cwd: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS (MiB) of a command."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"benchmark command failed: {' '.join(command)}")
+    return elapsed, usage.ru_maxrss // 1024
+
+
+def _new_run_seconds(results: Path, seen: int) -> tuple[float, int]:
+    lines = results.read_text().splitlines() if results.exists() else []
+    return sum(json.loads(line)["run_duration_s"] for line in lines[seen:]), len(lines)
+
+
+def overhead(args, data_dir: Path) -> str:
+    python, pipeline = sys.executable, [sys.executable, "-m", "pipeline"]
+    work = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
+    tiny = "data: {train_size: 1000, test_size: 1000}\ngrid:\n  device: [cpu]\n"
+    (work / "one.yaml").write_text("experiment: one\n" + tiny)
+    (work / "six.yaml").write_text("experiment: six\n" + tiny + "  seed: [0, 1, 2, 3, 4, 5]\n")
+    (work / "full6.yaml").write_text("experiment: full6\ngrid:\n  batch_size: [1000]\n  device: [cpu]\n"
+                                     "  seed: [0, 1, 2, 3, 4, 5]\n")
+    common = ["--data-dir", str(data_dir), "--rerun"]
+    _timed([*pipeline, "run", "one.yaml", *common], work)  # creates the store; warms the page cache
+    results, seen = work / "pipeline-results.jsonl", 0
+    _, seen = _new_run_seconds(results, 0)
+    help_ratio, start_ratio, extra = [], [], []
+    for _ in range(args.rounds):
+        torch_s, _ = _timed([python, "-c", "import torch"], work)
+        help_s, _ = _timed([*pipeline, "--help"], work)
+        both_s, _ = _timed([python, "-c", "import torch, mlflow"], work)
+        one_s, _ = _timed([*pipeline, "run", "one.yaml", *common], work)
+        one_train, seen = _new_run_seconds(results, seen)
+        six_s, _ = _timed([*pipeline, "run", "six.yaml", *common], work)
+        six_train, seen = _new_run_seconds(results, seen)
+        help_ratio.append(help_s / torch_s)
+        start_ratio.append(one_s / both_s)
+        extra.append(((six_s - one_s) - (six_train - one_train)) / 5)
+    full_s, peak_mib = _timed([*pipeline, "run", "full6.yaml", *common], work)
+    return "\n".join([
+        "| measurement | median [min-max] | target |", "|---|---|---|",
+        f"| `pipeline --help` / `python -c 'import torch'` | {spread(help_ratio)} | <= 0.3 |",
+        f"| grid of one tiny run / `python -c 'import torch, mlflow'` | {spread(start_ratio)} | <= 2 |",
+        f"| cost of each extra run in a grid, beyond its training and evaluation (s) | {spread(extra)} | <= 0.3 |",
+        f"| peak memory of a 6-run grid on the full data (MiB) | {peak_mib} ({full_s:.0f} s) | <= 1536 |",
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", action="append", help="cpu, cuda, ... (repeat; default cpu)")
+    parser.add_argument("--batch-size", action="append", type=int, help="repeat; default 1000")
+    parser.add_argument("--workers", action="append", type=int, help="repeat; default 0")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per setting (default 3)")
+    parser.add_argument("--data-dir", help="Fashion-MNIST folder (default: the pipeline's search)")
+    parser.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape")
+    parser.add_argument("--accuracy-epochs", type=int, default=0, help="also compare accuracy after N epochs")
+    parser.add_argument("--overhead", action="store_true", help="also measure start-up and tracking overhead")
+    parser.add_argument("--no-loops", action="store_true", help="skip the loop comparison")
+    parser.add_argument("--out", type=Path, help="also write the report (markdown) here")
+    args = parser.parse_args()
+    args.device = args.device or ["cpu"]
+    args.batch_size = args.batch_size or [1000]
+    args.workers = args.workers or [0]
+
+    tmp = Path(tempfile.mkdtemp(prefix="pipeline-bench-data-"))
+    if args.synthetic:
+        folder = synthetic_idx(tmp)
+    else:
+        folder, _ = data_mod.locate(args.data_dir)
+    _, files = data_mod.locate(folder)
+    dataset = data_mod.load(folder)
+    reference_root = tutorial_loop.torchvision_root(files, tmp / "torchvision")
+    cpu = hardware_name(torch.device("cpu"))
+    report = [f"# pipeline vs tutorial loop ({time.strftime('%Y-%m-%d')})", "",
+              f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+              f"{', ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ''}; "
+              f"data: {dataset.description}; {args.rounds} alternating rounds per setting", ""]
+    if not args.no_loops:
+        report += [loops_table(compare_loops(args, dataset, reference_root)), ""]
+    if args.accuracy_epochs:
+        report += [accuracy(args, dataset, reference_root), ""]
+    report.append(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
+    if args.overhead:
+        report += ["", overhead(args, folder)]
+    text = "\n".join(report) + "\n"
+    print("\n" + text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
