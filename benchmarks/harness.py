@@ -213,7 +213,7 @@ def main() -> None:
     else:
         folder, _ = data_mod.locate(args.data_dir)
     _, files = data_mod.locate(folder)
-    dataset = data_mod.load(folder)
+    dataset = data_mod.load(folder, verify=not args.synthetic)
     reference_root = tutorial_loop.torchvision_root(files, tmp / "torchvision")
     cpu = hardware_name(torch.device("cpu"))
     report = [f"# pipeline vs tutorial loop ({time.strftime('%Y-%m-%d')})", "",
