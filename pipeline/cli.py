@@ -90,9 +90,13 @@ def main() -> None:
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed run.")
 @click.option("--checkpoint", is_flag=True,
               help="Save model and optimizer state each epoch; an interrupted point resumes from it.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one point after another (fair timing); ray: every point as a Ray task.")
+@click.option("--ray-address", callback=_blank_is_none, metavar="ADDR",
+              help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.")
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
         require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
-        rerun: bool, fail_fast: bool, checkpoint: bool) -> None:
+        rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason, and points that already
@@ -111,7 +115,8 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
         check_alias("champion")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
-                      rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint)
+                      rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
+                      ray_address=ray_address)
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry
@@ -392,3 +397,28 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     path = results_file or local_state_dir(uri) / RESULTS_FILE
     created = relog_runs(open_client(uri), path)
     click.echo(f"logged {len(created)} run(s) from {path}" + (f": {', '.join(created)}" if created else ""))
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+@click.option("--backend-store-uri", default="sqlite:///mlflow.db", show_default=True,
+              help="Where runs are stored; use a database (postgresql://...) for a busy cluster.")
+@click.option("--artifacts-destination", default="./mlartifacts", show_default=True,
+              help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
+def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str) -> None:
+    """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
+    import os
+
+    from pipeline.tracking import absolute_store_uri
+
+    store = absolute_store_uri(backend_store_uri)
+    if host in ("0.0.0.0", "::"):
+        click.echo(f"warning: --host {host} lets every network this machine is on write to the store", err=True)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    click.echo(f"MLflow tracking server for {store}, artifacts in {artifacts_destination}")
+    click.echo(f"point sweeps at it with: --tracking-uri http://{shown}:{port}  (Ctrl-C stops it)")
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port),
+                              "--backend-store-uri", store, "--artifacts-destination", artifacts_destination])

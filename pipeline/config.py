@@ -38,6 +38,7 @@ class RunConfig:
     epochs: int = 1
     seed: int = 0
     shuffle: bool = True
+    gpus_per_run: float = 1.0  # with --executor ray: the GPU share a cuda point asks for
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -122,6 +123,7 @@ GRID_KEYS: dict[str, Callable[[Any], Any]] = {
     "epochs": _int_at_least(1),
     "seed": _int_at_least(0),
     "shuffle": _boolean,
+    "gpus_per_run": _positive_float,
 }
 assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 

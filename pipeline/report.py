@@ -33,7 +33,11 @@ def make_console() -> Console:
 
 
 class Reporter:
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
+        if quiet:  # a Ray worker: the driver reports
+            import os
+
+            console = Console(file=open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the reporter
         self.console = console or make_console()
         self._progress: Progress | None = None
         self._task: Any = None
@@ -104,6 +108,14 @@ class Reporter:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def remote_done(self, outcome: "Outcome", done: int, total: int) -> None:
+        """A point finished on a Ray worker."""
+        final = outcome.final
+        result = (f"test acc {final.test_accuracy:.4f}, {outcome.mean_epoch_s:.2f} s/epoch on {outcome.device}"
+                  if final and outcome.status == "FINISHED" else outcome.reason)
+        self.console.print(f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: "
+                           f"{_status(outcome.status)} {result}")
 
     def tracking_down(self, error: str, state_dir: "Path") -> None:
         from pipeline.tracking import RESULTS_FILE

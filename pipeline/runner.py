@@ -54,6 +54,8 @@ class Options:
     rerun: bool = False
     fail_fast: bool = False
     checkpoint: bool = False
+    executor: str = "local"  # or "ray"
+    ray_address: str | None = None  # with ray: None starts Ray here; "auto" or "ray://..." joins a cluster
 
 
 class Interrupted(KeyboardInterrupt):
@@ -89,6 +91,7 @@ class Planned:
     device: "torch.device | None"
     reason: str = ""  # why the device is unavailable
     run_key: str = ""
+    hardware: str = ""  # when known before the run (Ray: a device the driver itself lacks)
 
 
 @dataclass
@@ -115,12 +118,10 @@ def plan(points: Sequence[GridPoint]) -> list[Planned]:
     return planned
 
 
-def run_key(config: RunConfig, dataset: "Dataset", device: "torch.device") -> str:
+def run_key(config: RunConfig, dataset: "Dataset", hardware: str) -> str:
     """A point's identity: its settings, the data, and where it was measured (host, hardware).
     The same settings timed on another machine are a different measurement, not a duplicate."""
-    from pipeline.device import hardware_name
-
-    return config_hash(config, **dataset.identity, host=socket.gethostname(), hardware=hardware_name(device))
+    return config_hash(config, **dataset.identity, host=socket.gethostname(), hardware=hardware)
 
 
 def _check_store(options: Options) -> None:
@@ -189,10 +190,9 @@ class _Sweep:
         self.state_dir = local_state_dir(self.tracker.uri)
         self.open_runs: list[str] = []  # parent first, then the current child
         self.parent_id: str | None = None
+        self.write_results = True  # a Ray worker leaves the results file to the driver
 
     def run(self, planned: list[Planned], spec: GridSpec | None) -> SweepResult:
-        from pipeline.tracking import TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
-
         tracker, reporter = self.tracker, self.reporter
         reaped = tracker.reap_orphans()
         if reaped:
@@ -202,6 +202,22 @@ class _Sweep:
                 and spec.experiment != tracker.experiment_name:
             reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
                           f"{tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
+        cluster = None
+        if self.options.executor == "ray":
+            from pipeline.executors import RayCluster
+
+            cluster = RayCluster(self.options.ray_address, tracker.uri)
+            planned = _plan_for_cluster(planned, cluster)
+        try:
+            return self._run(planned, spec, cluster)
+        finally:
+            if cluster is not None:
+                cluster.close()
+
+    def _run(self, planned: list[Planned], spec: GridSpec | None, cluster) -> SweepResult:
+        from pipeline.tracking import TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
+
+        tracker, reporter = self.tracker, self.reporter
         outcomes = self._skip_done(planned)
         todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
 
@@ -221,6 +237,11 @@ class _Sweep:
         stop = ""
         try:
             with _signals(self._last_resort):
+                if cluster is not None:
+                    from pipeline.executors import run_on_ray
+
+                    outcomes.update(run_on_ray(self, cluster, todo, parent_id))
+                    todo = []
                 for position, item in enumerate(todo, start=1):
                     if stop:
                         outcomes[item.point.index] = Outcome(item.point, NOT_RUN, reason=stop)
@@ -253,9 +274,11 @@ class _Sweep:
 
     def _skip_done(self, planned: list[Planned]) -> dict[int, Outcome]:
         """Outcomes for the points already FINISHED with the same run key (none with --rerun)."""
+        from pipeline.device import hardware_name
+
         for item in planned:
             if item.device is not None:
-                item.run_key = run_key(item.point.config, self.dataset, item.device)
+                item.run_key = run_key(item.point.config, self.dataset, item.hardware or hardware_name(item.device))
         if self.options.rerun:
             return {}
         finished = self.tracker.finished_runs()
@@ -356,7 +379,8 @@ class _Sweep:
             reporter.epoch_done()
         self._close(run_id, outcome.status)
         if outcome.status == FINISHED:
-            self._append_result(item, outcome, logged=True)
+            if self.write_results:
+                self._append_result(item, outcome, logged=True)
             if checkpoint is not None:
                 checkpoint.unlink(missing_ok=True)
         reporter.run_end(outcome)
@@ -420,6 +444,28 @@ class _RunHooks:
         temporary = self.checkpoint.with_suffix(".tmp")
         torch.save({**state, "run_id": self.run_id}, temporary)
         os.replace(temporary, self.checkpoint)  # an interrupted write never spoils the last good one
+
+
+def _plan_for_cluster(planned: list[Planned], cluster) -> list[Planned]:
+    """On Ray, a device is available when some node of the cluster has it, not this machine."""
+    import torch
+
+    from pipeline.device import hardware_name
+    from pipeline.executors import task_resources
+
+    result = []
+    for item in planned:
+        config = item.point.config
+        resources = task_resources(item)
+        reason = cluster.unsatisfiable(config.device, resources["num_gpus"], int(resources["num_cpus"]))
+        if reason:
+            result.append(Planned(item.point, None, reason))
+            continue
+        # The run key names the hardware; a device this driver lacks is known only by its kind.
+        device = item.device if item.device is not None else torch.device(config.device.split(":")[0])
+        hardware = hardware_name(device) if item.device is not None else f"ray cluster {config.device}"
+        result.append(Planned(item.point, device, hardware=hardware))
+    return result
 
 
 def _load_checkpoint(path: Path | None, device: "torch.device") -> dict | None:

@@ -191,6 +191,17 @@ class Tracker:
         )
         return {run.data.tags[TAG_RUN_KEY]: run for run in runs}
 
+    def kill_running_children(self, parent_id: str) -> list[str]:
+        """Mark KILLED every RUNNING child of a sweep (Ray tasks cancelled from the driver)."""
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}' and attributes.status = 'RUNNING'")
+        for run in runs:
+            self.client.set_tag(run.info.run_id, TAG_KILLED_REASON, "cancelled by Ctrl-C on the driver")
+            self.client.set_terminated(run.info.run_id, "KILLED")
+        return [r.info.run_id for r in runs]
+
     def reap_orphans(self) -> list[str]:
         """Mark KILLED the RUNNING runs of this experiment left by dead processes on this host."""
         host = socket.gethostname()

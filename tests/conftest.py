@@ -122,3 +122,46 @@ def stop_service(process) -> None:
         except (subprocess.TimeoutExpired, ProcessLookupError):
             continue
         return
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url: str, process, seconds: float = 60) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server exited: {process.stdout.read() if process.stdout else ''}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer in {seconds} s")
+
+
+@pytest.fixture(scope="session")
+def tracking_server(tmp_path_factory):
+    """One real tracking server for the session, started with `pipeline server` (sqlite backend in a
+    temp dir, artifacts served by it); tests use their own experiment names."""
+    import sys
+
+    folder = tmp_path_factory.mktemp("server")
+    port = free_port()
+    server = start_service([sys.executable, "-m", "pipeline", "server", "--port", str(port),
+                            "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+                            "--artifacts-destination", str(folder / "artifacts")], cwd=folder)
+    try:
+        uri = f"http://127.0.0.1:{port}"
+        wait_for(f"{uri}/health", server)
+        yield uri
+    finally:
+        stop_service(server)

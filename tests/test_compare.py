@@ -7,18 +7,14 @@ import io
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 
 import mlflow
 import pytest
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
 
-from conftest import start_service, stop_service
+from conftest import free_port, start_service, stop_service, wait_for
 from pipeline import tracking
 from pipeline.cli import main
 from pipeline.compare import HISTORIES, build, render
@@ -131,55 +127,25 @@ def test_system_metrics(write_grid, data_dir, tracking_uri, monkeypatch):
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics), run.data.metrics.keys()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited: {process.stdout.read() if process.stdout else ''}")
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer in {seconds} s")
-
-
-def test_against_a_real_tracking_server(tmp_path, write_grid, data_dir):
-    port = _free_port()
-    server = start_service(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
-        cwd=tmp_path,
-    )
-    try:
-        uri = f"http://127.0.0.1:{port}"
-        _wait_for(f"{uri}/health", server)
-        grid = write_grid("experiment: remote\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
-        out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri])
-        assert out.exit_code == 0, out.output
-        assert f"{uri}/#/experiments/" in out.output
-        out = CliRunner().invoke(main, ["compare", "--experiment", "remote", "--format", "json", "--tracking-uri", uri])
-        assert out.exit_code == 0, out.output
-        assert sorted(r["batch_size"] for r in json.loads(out.stdout)) == [128, 256]
-        assert not (tmp_path / "mlflow.db").exists()
-    finally:
-        stop_service(server)
+def test_against_a_real_tracking_server(tracking_server, tmp_path, write_grid, data_dir):
+    uri = tracking_server
+    grid = write_grid("experiment: remote\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri])
+    assert out.exit_code == 0, out.output
+    assert f"{uri}/#/experiments/" in out.output
+    out = CliRunner().invoke(main, ["compare", "--experiment", "remote", "--format", "json", "--tracking-uri", uri])
+    assert out.exit_code == 0, out.output
+    assert sorted(r["batch_size"] for r in json.loads(out.stdout)) == [128, 256]
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_ui_serves_the_store(tmp_path, tracking_uri):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
     ui = start_service([sys.executable, "-m", "pipeline", "ui", "--port", str(port)], env=env)
     try:
         first = ui.stdout.readline()
         assert f"http://127.0.0.1:{port}/" in first and "mlflow.db" in first
-        _wait_for(f"http://127.0.0.1:{port}/health", ui)
+        wait_for(f"http://127.0.0.1:{port}/health", ui)
     finally:
         stop_service(ui)

@@ -15,10 +15,9 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from conftest import requires_real_data, start_service, stop_service
+from conftest import free_port, requires_real_data, start_service, stop_service, wait_for
 from pipeline.cli import main
 from pipeline.model import CLASSES
-from test_compare import _free_port, _wait_for
 
 GRID = "experiment: reg\ngrid:\n  lr: [0.01, 0.0001]\n  batch_size: [64]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -123,14 +122,14 @@ def test_mlflow_models_predict_and_serve(trained, tracking_uri, tmp_path):
     scores = np.array(json.loads((tmp_path / "out.json").read_text())["predictions"])
     assert scores.shape == (3, 10)
 
-    port = _free_port()
+    port = free_port()
     server = start_service(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/served@champion", "--env-manager",
          "local", "--host", "127.0.0.1", "--port", str(port)],
         cwd=tmp_path, env=env,
     )
     try:
-        _wait_for(f"http://127.0.0.1:{port}/ping", server, seconds=120)
+        wait_for(f"http://127.0.0.1:{port}/ping", server, seconds=120)
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/invocations", data=json.dumps({"inputs": batch[:2].tolist()}).encode(),
             headers={"Content-Type": "application/json"})

@@ -1,0 +1,57 @@
+"""A grid on Ray: an embedded cluster (num_cpus=2) logging to a real tracking server."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from pipeline.errors import UserError
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_grid_on_ray_logs_to_a_tracking_server(cluster, tracking_server, tmp_path, write_grid, data_dir):
+    uri = tracking_server
+    grid = write_grid("experiment: on-ray\ngrid:\n  batch_size: [64, 128]\n  seed: [0, 1]\n"
+                      "  device: [cpu]\n  epochs: [2]\n")
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri,
+                                    "--executor", "ray"])
+    assert out.exit_code == 0, out.output
+    assert "submitted 4 point(s) to Ray" in out.output and "[4/4]" in out.output
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("on-ray").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(kids) == 4 and {r.info.status for r in kids} == {"FINISHED"}
+    assert sorted((r.data.params["batch_size"], r.data.params["seed"]) for r in kids) == [
+        ("128", "0"), ("128", "1"), ("64", "0"), ("64", "1")]
+    for run in kids:
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
+    # The driver writes the local results file (for a server: in the working directory).
+    assert len((tmp_path / "pipeline-results.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, tracking_uri):
+    grid = write_grid("experiment: gpu-less\ngrid:\n  device: [cuda, cpu]\n  gpus_per_run: [0.5]\n")
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
+                                    "--executor", "ray"])
+    assert out.exit_code == 0, out.output
+    assert "cuda needs 0.5 GPU(s) but the Ray cluster has 0" in out.output
+
+
+def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, monkeypatch, tracking_uri):
+    from pipeline.executors import RayCluster
+
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}, {"Alive": True}])
+    with pytest.raises(UserError, match="cannot share; start a tracking server"):
+        RayCluster("auto", tracking_uri)
