@@ -22,6 +22,14 @@ def _pyplot():
     return plt
 
 
+def _save(fig, ax, title: str, path: Path) -> Path:
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
 def epoch_duration(comparison: "Comparison", path: Path) -> Path:
     """Mean epoch duration for each (batch size, workers), one bar per device."""
     plt = _pyplot()
@@ -42,13 +50,9 @@ def epoch_duration(comparison: "Comparison", path: Path) -> Path:
     ax.set_xticks(range(len(categories)), [f"bs {b}\n{w} worker{'s' if w != 1 else ''}" for b, w in categories])
     ax.set_xlabel("batch size / DataLoader workers")
     ax.set_ylabel("mean epoch duration (s)")
-    ax.set_title(f"Epoch duration by batch size and workers\n{comparison.sweep.name}", fontsize=10)
     ax.legend(title="device")
     ax.margins(y=0.15)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, f"Epoch duration by batch size and workers\n{comparison.sweep.name}", path)
 
 
 def test_accuracy(comparison: "Comparison", path: Path) -> Path:
@@ -65,13 +69,9 @@ def test_accuracy(comparison: "Comparison", path: Path) -> Path:
     ax.set_ylabel("test accuracy (fraction correct)")
     ax.set_xticks(range(1, longest + 1))
     ax.set_xlim(0.5, longest + 0.5)
-    ax.set_title(f"Test accuracy per epoch\n{comparison.sweep.name}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="run")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, f"Test accuracy per epoch\n{comparison.sweep.name}", path)
 
 
 def time_breakdown(comparison: "Comparison", path: Path) -> Path:
@@ -87,12 +87,8 @@ def time_breakdown(comparison: "Comparison", path: Path) -> Path:
         left = [a + b for a, b in zip(left, seconds)]
     ax.invert_yaxis()
     ax.set_xlabel("seconds per epoch (mean)")
-    ax.set_title(f"Where each epoch's time goes\n{comparison.sweep.name}", fontsize=10)
     ax.legend(title="time spent on", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, f"Where each epoch's time goes\n{comparison.sweep.name}", path)
 
 
 def write_all(comparison: "Comparison", folder: Path) -> list[Path]:
