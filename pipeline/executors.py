@@ -126,7 +126,10 @@ def run_on_ray(sweep: "_Sweep", cluster: RayCluster, todo: list["Planned"], pare
     outcomes: dict[int, Outcome] = {}
     try:
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            # A timeout, so that Ctrl-C is noticed while every task is still running.
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            if not done:
+                continue
             item = pending.pop(done[0])
             try:
                 outcome = ray.get(done[0])
@@ -141,6 +144,8 @@ def run_on_ray(sweep: "_Sweep", cluster: RayCluster, todo: list["Planned"], pare
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref, force=True)
+        # Let the cancellations land before marking runs, so that no task opens a run afterwards.
+        ray.wait(list(pending), num_returns=len(pending), timeout=10)
         if parent_id:
             sweep.tracker.kill_running_children(parent_id)
         raise

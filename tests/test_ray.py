@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import mlflow
 import pytest
 from click.testing import CliRunner
@@ -55,3 +57,30 @@ def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, monkeypatch, tracki
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}, {"Alive": True}])
     with pytest.raises(UserError, match="cannot share; start a tracking server"):
         RayCluster("auto", tracking_uri)
+
+
+def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(write_grid, tracking_uri, tmp_path):
+    """Ctrl-C on the driver (its own Ray, as a user runs it); then the same command finishes the rest."""
+    from conftest import make_idx
+    from test_reliability import children, invoke, read_until, runs_of, start
+
+    data = make_idx(tmp_path / "data", n_train=3000, n_test=200)
+    grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
+    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", tracking_uri, "--executor", "ray"]
+    process = start(args)
+    read_until(process, "[1/4]", seconds=180)
+    process.send_signal(signal.SIGINT)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 130, output
+    runs = runs_of(tracking_uri, "ray-stop")
+    assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
+    finished = {r.data.params["batch_size"] for r in children(runs) if r.info.status == "FINISHED"}
+    assert 1 <= len(finished) < 4
+
+    if ray.is_initialized():  # the rerun starts its own Ray, as a user's would
+        ray.shutdown()
+    out = invoke(*args)
+    assert out.exit_code == 0, out.output
+    assert f"{len(finished)} of 4 points already" in out.output
+    done = [r for r in children(runs_of(tracking_uri, "ray-stop")) if r.info.status == "FINISHED"]
+    assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
