@@ -143,7 +143,9 @@ def run_on_ray(sweep: "_Sweep", cluster: RayCluster, todo: list["Planned"], pare
                 sweep._append_result(item, outcome, logged=True)
     except KeyboardInterrupt:
         for ref in pending:
-            ray.cancel(ref, force=True)
+            # Not force=True: that kills workers mid-reply and has crashed Ray's core worker here.
+            # A plain cancel raises KeyboardInterrupt in the task, which marks its run KILLED.
+            ray.cancel(ref)
         # Let the cancellations land before marking runs, so that no task opens a run afterwards.
         ray.wait(list(pending), num_returns=len(pending), timeout=10)
         if parent_id:

@@ -14,16 +14,15 @@ import contextlib
 import gc
 import json
 import os
-import signal
 import socket
 import statistics
 import tempfile
-import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from pipeline import interrupts
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.grid import GridPoint, config_hash, expand
@@ -56,14 +55,6 @@ class Options:
     checkpoint: bool = False
     executor: str = "local"  # or "ray"
     ray_address: str | None = None  # with ray: None starts Ray here; "auto" or "ray://..." joins a cluster
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM during a sweep; exit code 128 + the signal number (130 for Ctrl-C)."""
-
-    def __init__(self, signum: int = signal.SIGINT) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.exit_code = 128 + signum
 
 
 @dataclass
@@ -236,7 +227,7 @@ class _Sweep:
 
         stop = ""
         try:
-            with _signals(self._last_resort):
+            with interrupts.handled(self._last_resort):
                 if cluster is not None:
                     from pipeline.executors import run_on_ray
 
@@ -505,30 +496,6 @@ def _free_device_memory(device: "torch.device") -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-@contextlib.contextmanager
-def _signals(last_resort):
-    """SIGINT/SIGTERM raise Interrupted (so runs get marked KILLED); a second one calls
-    `last_resort` and exits at once. Only the main thread can install handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def handler(signum, frame):
-        if received:
-            last_resort()
-            os._exit(128 + signum)
-        received.append(signum)
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter"):

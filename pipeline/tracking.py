@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
+from pipeline.interrupts import critical
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
 
@@ -292,7 +293,7 @@ class Tracker:
         cpu_model = copy.deepcopy(model).to("cpu").eval()
         with torch.no_grad():
             output = cpu_model(torch.from_numpy(example)).numpy()
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, critical():
             # The pickle names pipeline.model.Network: ship that one module with the model so it
             # loads where this package is not installed (MLflow puts code/ on sys.path on load).
             package = Path(tmp) / "pipeline"
@@ -456,7 +457,8 @@ class _Retrying:
         def call(*args, **kwargs):
             for delay in (*_RETRY_DELAYS_S, None):
                 try:
-                    return attribute(*args, **kwargs)
+                    with critical():  # a Ctrl-C waits for the call: never a half-done write
+                        return attribute(*args, **kwargs)
                 except Exception as exc:
                     if not _transient(exc):
                         raise

@@ -1,0 +1,71 @@
+"""Ctrl-C and SIGTERM that leave an honest store behind.
+
+A signal becomes an `Interrupted` exception so that the runner can mark its open runs KILLED. It
+is never raised inside a tracking call: an exception thrown into the middle of a database write
+or a connection-pool checkout can leave a lock held and hang the clean-up that follows. A signal
+arriving there is held until the call returns. A second signal exits at once, after one quick
+attempt to mark the open runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a sweep; exit code 128 + the signal number (130 for Ctrl-C)."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
+
+
+_state = threading.local()
+
+
+def _depth() -> int:
+    return getattr(_state, "depth", 0)
+
+
+@contextlib.contextmanager
+def critical():
+    """A section a signal must not interrupt (tracking calls): the signal is raised after it."""
+    _state.depth = _depth() + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+    held = getattr(_state, "held", None)
+    if held is not None and _depth() == 0:
+        _state.held = None
+        raise Interrupted(held)
+
+
+@contextlib.contextmanager
+def handled(last_resort):
+    """Turn SIGINT/SIGTERM into Interrupted for the duration; only the main thread can do this."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if received:
+            last_resort()
+            os._exit(128 + signum)
+        received.append(signum)
+        if _depth() > 0:
+            _state.held = signum
+            return
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        _state.held = None
