@@ -333,6 +333,11 @@ class Tracker:
             yield
         finally:
             monitor.finish()
+            if monitor._logging_step == 0:  # a run shorter than one interval still gets a sample
+                with contextlib.suppress(Exception):
+                    monitor.collect_metrics()
+                    monitor.publish_metrics(monitor.aggregate_metrics())
+                    monitor.mlflow_logger.flush()
 
     def log_failure(self, run_id: str, exc: BaseException, reason: str | None = None) -> None:
         """The reason as a tag (error class and message, or a hint), the traceback as an artifact."""
