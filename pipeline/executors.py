@@ -47,9 +47,9 @@ class RayCluster:
                                 "start it with `ray start --head` or drop --ray-address") from None
         self.nodes = len([n for n in ray.nodes() if n.get("Alive")])
         self.resources = ray.cluster_resources()
-        from pipeline.tracking import _sqlite_path
+        from pipeline.tracking import sqlite_path
 
-        if _sqlite_path(tracking_uri) is not None and self.nodes > 1:
+        if sqlite_path(tracking_uri) is not None and self.nodes > 1:
             self.close()
             raise UserError(
                 f"tracking store {tracking_uri} is a local sqlite file, which the {self.nodes} nodes of this Ray "

@@ -61,7 +61,7 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
             scope = f"experiment {experiment!r}"
         runs = client.search_runs(experiment_ids, f"{where} and attributes.status = 'FINISHED'", max_results=5000)
     except MlflowException as exc:
-        raise UserError(f"{client.tracking_uri}: {tracking._first_line(exc)}") from None
+        raise UserError(f"{client.tracking_uri}: {tracking.first_line(exc)}") from None
     runs = [r for r in runs if r.data.tags.get(tracking.TAG_ROLE) != "sweep"]
     if not runs:
         raise UserError(f"{scope} has no FINISHED training runs to register; train a grid first")
@@ -115,5 +115,5 @@ def register(client, run, *, name: str, metric: str, alias: str = "champion", fo
             version = max(existing, key=lambda v: int(v.version))
         client.set_registered_model_alias(name, alias, version.version)
     except MlflowException as exc:
-        raise UserError(f"registering {name!r}: {tracking._first_line(exc)}") from None
+        raise UserError(f"registering {name!r}: {tracking.first_line(exc)}") from None
     return Registration(name, str(version.version), alias, run_id, metric, value, created)

@@ -117,10 +117,10 @@ def run_key(config: RunConfig, dataset: "Dataset", hardware: str) -> str:
 
 def _check_store(options: Options) -> None:
     """Fail in seconds on a store that cannot be used, before decoding data or training."""
-    from pipeline.tracking import _sqlite_path, check_reachable, open_client, resolve_tracking_uri
+    from pipeline.tracking import sqlite_path, check_reachable, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(options.tracking_uri)
-    if _sqlite_path(uri) is not None:
+    if sqlite_path(uri) is not None:
         check_reachable(uri)  # its folder exists; the file itself is only created once data is found
     else:
         open_client(uri)

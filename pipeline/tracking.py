@@ -102,14 +102,14 @@ def check_reachable(uri: str, timeout_s: float = 3.0) -> None:
                 "start it (e.g. `mlflow server --host 127.0.0.1 --port 5000`) or pass another --tracking-uri"
             ) from None
     elif parsed.scheme == "sqlite":
-        path = _sqlite_path(uri)
+        path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
             raise UserError(f"tracking store {uri}: folder {path.parent} does not exist; create it or pass another --tracking-uri")
 
 
 def absolute_store_uri(uri: str) -> str:
     """A relative sqlite URI made absolute, so it names the same store from any directory."""
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     return f"sqlite:///{path.resolve()}" if path is not None else uri
 
 
@@ -151,7 +151,7 @@ class Tracker:
             else:
                 self.experiment_id = self._experiment_id(experiment or "Default")
         except MlflowException as exc:
-            raise UserError(f"tracking store {uri}: {_first_line(exc)}") from None
+            raise UserError(f"tracking store {uri}: {first_line(exc)}") from None
         mlflow.set_experiment(experiment_id=self.experiment_id)  # LoggedModels land here too
         self.experiment_name = self.client.get_experiment(self.experiment_id).name
 
@@ -360,7 +360,7 @@ def _param_str(value: Any) -> str:
     return str(value)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else exc.__class__.__name__
 
@@ -401,7 +401,7 @@ def open_client(uri: str, must_exist: bool = False):
     import mlflow
 
     check_reachable(uri)
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     if must_exist and path is not None and not path.exists():
         raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
     lock = _file_lock(path.with_name(path.name + ".lock")) if path is not None else contextlib.nullcontext()
@@ -415,7 +415,7 @@ def open_client(uri: str, must_exist: bool = False):
         elif "MLFLOW_ALLOW_FILE_STORE" in str(exc):
             hint = "; MLflow 3 retired file stores: use sqlite:///mlflow.db or a tracking server"
         raise UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
-                        f"{_first_line(exc)[:300]}){hint}") from None
+                        f"{first_line(exc)[:300]}){hint}") from None
     mlflow.set_tracking_uri(uri)
     return _Retrying(mlflow.MlflowClient(uri))
 
@@ -468,7 +468,7 @@ class _Retrying:
                     if not _transient(exc):
                         raise
                     if delay is None:
-                        raise TrackingUnavailable(f"{self._client.tracking_uri}: {_first_line(exc)}") from exc
+                        raise TrackingUnavailable(f"{self._client.tracking_uri}: {first_line(exc)}") from exc
                     time.sleep(delay)
 
         return call
@@ -476,7 +476,7 @@ class _Retrying:
 
 def local_state_dir(uri: str) -> Path:
     """Where local results and checkpoints live: beside a sqlite store, else the working directory."""
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     return path.resolve().parent if path is not None else Path.cwd()
 
 
@@ -498,7 +498,7 @@ def _process_alive(pid: int, started: str | None) -> bool:
         return False
 
 
-def _sqlite_path(uri: str) -> Path | None:
+def sqlite_path(uri: str) -> Path | None:
     if uri.startswith("sqlite:///") and uri[len("sqlite:///"):] not in ("", ":memory:"):
         return Path(uri[len("sqlite:///"):])
     return None
@@ -538,7 +538,7 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
             order_by=["attributes.start_time ASC"],
         )
     except MlflowException as exc:
-        raise UserError(f"{client.tracking_uri}: {_first_line(exc)}") from None
+        raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None
     children = []
     for run in runs:
         record = RunRecord(run.info.run_id, run.info.run_name, dict(run.data.params),
@@ -575,7 +575,7 @@ def relog(client, results_file: Path) -> list[str]:
         if entry.get("run_duration_s") is not None:
             metrics.append(Metric(RUN_DURATION, float(entry["run_duration_s"]), 0, 0))
         params = [Param(k, _param_str(v)) for k, v in entry["params"].items()]
-        client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=[RunTag("pipeline.role", "point")])
+        client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=[RunTag(TAG_ROLE, "point")])
         client.set_terminated(run.info.run_id, "FINISHED")
         entry["logged"], entry["relogged_as"] = True, run.info.run_id
         created.append(run.info.run_id)
