@@ -109,10 +109,6 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     from pipeline.runner import Options, run_grid
 
     spec = load_grid(grid)
-    if register_name:
-        from pipeline.registry import check_alias
-
-        check_alias("champion")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,

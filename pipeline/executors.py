@@ -68,7 +68,7 @@ class RayCluster:
         return ""
 
     def close(self) -> None:
-        if self.started_here:
+        if self.started_here and self.ray.is_initialized():
             self.ray.shutdown()
 
 
@@ -84,7 +84,7 @@ def _train_remote(payload: dict[str, Any]) -> "Outcome":
 
     from pipeline import data as data_mod
     from pipeline.report import Reporter
-    from pipeline.runner import Options, _Sweep, plan
+    from pipeline.runner import FAILED, Options, Outcome, _Sweep, plan
 
     torch.set_num_threads(max(1, int(payload["cpus"])))
     os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
@@ -95,8 +95,6 @@ def _train_remote(payload: dict[str, Any]) -> "Outcome":
     sweep.parent_id = payload["parent_id"]
     (item,) = plan([payload["point"]])
     if item.device is None:
-        from pipeline.runner import FAILED, Outcome
-
         return Outcome(payload["point"], FAILED, reason=f"on node {os.uname().nodename}: {item.reason}")
     item.run_key = payload["run_key"]
     return sweep._run_point(item, payload["parent_id"], payload["position"])
@@ -105,7 +103,7 @@ def _train_remote(payload: dict[str, Any]) -> "Outcome":
 def run_on_ray(sweep: "_Sweep", cluster: RayCluster, todo: list["Planned"], parent_id: str | None) -> dict[int, "Outcome"]:
     """Submit every point, report them as they finish; Ctrl-C cancels the rest and marks them KILLED."""
     from pipeline import tracking
-    from pipeline.runner import FINISHED, KILLED
+    from pipeline.runner import FAILED, FINISHED, Outcome
 
     ray = cluster.ray
     remote = ray.remote(_train_remote)
@@ -134,21 +132,21 @@ def run_on_ray(sweep: "_Sweep", cluster: RayCluster, todo: list["Planned"], pare
             try:
                 outcome = ray.get(done[0])
             except ray.exceptions.RayError as exc:
-                from pipeline.runner import FAILED, Outcome
-
                 outcome = Outcome(item.point, FAILED, reason=f"Ray task failed: {str(exc).splitlines()[0]}")
             outcomes[item.point.index] = outcome
             sweep.reporter.remote_done(outcome, len(outcomes), len(todo))
             if outcome.status == FINISHED:
                 sweep._append_result(item, outcome, logged=True)
     except KeyboardInterrupt:
-        for ref in pending:
-            # Not force=True: that kills workers mid-reply and has crashed Ray's core worker here.
-            # A plain cancel raises KeyboardInterrupt in the task, which marks its run KILLED.
-            ray.cancel(ref)
-        # Let the cancellations land before marking runs, so that no task opens a run afterwards.
-        ray.wait(list(pending), num_returns=len(pending), timeout=10)
-        if parent_id:
+        if cluster.started_here:
+            # Tasks die with the Ray instance that owns them. (ray.cancel of a task that is just
+            # finishing has crashed Ray's core worker here, so the instance is stopped instead.)
+            cluster.close()
+        else:
+            for ref in pending:
+                ray.cancel(ref)  # raises KeyboardInterrupt in the task, which marks its run KILLED
+            ray.wait(list(pending), num_returns=len(pending), timeout=10)
+        if parent_id:  # now no task can open or close a run any more
             sweep.tracker.kill_running_children(parent_id)
         raise
     return outcomes

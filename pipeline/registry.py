@@ -62,7 +62,6 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
         runs = client.search_runs(experiment_ids, f"{where} and attributes.status = 'FINISHED'", max_results=5000)
     except MlflowException as exc:
         raise UserError(f"{client.tracking_uri}: {tracking.first_line(exc)}") from None
-    runs = [r for r in runs if r.data.tags.get(tracking.TAG_ROLE) != "sweep"]
     if not runs:
         raise UserError(f"{scope} has no FINISHED training runs to register; train a grid first")
     scored = [r for r in runs if metric in r.data.metrics and not math.isnan(r.data.metrics[metric])]

@@ -291,8 +291,7 @@ class _Sweep:
     def _last_resort(self) -> None:
         """A second Ctrl-C: mark what is open KILLED with one quick call each, no retries."""
         for run_id in reversed(self.open_runs):
-            with contextlib.suppress(Exception):
-                self.tracker.client._client.set_terminated(run_id, KILLED)
+            self.tracker.end_run(run_id, KILLED, quick=True)
 
     def _checkpoint_path(self, item: Planned) -> Path | None:
         from pipeline.tracking import CHECKPOINT_DIR
@@ -358,9 +357,7 @@ class _Sweep:
         except tracking.TrackingUnavailable:
             outcome.reason = "the tracking store went down; results kept locally"
             self._append_result(item, outcome, logged=False)
-            reporter.epoch_done()
-            with contextlib.suppress(Exception):
-                tracker.client._client.set_terminated(run_id, FAILED)
+            tracker.end_run(run_id, FAILED, quick=True)
             raise
         except Exception as exc:  # one run's failure must not stop the grid
             outcome.reason = _failure_reason(exc, point.config)
@@ -471,12 +468,13 @@ def _load_checkpoint(path: Path | None, device: "torch.device") -> dict | None:
 
 
 def _outcome_of_finished(item: Planned, run: Any) -> Outcome:
+    from pipeline.tracking import TAG_DEVICE
     from pipeline.train import EpochStats
 
     metrics = run.data.metrics
     fields = {name: metrics.get(name, float("nan")) for name in EpochStats.__dataclass_fields__ if name != "epoch"}
     stats = EpochStats(epoch=item.point.config.epochs, **fields)
-    return Outcome(item.point, DONE, device=run.data.tags.get("pipeline.device", ""), run_id=run.info.run_id,
+    return Outcome(item.point, DONE, device=run.data.tags.get(TAG_DEVICE, ""), run_id=run.info.run_id,
                    reason=f"already FINISHED as run {run.info.run_id}", epochs=[stats],
                    run_duration_s=metrics.get("run_duration_s"))
 

@@ -346,9 +346,14 @@ class Tracker:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.client.log_text(run_id, text, "error/traceback.txt")
 
-    def end_run(self, run_id: str, status: str) -> None:
-        """FINISHED, FAILED or KILLED."""
-        self.client.set_terminated(run_id, status)
+    def end_run(self, run_id: str, status: str, quick: bool = False) -> None:
+        """FINISHED, FAILED or KILLED. `quick`: one attempt, no retries, errors ignored (for a
+        second Ctrl-C, or a store that is already known to be down)."""
+        if not quick:
+            self.client.set_terminated(run_id, status)
+            return
+        with contextlib.suppress(Exception):
+            self.client._client.set_terminated(run_id, status)
 
     def ui(self) -> tuple[str, str]:
         return ui_hint(self.uri, self.experiment_id)

@@ -155,12 +155,12 @@ class _Clock:
 def evaluate(model: Network, split: Split, device: torch.device) -> tuple[float, float]:
     """Mean cross-entropy and accuracy over `split`, in eval mode."""
     model.eval()
-    cuda = device.type == "cuda"
+    cuda, channels_last = device.type == "cuda", uses_channels_last(device)
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
-    for images, labels in batches(split, max(EVAL_BATCH_SIZE, 1), pin_memory=cuda):
+    for images, labels in batches(split, EVAL_BATCH_SIZE, pin_memory=cuda):
         images, labels = _to_device(images, labels, device, cuda)
-        logits = model(_normalise(images, uses_channels_last(device)))
+        logits = model(_normalise(images, channels_last))
         loss_sum += F.cross_entropy(logits, labels, reduction="sum")
         correct += (logits.argmax(dim=1) == labels).sum()
     n = max(len(split), 1)

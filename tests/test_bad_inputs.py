@@ -10,7 +10,6 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 
 from conftest import make_idx, write_idx
