@@ -1,10 +1,11 @@
 """Grid files: YAML → frozen, validated config objects. Never imports torch or mlflow.
 
-A grid file has three top-level keys (see DESIGN.md):
+A grid file has these top-level keys, all optional (see DESIGN.md):
 
-    experiment: fashion-devices    # optional, defaults to the file's stem
+    experiment: fashion-devices    # defaults to the file's stem
     data: {root: null, train_size: null, test_size: null}
     grid: {lr: [0.01], batch_size: [1000, 10000], device: [cuda, cpu], ...}
+    checkpoint: false              # save state each epoch; an interrupted point resumes from it
 
 Every error names the file, the key and what is allowed, so the CLI can print it on one line.
 """
@@ -88,15 +89,24 @@ def _positive_float(value: Any) -> float:
     return number
 
 
-def _int_at_least(minimum: int) -> Callable[[Any], int]:
-    allowed = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:
+    """An integer in [minimum, maximum]. The upper bounds are what the loop accepts: torch's
+    samplers and seeds take 32- or 64-bit integers, and a larger value would pass here only to fail
+    the run later ("Overflow when unpacking long long")."""
+    lower = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    allowed = f"{lower} up to {maximum:,}".replace(",", "_")
 
     def check(value: Any) -> int:
-        try:
-            number = _number(value)
-        except ValueError:
-            raise ValueError(allowed) from None
-        if not math.isfinite(number) or not number.is_integer() or number < minimum:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number: float | int = value  # exact: a float would round 2**63 and beyond
+        else:
+            try:
+                number = _number(value)
+            except ValueError:
+                raise ValueError(allowed) from None
+            if not math.isfinite(number) or not number.is_integer():
+                raise ValueError(allowed)
+        if not minimum <= number <= maximum:
             raise ValueError(allowed)
         return int(number)
 
@@ -117,11 +127,11 @@ def _boolean(value: Any) -> bool:
 
 GRID_KEYS: dict[str, Callable[[Any], Any]] = {
     "lr": _positive_float,
-    "batch_size": _int_at_least(1),
-    "num_workers": _int_at_least(0),
+    "batch_size": _int_between(1, 2**31 - 1),
+    "num_workers": _int_between(0, 1024),
     "device": _device,
-    "epochs": _int_at_least(1),
-    "seed": _int_at_least(0),
+    "epochs": _int_between(1, 1_000_000),
+    "seed": _int_between(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
     "shuffle": _boolean,
     "gpus_per_run": _positive_float,
 }
@@ -129,8 +139,8 @@ assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 
 _DATA_KEYS: dict[str, Callable[[Any], Any]] = {
     "root": lambda v: _nonempty_string(v, "a folder path"),
-    "train_size": _int_at_least(1),
-    "test_size": _int_at_least(1),
+    "train_size": _int_between(1, 2**31 - 1),
+    "test_size": _int_between(1, 2**31 - 1),
 }
 _TOP_KEYS = ("experiment", "data", "grid", "checkpoint")
 
@@ -147,11 +157,6 @@ def check_value(key: str, value: Any, where: str = "") -> Any:
         return GRID_KEYS[key](value)
     except ValueError as exc:
         raise UserError(f"{where}{key}: got {value!r}; expected {exc}") from None
-
-
-def run_config(**values: Any) -> RunConfig:
-    """A RunConfig from raw values (CLI flags), validated like a grid file's."""
-    return RunConfig(**{k: check_value(k, v, "--") for k, v in values.items() if v is not None})
 
 
 # --- YAML loading --------------------------------------------------------------------------------

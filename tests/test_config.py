@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from catalogue import BAD_GRIDS
 from pipeline.config import RunConfig, load_grid
 from pipeline.errors import UserError
 from pipeline.grid import config_hash, expand, grid_size
@@ -63,31 +64,8 @@ def test_data_section(write_grid, tmp_path):
     assert spec.data.root == str(tmp_path / "fashion")
 
 
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ("grid:\n  batch_siz: [1]\n", ["grid.batch_siz", "unknown key", "did you mean 'batch_size'"]),
-        ("gird:\n  lr: [1]\n", ["gird", "unknown key", "did you mean 'grid'"]),
-        ("data:\n  trainsize: 5\n", ["data.trainsize", "did you mean 'train_size'"]),
-        ("grid:\n  lr: []\n", ["grid.lr", "empty list"]),
-        ("grid:\n  batch_size: [0]\n", ["grid.batch_size", "got 0", "positive integer"]),
-        ("grid:\n  batch_size: [12.5]\n", ["grid.batch_size", "positive integer"]),
-        ("grid:\n  batch_size: ['many']\n", ["grid.batch_size", "'many'"]),
-        ("grid:\n  epochs: [-1]\n", ["grid.epochs", "positive integer"]),
-        ("grid:\n  num_workers: [-1]\n", ["grid.num_workers", "integer >= 0"]),
-        ("grid:\n  lr: [0]\n", ["grid.lr", "positive number"]),
-        ("grid:\n  lr: [true]\n", ["grid.lr", "positive number"]),
-        ("grid:\n  device: [gpu]\n", ["grid.device", "'gpu'", "cpu, cuda, cuda:N, mps or auto"]),
-        ("grid:\n  shuffle: [maybe]\n", ["grid.shuffle", "true or false"]),
-        ("grid:\n  lr: [0.1, 0.1]\n", ["grid.lr", "repeated value"]),
-        ("grid:\n  lr: [0.1]\n  lr: [0.2]\n", ["duplicate key 'lr'", "line 3"]),
-        ("grid: [lr, 0.1]\n", ["grid", "mapping"]),
-        ("- just\n- a list\n", ["expected a mapping"]),
-        ("grid:\n  lr: [0.1\n", ["YAML syntax error", "line"]),
-        ("experiment: ''\n", ["experiment", "non-empty"]),
-        ("data:\n  train_size: 0\n", ["data.train_size", "positive integer"]),
-    ],
-)
+@pytest.mark.parametrize("text, expected", [(text, fragments) for _, text, fragments in BAD_GRIDS],
+                         ids=[name for name, _, _ in BAD_GRIDS])
 def test_bad_grids_name_file_key_and_fix(write_grid, text, expected):
     path = write_grid(text)
     with pytest.raises(UserError) as info:

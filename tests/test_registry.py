@@ -99,7 +99,8 @@ def test_register_errors_exit_2_and_register_nothing(trained, tracking_uri):
 def test_run_register_option(write_grid, data_dir, tracking_uri):
     out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
                  "--register", "from-run")
-    assert out.exit_code == 0, out.output and "models:/from-run@champion" in out.output
+    assert out.exit_code == 0, out.output
+    assert "models:/from-run@champion" in out.output, out.output
     client = mlflow.MlflowClient(tracking_uri)
     version = client.get_model_version_by_alias("from-run", "champion")
     assert client.get_run(version.run_id).data.params["lr"] == "0.01"

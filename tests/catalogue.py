@@ -1,0 +1,59 @@
+"""The one table of bad grid files, shared by the loader's, the CLI's and the bad-input tests.
+
+Each entry is (id, grid file text, fragments): loading the file must fail with a one-line message
+naming the file, and every fragment must appear in it.
+"""
+
+from __future__ import annotations
+
+BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
+    # unknown keys: the message suggests the nearest key and lists every allowed one
+    ("unknown grid key", "grid:\n  batch_siz: [1]\n", ("grid.batch_siz", "unknown key", "did you mean 'batch_size'")),
+    ("unknown grid key, misspelt", "grid:\n  batch_sise: [1]\n", ("did you mean 'batch_size'",)),
+    ("unknown grid key, no underscore", "grid:\n  batchsize: [1]\n", ("did you mean 'batch_size'",)),
+    ("unknown grid key lists all", "grid:\n  gpus: [1]\n",
+     ("grid.gpus", "unknown key", "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run")),
+    ("unknown top-level key", "experimnt: x\n", ("did you mean 'experiment'",)),
+    ("misspelt grid section", "gird:\n  lr: [1]\n", ("gird", "unknown key", "did you mean 'grid'")),
+    ("unknown data key", "data:\n  rot: x\n", ("did you mean 'root'",)),
+    ("unknown data key, no underscore", "data:\n  trainsize: 5\n", ("data.trainsize", "did you mean 'train_size'")),
+    # values
+    ("lr not a number", "grid:\n  lr: [fast]\n", ("grid.lr: got 'fast'",)),
+    ("lr quoted string", "grid:\n  lr: ['fast']\n", ("grid.lr",)),
+    ("lr zero", "grid:\n  lr: [0]\n", ("grid.lr", "positive number")),
+    ("lr boolean", "grid:\n  lr: [true]\n", ("grid.lr", "positive number")),
+    ("empty device list", "grid:\n  device: []\n", ("grid.device: empty list",)),
+    ("empty lr list", "grid:\n  lr: []\n", ("grid.lr", "empty list")),
+    ("empty epochs list", "grid:\n  epochs: []\n", ("empty list",)),
+    ("unknown device gpu0", "grid:\n  device: [gpu0]\n", ("cpu, cuda, cuda:N, mps or auto",)),
+    ("unknown device gpu", "grid:\n  device: [gpu]\n", ("grid.device", "'gpu'", "cpu, cuda, cuda:N, mps or auto")),
+    ("unknown device tpu", "grid:\n  device: [tpu]\n", ("grid.device",)),
+    ("zero batch size", "grid:\n  batch_size: [0]\n", ("grid.batch_size: got 0", "positive integer")),
+    ("negative batch size", "grid:\n  batch_size: [-5]\n", ("grid.batch_size",)),
+    ("fractional batch size", "grid:\n  batch_size: [12.5]\n", ("grid.batch_size", "positive integer")),
+    ("batch size a word", "grid:\n  batch_size: ['many']\n", ("grid.batch_size", "'many'")),
+    ("batch size past int64", "grid:\n  batch_size: [100000000000000000000]\n", ("grid.batch_size", "up to")),
+    ("zero epochs", "grid:\n  epochs: [0]\n", ("grid.epochs",)),
+    ("negative epochs", "grid:\n  epochs: [-1]\n", ("grid.epochs", "positive integer")),
+    ("negative epochs -2", "grid:\n  epochs: [-2]\n", ("grid.epochs: got -2",)),
+    ("ten million epochs", "grid:\n  epochs: [10000000]\n", ("grid.epochs",)),
+    ("seed past 32 bits", "grid:\n  seed: [99999999999]\n", ("grid.seed",)),
+    ("fractional workers", "grid:\n  num_workers: [0.5]\n", ("grid.num_workers",)),
+    ("negative workers", "grid:\n  num_workers: [-1]\n", ("grid.num_workers", "integer >= 0")),
+    ("shuffle not boolean", "grid:\n  shuffle: [maybe]\n", ("grid.shuffle", "true or false")),
+    ("checkpoint not boolean", "checkpoint: sometimes\n", ("checkpoint: got 'sometimes'",)),
+    ("empty experiment name", "experiment: ''\n", ("experiment", "non-empty")),
+    ("zero train_size", "data:\n  train_size: 0\n", ("data.train_size", "positive integer")),
+    # repeats
+    ("repeated batch size", "grid:\n  batch_size: [8, 8]\n", ("repeated value",)),
+    ("repeated lr", "grid:\n  lr: [0.1, 0.1]\n", ("grid.lr", "repeated value")),
+    ("duplicate key", "grid:\n  lr: [0.1]\n  lr: [0.2]\n", ("duplicate key 'lr'", "line 3")),
+    # file shape and YAML syntax
+    ("grid a list", "grid: [lr, 0.1]\n", ("grid", "mapping")),
+    ("file a flow list", "[1, 2, 3]\n", ("expected a mapping",)),
+    ("file a block list", "- just\n- a list\n", ("expected a mapping",)),
+    ("empty file", "", ("expected a mapping",)),
+    ("unclosed list", "grid:\n  lr: [0.1\n", ("YAML syntax error", "line")),
+    ("unclosed list of two", "grid:\n  lr: [0.1, 0.2\n", ("YAML syntax error at line",)),
+    ("unclosed flow mapping", "grid: {lr: [0.1\n", ("YAML syntax error",)),
+]
