@@ -10,7 +10,7 @@ FASHION_DIRS := $(PIPELINE_DATA_DIR) data data/FashionMNIST/raw /usr/share/datas
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 # pip warns about every missing local index folder on these machines; keep real messages only.
-PIP := $(BIN)/python -m pip install -q
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
 .PHONY: setup data run test clean
@@ -18,11 +18,12 @@ QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 setup: $(STAMP) data
 
 # pip takes these exact torch/torchvision builds from this machine's disk; other pins download GBs.
+# setuptools' "Editable installation" notice (mind same-named folders) comes with every -e: not a problem.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip $(QUIET)
 	$(PIP) torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2 $(QUIET)
-	$(PIP) -e '.[test,ray]' $(QUIET)
+	PYTHONWARNINGS='ignore:Editable installation' $(PIP) -e '.[test,ray]' $(QUIET)
 	touch $@
 
 # Fashion-MNIST: Debian's dataset-fashion-mnist when missing (as root), else say what to do.

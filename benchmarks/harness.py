@@ -157,8 +157,13 @@ def _new_run_seconds(results: Path, seen: int) -> tuple[float, int]:
 
 
 def overhead(args, data_dir: Path) -> str:
+    # The runs' store and logged models: tens of MB, removed when the measurements end.
+    with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as work:
+        return _overhead(args, data_dir, Path(work))
+
+
+def _overhead(args, data_dir: Path, work: Path) -> str:
     python, pipeline = sys.executable, [sys.executable, "-m", "pipeline"]
-    work = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
     tiny = "data: {train_size: 1000, test_size: 1000}\ngrid:\n  device: [cpu]\n"
     (work / "one.yaml").write_text("experiment: one\n" + tiny)
     (work / "six.yaml").write_text("experiment: six\n" + tiny + "  seed: [0, 1, 2, 3, 4, 5]\n")
@@ -190,6 +195,30 @@ def overhead(args, data_dir: Path) -> str:
     ])
 
 
+def report(args, tmp: Path) -> str:
+    """Every measurement `args` asks for, as markdown; `tmp` holds the data copies meanwhile."""
+    if args.synthetic:
+        folder = synthetic_idx(tmp)
+    else:
+        folder, _ = data_mod.locate(args.data_dir)
+    _, files = data_mod.locate(folder)
+    dataset = data_mod.load(folder, verify=not args.synthetic)
+    reference_root = tutorial_loop.torchvision_root(files, tmp / "torchvision")
+    cpu = hardware_name(torch.device("cpu"))
+    lines = [f"# pipeline vs tutorial loop ({time.strftime('%Y-%m-%d')})", "",
+             f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+             f"{', ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ''}; "
+             f"data: {dataset.description}; {args.rounds} alternating rounds per setting", ""]
+    if not args.no_loops:
+        lines += [loops_table(compare_loops(args, dataset, reference_root)), ""]
+    if args.accuracy_epochs:
+        lines += [accuracy(args, dataset, reference_root), ""]
+    lines.append(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
+    if args.overhead:
+        lines += ["", overhead(args, folder)]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", action="append", help="cpu, cuda, ... (repeat; default cpu)")
@@ -206,28 +235,9 @@ def main() -> None:
     args.device = args.device or ["cpu"]
     args.batch_size = args.batch_size or [1000]
     args.workers = args.workers or [0]
-
-    tmp = Path(tempfile.mkdtemp(prefix="pipeline-bench-data-"))
-    if args.synthetic:
-        folder = synthetic_idx(tmp)
-    else:
-        folder, _ = data_mod.locate(args.data_dir)
-    _, files = data_mod.locate(folder)
-    dataset = data_mod.load(folder, verify=not args.synthetic)
-    reference_root = tutorial_loop.torchvision_root(files, tmp / "torchvision")
-    cpu = hardware_name(torch.device("cpu"))
-    report = [f"# pipeline vs tutorial loop ({time.strftime('%Y-%m-%d')})", "",
-              f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-              f"{', ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ''}; "
-              f"data: {dataset.description}; {args.rounds} alternating rounds per setting", ""]
-    if not args.no_loops:
-        report += [loops_table(compare_loops(args, dataset, reference_root)), ""]
-    if args.accuracy_epochs:
-        report += [accuracy(args, dataset, reference_root), ""]
-    report.append(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
-    if args.overhead:
-        report += ["", overhead(args, folder)]
-    text = "\n".join(report) + "\n"
+    # Synthetic data and the tutorial's uncompressed copy: 50-100 MB, removed even when a run fails.
+    with tempfile.TemporaryDirectory(prefix="pipeline-bench-data-") as tmp:
+        text = report(args, Path(tmp))
     print("\n" + text)
     if args.out:
         args.out.write_text(text)

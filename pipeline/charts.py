@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from pipeline.compare import Comparison
 
 EPOCH_DURATION_PNG = "epoch_duration.png"
@@ -22,10 +24,15 @@ def _pyplot():
     return plt
 
 
-def _save(fig, ax, title: str, path: Path) -> Path:
+def _finish(fig, ax, title: str) -> Figure:
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    # "tight" grows the image to take in legends placed outside the axes.
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     _pyplot().close(fig)
     return path
 
@@ -52,7 +59,7 @@ def epoch_duration(comparison: "Comparison", path: Path) -> Path:
     ax.set_ylabel("mean epoch duration (s)")
     ax.legend(title="device")
     ax.margins(y=0.15)
-    return _save(fig, ax, f"Epoch duration by batch size and workers\n{comparison.sweep.name}", path)
+    return _save(_finish(fig, ax, f"Epoch duration by batch size and workers\n{comparison.sweep.name}"), path)
 
 
 def test_accuracy(comparison: "Comparison", path: Path) -> Path:
@@ -71,11 +78,16 @@ def test_accuracy(comparison: "Comparison", path: Path) -> Path:
     ax.set_xlim(0.5, longest + 0.5)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="run")
-    return _save(fig, ax, f"Test accuracy per epoch\n{comparison.sweep.name}", path)
+    return _save(_finish(fig, ax, f"Test accuracy per epoch\n{comparison.sweep.name}"), path)
 
 
 def time_breakdown(comparison: "Comparison", path: Path) -> Path:
     """Where each run's epoch went: data, transfer and compute seconds, stacked."""
+    return _save(time_breakdown_figure(comparison), path)
+
+
+def time_breakdown_figure(comparison: "Comparison") -> Figure:
+    """The figure time_breakdown saves, open, for callers that look at its parts."""
     plt = _pyplot()
     t = comparison.table
     labels = [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])]
@@ -87,8 +99,9 @@ def time_breakdown(comparison: "Comparison", path: Path) -> Path:
         left = [a + b for a, b in zip(left, seconds)]
     ax.invert_yaxis()
     ax.set_xlabel("seconds per epoch (mean)")
-    ax.legend(title="time spent on", fontsize=8)
-    return _save(fig, ax, f"Where each epoch's time goes\n{comparison.sweep.name}", path)
+    # Right of the axes: the bars span the plot's whole width, so any legend inside covers one.
+    ax.legend(title="time spent on", fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _finish(fig, ax, f"Where each epoch's time goes\n{comparison.sweep.name}")
 
 
 def write_all(comparison: "Comparison", folder: Path) -> list[Path]:
