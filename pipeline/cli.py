@@ -6,6 +6,7 @@ Heavy imports (torch, mlflow) happen inside the commands that need them, so `pip
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,15 +25,16 @@ def _blank_is_none(ctx: click.Context, param: click.Parameter, value: Any) -> An
 
 
 def _grid_value(key: str):
+    """A CLI flag checked exactly like the grid key of the same name."""
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        from pipeline.config import check_value
+        from pipeline.config import GRID_KEYS
 
         if value is None:
             return None
         try:
-            return check_value(key, value)
-        except UserError as exc:
-            raise click.BadParameter(str(exc).split(": ", 1)[1]) from None
+            return GRID_KEYS[key](value)
+        except ValueError as exc:
+            raise click.BadParameter(f"got {value!r}; expected {exc}") from None
 
     return callback
 
@@ -72,6 +74,9 @@ def main() -> None:
     Start with:  pipeline validate experiments/quickstart.yaml
                  pipeline run experiments/quickstart.yaml
     """
+    from pipeline.store import configure_process
+
+    configure_process()
 
 
 @main.command()
@@ -116,15 +121,12 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry
-        from pipeline.runner import FINISHED
-        from pipeline.tracking import open_client, resolve_tracking_uri
 
-        if any(o.status == FINISHED for o in result.outcomes):
-            client = open_client(resolve_tracking_uri(tracking_uri))
-            best = registry.best_run(client, parent_run_id=result.parent_run_id)
-            _print_registration(registry.register(client, best, name=register_name, metric="test_accuracy"))
-        else:
-            click.echo(f"--register {register_name}: no run finished, nothing registered", err=True)
+        try:
+            _print_registration(registry.register_best(result.tracking_uri, result.recorded_run_ids, register_name))
+        except UserError as exc:  # the sweep is done and recorded; only the registration failed
+            click.echo(f"--register {register_name}: {exc}", err=True)
+            sys.exit(max(result.exit_code, 1))
     sys.exit(result.exit_code)
 
 
@@ -161,47 +163,33 @@ def train(device: str, batch_size: int, lr: float, num_workers: int, epochs: int
 @click.argument("grid", metavar="GRID.yaml")
 def validate(grid: str) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
-    from rich.table import Table
-
     from pipeline.config import load_grid
-    from pipeline.grid import expand, format_value, grid_size
-    from pipeline.report import make_console
+    from pipeline.grid import expand, grid_size
+    from pipeline.report import grid_table, make_console, plural
 
     spec = load_grid(grid)
-    table = Table(title=f"{spec.path}: experiment {spec.experiment!r}, {grid_size(spec)} grid points")
-    table.add_column("#", justify="right")
-    for key, _ in spec.axes:
-        table.add_column(key)
-    table.add_column("run name")
-    for point in expand(spec):
-        values = point.config.as_params()
-        table.add_row(str(point.index), *(format_value(values[k]) for k, _ in spec.axes), point.name)
+    title = f"{spec.path}: experiment {spec.experiment!r}, {plural(grid_size(spec), 'grid point')}"
+    table = grid_table(spec, [(point, point.name) for point in expand(spec)], title, "run name")
     console = make_console()
     console.print(table)
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
         console.print(f"data: root={data.root or 'search'} train_size={data.train_size or 'all'} "
                       f"test_size={data.test_size or 'all'}")
-    console.print(f"ok: {grid_size(spec)} grid points")
+    console.print(f"ok: {plural(grid_size(spec), 'grid point')}")
 
 
 @main.command()
 def devices() -> None:
     """What this machine offers: CPU, each CUDA/MPS device (smoke-tested), and why CUDA is missing."""
     import torch
-    from rich.table import Table
 
     from pipeline.device import survey
-    from pipeline.report import make_console
+    from pipeline.report import devices_table, make_console
 
     found, notes = survey()
-    table = Table(title=f"torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'}")
-    for column in ("device", "hardware", "detail", "works"):
-        table.add_column(column)
-    for d in found:
-        table.add_row(d.name, d.hardware, d.detail, "yes" if d.works else f"no: {d.error}")
     console = make_console()
-    console.print(table)
+    console.print(devices_table(found))
     for note in notes:
         console.print(note)
     console.print(f"torch.cuda.is_available(): {torch.cuda.is_available()}")
@@ -235,8 +223,9 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
     """One row per finished run of a sweep: settings, final loss and accuracy, epoch time, images/s,
     the data/transfer/compute shares of each epoch, and each device's speedup over its cpu twin."""
     from pipeline.compare import HISTORIES, build, render, write_report
+    from pipeline.records import read_sweep
     from pipeline.report import Reporter
-    from pipeline.tracking import open_client, read_sweep, resolve_tracking_uri
+    from pipeline.store import open_client, resolve_tracking_uri
 
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES)
@@ -259,30 +248,22 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
 @tracking_uri_option
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
-    import os
-
-    from pipeline.tracking import absolute_store_uri, open_client, read_sweep, resolve_tracking_uri
+    from pipeline.records import latest_experiment_id
+    from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
         click.echo(f"{uri} is a tracking server; its UI is at {uri}")
         return
-    client = open_client(uri, must_exist=True)
-    try:
-        experiment_id = read_sweep(client).experiment_id
-        page = f"#/experiments/{experiment_id}/runs"
-    except UserError:
-        page = ""
+    experiment_id = latest_experiment_id(open_client(uri, must_exist=True))
+    page = f"#/experiments/{experiment_id}/runs" if experiment_id else ""
     if host in ("0.0.0.0", "::"):
         click.echo(f"warning: --host {host} exposes the UI, without authentication, to every network "
                    "this machine is on", err=True)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
     click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
-    sys.stdout.flush()
-    # Become the MLflow UI process, so signals (Ctrl-C, a service manager's SIGTERM) reach it directly.
-    os.execv(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store,
-                              "--host", host, "--port", str(port)])
+    _exec_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"])
 
 
 @main.command()
@@ -302,21 +283,14 @@ def register(run_id: str | None, experiment: str | None, parent_run: str | None,
              mode: str, alias: str, force: bool, tracking_uri: str | None) -> None:
     """Register a run's model (or the best run's) as a new version of MODEL_NAME and alias it."""
     from pipeline import registry
-    from pipeline.tracking import open_client, resolve_tracking_uri
+    from pipeline.store import open_client, resolve_tracking_uri
 
     if not (run_id or experiment or parent_run):
         raise UserError("say which run to register: --run-id ID, or --experiment NAME [--parent-run ID]")
     registry.check_alias(alias)
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     if run_id:
-        from mlflow.exceptions import MlflowException
-
-        try:
-            run = client.get_run(run_id)
-        except MlflowException:
-            raise UserError(f"--run-id {run_id}: no such run in {client.tracking_uri}") from None
-        if run.info.status != "FINISHED":
-            raise UserError(f"--run-id {run_id}: the run is {run.info.status}, not FINISHED; register a finished run")
+        run = registry.finished_run(client, run_id)
     else:
         run = registry.best_run(client, experiment=experiment, parent_run_id=parent_run, metric=metric, mode=mode)
     _print_registration(registry.register(client, run, name=name, metric=metric, alias=alias, force=force))
@@ -346,23 +320,13 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
     """Classify IMAGE_FILES (PNG/JPEG, any size, colour or grey), or measure accuracy on a
     Fashion-MNIST split when no files are given."""
     import mlflow
-    from rich.table import Table
 
     from pipeline import data as data_mod
     from pipeline import predict as predict_mod
-    from pipeline.device import DeviceUnavailable, resolve
-    from pipeline.report import make_console
-    from pipeline.tracking import resolve_tracking_uri
+    from pipeline.report import class_accuracy_table, make_console
+    from pipeline.store import resolve_tracking_uri
 
-    try:
-        target = resolve(device)
-    except DeviceUnavailable as exc:
-        raise UserError(f"--device {device}: {exc}") from None
-    if images and (data_dir or limit):
-        raise UserError("give image files, or --data-dir/--limit for a dataset split, not both")
-    for path in images:
-        if not path.is_file():
-            raise UserError(f"{path}: no such image file")
+    target = predict_mod.check_inputs(device, images, bool(data_dir or limit))
     mlflow.set_tracking_uri(resolve_tracking_uri(tracking_uri))
     dataset = None if images else data_mod.load(data_dir)
     model = predict_mod.load(model_uri, target)
@@ -373,26 +337,25 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
     part = getattr(dataset, split).head(limit)
     accuracy, per_class = predict_mod.split_accuracy(model, part.images, part.labels, target)
     click.echo(f"accuracy {accuracy:.4f}")
-    table = Table(title=f"{split} split, first {len(part)} examples ({dataset.folder})")
-    for column in ("class", "examples", "accuracy"):
-        table.add_column(column, justify="left" if column == "class" else "right")
-    for name, count, value in per_class:
-        table.add_row(name, str(count), "-" if count == 0 else f"{value:.4f}")
-    make_console().print(table)
+    title = f"{split} split, first {len(part)} examples ({dataset.folder})"
+    make_console().print(class_accuracy_table(title, per_class))
 
 
 @main.command()
 @click.argument("results_file", required=False, type=click.Path(path_type=Path), metavar="[RESULTS.jsonl]")
 @tracking_uri_option
 def relog(results_file: Path | None, tracking_uri: str | None) -> None:
-    """Log the finished runs that a tracking outage kept only in the local results file
-    (pipeline-results.jsonl beside the store). Params and per-epoch metrics; no model."""
-    from pipeline.tracking import RESULTS_FILE, local_state_dir, open_client, relog as relog_runs, resolve_tracking_uri
+    """Log the runs that a tracking outage kept only in the local results file (pipeline-results.jsonl
+    beside the store, or in the working folder for a server) into the store and sweep each line names,
+    and close the runs the outage left RUNNING. --tracking-uri sends them all to another store."""
+    from pipeline import results
+    from pipeline.store import local_state_dir, resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
-    path = results_file or local_state_dir(uri) / RESULTS_FILE
-    created = relog_runs(open_client(uri), path)
-    click.echo(f"logged {len(created)} run(s) from {path}" + (f": {', '.join(created)}" if created else ""))
+    path = results_file or results.path_in(local_state_dir(resolve_tracking_uri(tracking_uri)))
+    done = results.relog(path, override_uri=tracking_uri)
+    click.echo(f"logged {len(done)} run(s) from {path}")
+    for run in done:
+        click.echo(f"  {run.name}: run {run.run_id} in {run.tracking_uri}")
 
 
 @main.command()
@@ -403,11 +366,11 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
               help="Where runs are stored; use a database (postgresql://...) for a busy cluster.")
 @click.option("--artifacts-destination", default="./mlartifacts", show_default=True,
               help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
-def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str) -> None:
+@click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1), show_default=True,
+              help="Request-handling processes (MLflow's default is 4 whatever the machine).")
+def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
-    import os
-
-    from pipeline.tracking import absolute_store_uri
+    from pipeline.store import absolute_store_uri
 
     store = absolute_store_uri(backend_store_uri)
     if host in ("0.0.0.0", "::"):
@@ -415,6 +378,19 @@ def server(host: str, port: int, backend_store_uri: str, artifacts_destination: 
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     click.echo(f"MLflow tracking server for {store}, artifacts in {artifacts_destination}")
     click.echo(f"point sweeps at it with: --tracking-uri http://{shown}:{port}  (Ctrl-C stops it)")
+    _exec_mlflow(["server", "--host", host, "--port", str(port), "--backend-store-uri", store,
+                  "--artifacts-destination", artifacts_destination, "--workers", str(workers)])
+
+
+# Starlette's deprecation notice is a UserWarning, so it is named by its text.
+_SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"
+
+
+def _exec_mlflow(args: list[str]) -> None:
+    """Become an MLflow server process, so signals (Ctrl-C, a service manager's SIGTERM) reach it
+    directly. Its GenAI job runners are off (the pipeline uses none; they start several processes)
+    and its libraries' deprecation warnings are not the user's to read."""
     sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port),
-                              "--backend-store-uri", store, "--artifacts-destination", artifacts_destination])
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
+           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS)}
+    os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)

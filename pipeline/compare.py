@@ -13,18 +13,22 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pipeline.errors import UserError
-from pipeline.tracking import TAG_DEVICE, TAG_HARDWARE, TIME_BUCKETS
+from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TIME_BUCKETS
 
 if TYPE_CHECKING:
-    from pipeline.tracking import SweepRecord
+    from pipeline.records import SweepRecord
 
-SETTINGS = ("device", "lr", "batch_size", "num_workers", "epochs", "seed", "shuffle")
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices.
 TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "train_size", "test_size")
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup")
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", *TIME_BUCKETS)
-FORMATS = ("table", "csv", "markdown", "json")
+# The labels the human view (table, markdown) gives the data columns; --sort takes either name.
+LABELS = {
+    "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
+    "epoch_duration_s": "epoch_s", "images_per_s": "img/s", "run_duration_s": "run_s",
+    "data_share": "data %", "transfer_share": "transfer %", "compute_share": "compute %",
+}
 
 
 @dataclass
@@ -81,6 +85,7 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
     if not table.empty:
         table["speedup"], table["speedup_vs"], lines = _speedups(table)
     if sort:
+        sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
         if sort not in table.columns:
             raise UserError(f"--sort {sort}: no such column; choose one of {', '.join(table.columns)}")
         table = table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
@@ -130,12 +135,12 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
                              if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle")]
     out = t[settings].copy()
     for key in FINAL:
-        out[key.replace("_accuracy", "_acc").replace("_", " ")] = t[key].map(lambda v: f"{v:.4f}")
-    out["epoch_s"] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
-    out["img/s"] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
-    out["run_s"] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
+        out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
+    out[LABELS["epoch_duration_s"]] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
+    out[LABELS["images_per_s"]] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
+    out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
-        out[share.replace("_share", " %")] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
+        out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
     out["speedup"] = [
         f"x{v:.2f}" if not math.isnan(v) and d != "cpu" else ("ref" if not math.isnan(v) else "")
         for v, d in zip(t.get("speedup", [math.nan] * len(t)), t["device"])

@@ -1,53 +1,104 @@
-"""Running a sweep's points on a Ray cluster (the local executor is the serial loop in runner).
+"""Executors: where a sweep's point jobs run. Peers behind one small interface; none imports the runner.
 
-Each point is one Ray task: a cuda point asks for `gpus_per_run` GPUs (Ray sets
-CUDA_VISIBLE_DEVICES), a cpu point for 1 + num_workers CPUs, and the task limits torch's threads
-to the CPUs it was given. The task trains and tracks its point exactly as the local executor does,
-logging its child run under the driver's parent run by id. The driver reports each point as it
-finishes and writes the local results file.
+    executor.plan(planned)            -> which points can run there (a device on some node)
+    executor.run(jobs, on_outcome)    -> one Outcome per job, in job order
+
+`on_outcome(job, outcome)` is called as each outcome arrives and returns a reason to stop ('' to go
+on): the jobs not started after that are NOT RUN with the reason (--fail-fast, a store outage).
+Ctrl-C propagates as KeyboardInterrupt once no job can open or close a run any more.
+
+local: one point after another in this process (fair timing). ray: every point a Ray task with the
+resources it needs; a cuda point asks for `gpus_per_run` GPUs (Ray sets CUDA_VISIBLE_DEVICES), a cpu
+point for 1 + num_workers CPUs, and the task limits torch's threads to the CPUs it was given.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from pipeline.errors import UserError
+from pipeline.point import FAILED, NOT_RUN, Outcome, PointJob, Progress, run_point
 
 if TYPE_CHECKING:
-    from pipeline.runner import Outcome, Planned, _Sweep
+    import torch
+
+    from pipeline.grid import GridPoint
+
+OnOutcome = Callable[[PointJob, Outcome], str]
+
+
+@dataclass
+class Planned:
+    """A grid point and the device it will run on, or why it cannot run."""
+
+    point: "GridPoint"
+    device: "torch.device | None"
+    reason: str = ""  # why the device is unavailable
+    hardware: str = ""  # what the run key names as the hardware (empty: the device's own name)
+    run_key: str = ""  # set by the runner once the data is known
+
+
+class Executor(Protocol):
+    def plan(self, planned: list[Planned]) -> list[Planned]: ...
+
+    def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Points one after another in this process, with progress on the terminal."""
+
+    def __init__(self, progress: Progress | None = None, point_function=run_point) -> None:
+        self.progress, self.point_function = progress or Progress(), point_function
+
+    def plan(self, planned: list[Planned]) -> list[Planned]:
+        return planned
+
+    def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]:
+        outcomes, stop = [], ""
+        for job in jobs:
+            if stop:
+                outcomes.append(Outcome(job.point, NOT_RUN, reason=stop))
+                continue
+            outcome = self.point_function(job, self.progress)
+            outcomes.append(outcome)
+            stop = on_outcome(job, outcome)
+        return outcomes
+
+    def close(self) -> None:
+        pass
 
 
 def _is_remote(address: str | None) -> bool:
     return bool(address) and address != "local"
 
 
-class RayCluster:
-    """Connects to (or starts) Ray and checks the sweep can run there before anything trains."""
+class RayExecutor:
+    """Points as Ray tasks on a cluster (joined, or started here). Checks at once that the sweep can
+    run there: a sqlite store cannot be shared by several nodes."""
 
-    def __init__(self, address: str | None, tracking_uri: str) -> None:
+    def __init__(self, address: str | None, tracking_uri: str, reporter) -> None:
         try:
             import ray
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install -e '.[ray]' (make setup installs it)") from None
         import logging
 
-        self.ray = ray
+        self.ray, self.reporter = ray, reporter
         self.started_here = not ray.is_initialized()
         if self.started_here:
             quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
             try:
-                if _is_remote(address):
-                    ray.init(address=address, **quiet)
-                else:
-                    ray.init(**quiet)
+                ray.init(address=address, **quiet) if _is_remote(address) else ray.init(**quiet)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise UserError(f"--ray-address {address}: cannot join the Ray cluster ({exc}); "
                                 "start it with `ray start --head` or drop --ray-address") from None
         self.nodes = len([n for n in ray.nodes() if n.get("Alive")])
         self.resources = ray.cluster_resources()
-        from pipeline.tracking import sqlite_path
+        from pipeline.store import sqlite_path
 
         if sqlite_path(tracking_uri) is not None and self.nodes > 1:
             self.close()
@@ -55,6 +106,24 @@ class RayCluster:
                 f"tracking store {tracking_uri} is a local sqlite file, which the {self.nodes} nodes of this Ray "
                 "cluster cannot share; start a tracking server (`pipeline server`) and pass --tracking-uri http://HOST:5000"
             )
+
+    def plan(self, planned: list[Planned]) -> list[Planned]:
+        """On Ray, a device is available when some node of the cluster has it, not this machine."""
+        import torch
+
+        result = []
+        for item in planned:
+            config = item.point.config
+            resources = task_resources(config)
+            reason = self.unsatisfiable(config.device, resources["num_gpus"], int(resources["num_cpus"]))
+            if reason:
+                result.append(Planned(item.point, None, reason))
+            elif item.device is not None:
+                result.append(item)
+            else:  # a device this driver lacks is known only by its kind; the run key says so
+                device = torch.device(config.device.split(":")[0])
+                result.append(Planned(item.point, device, hardware=f"ray cluster {config.device}"))
+        return result
 
     def unsatisfiable(self, device: str, gpus: float, cpus: int) -> str:
         """Why no node of the cluster can run a point, or '' when one can."""
@@ -67,86 +136,87 @@ class RayCluster:
             return f"needs {cpus} CPUs (1 + num_workers) but the Ray cluster has {self.resources.get('CPU', 0):g}"
         return ""
 
+    def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]:
+        """At most as many tasks in flight as the cluster has CPUs (each needs one), so that a stop
+        leaves the rest unsubmitted instead of cancelling tasks; every outcome reported as it lands."""
+        ray = self.ray
+        remote = ray.remote(_run_remote)
+        window = max(1, int(self.resources.get("CPU", 1)))
+        queue = list(enumerate(jobs))
+        pending: dict = {}
+        outcomes: dict[int, Outcome] = {}
+        stop = ""
+        self.reporter.note(f"submitted {len(jobs)} point(s) to Ray ({self.nodes} node(s), "
+                           f"{self.resources.get('CPU', 0):g} CPUs, {self.resources.get('GPU', 0):g} GPUs)")
+        try:
+            while queue or pending:
+                while queue and not stop and len(pending) < window:
+                    index, job = queue.pop(0)
+                    resources = task_resources(job.point.config)
+                    pending[remote.options(**resources, max_retries=0).remote(job, resources["num_cpus"])] = index
+                if stop:
+                    for index, job in queue:
+                        outcomes[index] = Outcome(job.point, NOT_RUN, reason=stop)
+                    queue = []
+                if not pending:
+                    break
+                # A timeout, so that Ctrl-C is noticed while every task is still running.
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                if not done:
+                    continue
+                index = pending.pop(done[0])
+                job = jobs[index]
+                try:
+                    outcome = ray.get(done[0])
+                except ray.exceptions.RayError as exc:
+                    outcome = Outcome(job.point, FAILED, reason=f"Ray task failed: {str(exc).splitlines()[0]}")
+                outcomes[index] = outcome
+                self.reporter.remote_done(outcome, len(outcomes), len(jobs))
+                stop = on_outcome(job, outcome) or stop
+        except KeyboardInterrupt:
+            self._stop_tasks(list(pending))
+            raise
+        return [outcomes[i] for i in range(len(jobs))]
+
+    def _stop_tasks(self, refs: list) -> None:
+        if self.started_here:
+            # Tasks die with the Ray instance that owns them. (ray.cancel of a task that is just
+            # finishing has crashed Ray's core worker here, so the instance is stopped instead.)
+            self.close()
+            return
+        for ref in refs:
+            self.ray.cancel(ref)  # raises KeyboardInterrupt in the task, which marks its run KILLED
+        self.ray.wait(refs, num_returns=len(refs), timeout=10)
+
     def close(self) -> None:
         if self.started_here and self.ray.is_initialized():
             self.ray.shutdown()
 
 
-def task_resources(item: "Planned") -> dict[str, float]:
-    config = item.point.config
+def task_resources(config) -> dict[str, float]:
     gpus = config.gpus_per_run if config.device.startswith("cuda") else 0
     return {"num_cpus": 1 + config.num_workers, "num_gpus": gpus}
 
 
-def _train_remote(payload: dict[str, Any]) -> "Outcome":
-    """Runs in a Ray worker: train and track one point, as the local executor would."""
+def _run_remote(job: PointJob, cpus: float) -> Outcome:
+    """Runs in a Ray worker (a process of its own): resolve the device there, then the point."""
+    import os
+
     import torch
 
-    from pipeline import data as data_mod
-    from pipeline.report import Reporter
-    from pipeline.runner import FAILED, Options, Outcome, _Sweep, plan
+    from pipeline.device import DeviceUnavailable, resolve
+    from pipeline.store import configure_process
 
-    torch.set_num_threads(max(1, int(payload["cpus"])))
-    os.environ["MLFLOW_TRACKING_URI"] = payload["tracking_uri"]
-    dataset = data_mod.load(payload["data_root"], payload["train_size"], payload["test_size"])
-    reporter = Reporter(quiet=True)
-    sweep = _Sweep(dataset, reporter, Options(**payload["options"]), payload["experiment"])
-    sweep.write_results = False  # the driver writes the results file: it may be on another node
-    sweep.parent_id = payload["parent_id"]
-    (item,) = plan([payload["point"]])
-    if item.device is None:
-        return Outcome(payload["point"], FAILED, reason=f"on node {os.uname().nodename}: {item.reason}")
-    item.run_key = payload["run_key"]
-    return sweep._run_point(item, payload["parent_id"], payload["position"])
-
-
-def run_on_ray(sweep: "_Sweep", cluster: RayCluster, todo: list["Planned"], parent_id: str | None) -> dict[int, "Outcome"]:
-    """Submit every point, report them as they finish; Ctrl-C cancels the rest and marks them KILLED."""
-    from pipeline import tracking
-    from pipeline.runner import FAILED, FINISHED, Outcome
-
-    ray = cluster.ray
-    remote = ray.remote(_train_remote)
-    options = asdict(replace(sweep.options, executor="local", ray_address=None))
-    pending = {}
-    for position, item in enumerate(todo, start=1):
-        resources = task_resources(item)
-        payload = {
-            "tracking_uri": tracking.absolute_store_uri(sweep.tracker.uri), "experiment": sweep.tracker.experiment_name,
-            "data_root": str(sweep.dataset.folder), "train_size": len(sweep.dataset.train),
-            "test_size": len(sweep.dataset.test), "options": options, "parent_id": parent_id,
-            "point": item.point, "run_key": item.run_key, "position": (position, len(todo)),
-            "cpus": resources["num_cpus"],
-        }
-        pending[remote.options(**resources, max_retries=0).remote(payload)] = item
-    sweep.reporter.note(f"submitted {len(pending)} point(s) to Ray ({cluster.nodes} node(s), "
-                        f"{cluster.resources.get('CPU', 0):g} CPUs, {cluster.resources.get('GPU', 0):g} GPUs)")
-    outcomes: dict[int, Outcome] = {}
+    configure_process()
+    torch.set_num_threads(max(1, int(cpus)))
     try:
-        while pending:
-            # A timeout, so that Ctrl-C is noticed while every task is still running.
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            if not done:
-                continue
-            item = pending.pop(done[0])
-            try:
-                outcome = ray.get(done[0])
-            except ray.exceptions.RayError as exc:
-                outcome = Outcome(item.point, FAILED, reason=f"Ray task failed: {str(exc).splitlines()[0]}")
-            outcomes[item.point.index] = outcome
-            sweep.reporter.remote_done(outcome, len(outcomes), len(todo))
-            if outcome.status == FINISHED:
-                sweep._append_result(item, outcome, logged=True)
-    except KeyboardInterrupt:
-        if cluster.started_here:
-            # Tasks die with the Ray instance that owns them. (ray.cancel of a task that is just
-            # finishing has crashed Ray's core worker here, so the instance is stopped instead.)
-            cluster.close()
-        else:
-            for ref in pending:
-                ray.cancel(ref)  # raises KeyboardInterrupt in the task, which marks its run KILLED
-            ray.wait(list(pending), num_returns=len(pending), timeout=10)
-        if parent_id:  # now no task can open or close a run any more
-            sweep.tracker.kill_running_children(parent_id)
-        raise
-    return outcomes
+        device = resolve(job.point.config.device)
+    except DeviceUnavailable as exc:
+        return Outcome(job.point, FAILED, reason=f"on node {os.uname().nodename}: {exc}")
+    return run_point(dataclasses.replace(job, device=str(device)))
+
+
+def open_executor(kind: str, ray_address: str | None, tracking_uri: str, reporter) -> Executor:
+    if kind == "ray":
+        return RayExecutor(ray_address, tracking_uri, reporter)
+    return LocalExecutor(reporter)

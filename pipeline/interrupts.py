@@ -1,10 +1,10 @@
 """Ctrl-C and SIGTERM that leave an honest store behind.
 
-A signal becomes an `Interrupted` exception so that the runner can mark its open runs KILLED. It
+A signal becomes an `Interrupted` exception so that whoever opened a run can mark it KILLED. It
 is never raised inside a tracking call: an exception thrown into the middle of a database write
 or a connection-pool checkout can leave a lock held and hang the clean-up that follows. A signal
-arriving there is held until the call returns. A second signal exits at once, after one quick
-attempt to mark the open runs.
+arriving there is held until the call returns. A second signal exits at once, after running the
+last-resort actions of every run still open (one quick attempt to mark each KILLED), newest first.
 """
 
 from __future__ import annotations
@@ -24,6 +24,17 @@ class Interrupted(KeyboardInterrupt):
 
 
 _state = threading.local()
+_last_resorts: list = []  # what a second signal does before exiting, newest last
+
+
+@contextlib.contextmanager
+def last_resort(action):
+    """While the block runs, a second signal calls `action` (e.g. mark this run KILLED) before exiting."""
+    _last_resorts.append(action)
+    try:
+        yield
+    finally:
+        _last_resorts.remove(action)
 
 
 def _depth() -> int:
@@ -45,7 +56,7 @@ def critical():
 
 
 @contextlib.contextmanager
-def handled(last_resort):
+def handled():
     """Turn SIGINT/SIGTERM into Interrupted for the duration; only the main thread can do this."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -54,7 +65,8 @@ def handled(last_resort):
 
     def handler(signum, frame):
         if received:
-            last_resort()
+            for action in reversed(_last_resorts):
+                action()
             os._exit(128 + signum)
         received.append(signum)
         if _depth() > 0:

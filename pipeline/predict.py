@@ -19,6 +19,22 @@ from pipeline.model import CLASSES
 SIDE = 28
 
 
+def check_inputs(device: str, images: tuple[Path, ...], split_options: bool) -> torch.device:
+    """The device to predict on, once the request makes sense: image files, or a dataset split."""
+    from pipeline.device import DeviceUnavailable, resolve
+
+    try:
+        target = resolve(device)
+    except DeviceUnavailable as exc:
+        raise UserError(f"--device {device}: {exc}") from None
+    if images and split_options:
+        raise UserError("give image files, or --data-dir/--limit for a dataset split, not both")
+    for path in images:
+        if not path.is_file():
+            raise UserError(f"{path}: no such image file")
+    return target
+
+
 def load(uri: str, device: torch.device) -> torch.nn.Module:
     """Any MLflow model URI (models:/name@alias, models:/m-..., runs:/id/model) as a torch module."""
     import mlflow.pytorch

@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline import tracking
 from pipeline.errors import UserError
+from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TAG_ROLE
+from pipeline.store import first_line, fluent_target
 
 KEY_PARAMS = ("device", "lr", "batch_size", "num_workers", "epochs", "seed")
 TAG_SOURCE_RUN = "pipeline.source_run"
@@ -57,11 +58,11 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
             if found is None:
                 raise UserError(f"no experiment {experiment!r} in {client.tracking_uri}; check --experiment")
             experiment_ids = [found.experiment_id]
-            where = f"tags.`{tracking.TAG_ROLE}` != 'sweep'"
+            where = f"tags.`{TAG_ROLE}` != 'sweep'"
             scope = f"experiment {experiment!r}"
         runs = client.search_runs(experiment_ids, f"{where} and attributes.status = 'FINISHED'", max_results=5000)
     except MlflowException as exc:
-        raise UserError(f"{client.tracking_uri}: {tracking.first_line(exc)}") from None
+        raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None
     if not runs:
         raise UserError(f"{scope} has no FINISHED training runs to register; train a grid first")
     scored = [r for r in runs if metric in r.data.metrics and not math.isnan(r.data.metrics[metric])]
@@ -70,6 +71,30 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
         raise UserError(f"--metric {metric}: no FINISHED run in {scope} has it; choose one of {', '.join(known)}")
     pick = max if mode == "max" else min
     return pick(scored, key=lambda r: r.data.metrics[metric])
+
+
+def finished_run(client, run_id: str):
+    """The run `run_id`, which must exist and be FINISHED to be registered."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise UserError(f"--run-id {run_id}: no such run in {client.tracking_uri}") from None
+    if run.info.status != "FINISHED":
+        raise UserError(f"--run-id {run_id}: the run is {run.info.status}, not FINISHED; register a finished run")
+    return run
+
+
+def best_of(client, run_ids: list[str], metric: str = "test_accuracy", mode: str = "max"):
+    """The best of the given FINISHED runs by `metric` (a sweep's points, trained now or before)."""
+    if not run_ids:
+        raise UserError("no run of the grid finished (and none was FINISHED before): nothing to register")
+    runs = [client.get_run(run_id) for run_id in run_ids]
+    scored = [r for r in runs if metric in r.data.metrics and not math.isnan(r.data.metrics[metric])]
+    if not scored:
+        raise UserError(f"no run of the grid has the metric {metric}: nothing to register")
+    return (max if mode == "max" else min)(scored, key=lambda r: r.data.metrics[metric])
 
 
 def model_id_of(client, run) -> str:
@@ -87,14 +112,21 @@ def model_id_of(client, run) -> str:
 
 def register(client, run, *, name: str, metric: str, alias: str = "champion", force: bool = False) -> Registration:
     """Register `run`'s model as a new version of `name` (unless it already is one) and alias it."""
-    from mlflow.exceptions import MlflowException
-
     if not name.strip():
         raise UserError("--name: give the registered model a name, e.g. fashion-cnn")
     check_alias(alias)
     model_id = model_id_of(client, run)
-    run_id = run.info.run_id
     value = run.data.metrics.get(metric, math.nan)
+    # MLflow resolves the version's `models:/m-...` source through its fluent tracking URI.
+    with fluent_target(client.tracking_uri, run.info.experiment_id):
+        return _register(client, run, model_id, name=name, metric=metric, value=value, alias=alias, force=force)
+
+
+def _register(client, run, model_id: str, *, name: str, metric: str, value: float, alias: str,
+              force: bool) -> Registration:
+    from mlflow.exceptions import MlflowException
+
+    run_id = run.info.run_id
     try:
         try:
             client.create_registered_model(name, description="Fashion-MNIST CNN trained by `pipeline`")
@@ -105,14 +137,22 @@ def register(client, run, *, name: str, metric: str, alias: str = "champion", fo
         created = force or not existing
         if created:
             tags: dict[str, Any] = {TAG_SOURCE_RUN: run_id, TAG_METRIC: metric, metric: value,
-                                    "hardware": run.data.tags.get(tracking.TAG_HARDWARE, "")}
+                                    "hardware": run.data.tags.get(TAG_HARDWARE, "")}
             tags.update({k: run.data.params[k] for k in KEY_PARAMS if k in run.data.params})
-            tags["device_used"] = run.data.tags.get(tracking.TAG_DEVICE, run.data.params.get("device", ""))
+            tags["device_used"] = run.data.tags.get(TAG_DEVICE, run.data.params.get("device", ""))
             version = client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id,
                                                   tags={k: str(v) for k, v in tags.items()}, model_id=model_id)
         else:
             version = max(existing, key=lambda v: int(v.version))
         client.set_registered_model_alias(name, alias, version.version)
     except MlflowException as exc:
-        raise UserError(f"registering {name!r}: {tracking.first_line(exc)}") from None
+        raise UserError(f"registering {name!r}: {first_line(exc)}") from None
     return Registration(name, str(version.version), alias, run_id, metric, value, created)
+
+
+def register_best(tracking_uri: str, run_ids: list[str], name: str, metric: str = "test_accuracy") -> Registration:
+    """`pipeline run --register NAME`: the best of a grid's FINISHED points, trained now or before."""
+    from pipeline.store import open_client
+
+    client = open_client(tracking_uri)
+    return register(client, best_of(client, run_ids, metric), name=name, metric=metric)

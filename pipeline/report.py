@@ -19,10 +19,29 @@ if TYPE_CHECKING:
 
     from pipeline.compare import Comparison
     from pipeline.config import GridSpec
+    from pipeline.executors import Planned
     from pipeline.grid import GridPoint
-    from pipeline.runner import Outcome, Planned, SweepResult
+    from pipeline.point import Outcome
+    from pipeline.runner import SweepResult
     from pipeline.tracking import Tracker
     from pipeline.train import EpochStats
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def grid_table(spec: "GridSpec", rows: Sequence[tuple["GridPoint", str]], title: str, last: str) -> Table:
+    """One row per grid point: its index, the grid's settings, and a last column (`last`)."""
+    table = Table(title=title)
+    table.add_column("#", justify="right")
+    for key, _ in spec.axes:
+        table.add_column(key)
+    table.add_column(last)
+    for point, cell in rows:
+        values = point.config.as_params()
+        table.add_row(str(point.index), *(format_value(values[k]) for k, _ in spec.axes), cell)
+    return table
 
 
 def make_console() -> Console:
@@ -45,17 +64,23 @@ class Reporter:
 
     # --- before training ----------------------------------------------------------------------------
 
-    def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path") -> None:
-        table = Table(title=f"{spec.path}: {len(planned)} grid points (dry run, nothing trained)")
-        table.add_column("#", justify="right")
-        for key, _ in spec.axes:
-            table.add_column(key)
-        table.add_column("runs on")
+    def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path",
+             done: dict[int, "Outcome"]) -> None:
+        """--dry-run: where each point would run, or why it would not."""
+        rows = []
         for item in planned:
-            values = item.point.config.as_params()
-            where = str(item.device) if item.device is not None else f"[yellow]skipped[/]: {item.reason}"
-            table.add_row(str(item.point.index), *(format_value(values[k]) for k, _ in spec.axes), where)
-        self.console.print(table)
+            if item.device is None:
+                where = f"[yellow]skipped[/]: {item.reason}"
+            elif item.point.index in done:
+                where = f"[green]DONE[/]: {done[item.point.index].reason}"
+            else:
+                where = str(item.device)
+            rows.append((item.point, where))
+        title = f"{spec.path}: {plural(len(planned), 'grid point')} (dry run, nothing trained)"
+        self.console.print(grid_table(spec, rows, title, "runs on"))
+        if done:
+            self.console.print(f"{len(done)} of {len(planned)} already FINISHED here would be skipped; "
+                               "--rerun trains them again")
         self.console.print(f"experiment: {spec.experiment}   data: {data_folder}")
 
     def data(self, description: str) -> None:
@@ -67,15 +92,10 @@ class Reporter:
     def sweep_start(self, tracker: "Tracker", parent_id: str, size: int) -> None:
         self.console.print(
             f"experiment {tracker.experiment_name!r} (id {tracker.experiment_id}), parent run {parent_id}, "
-            f"{size} grid points, store {tracker.uri}"
+            f"{plural(size, 'grid point')}, store {tracker.uri}"
         )
 
     # --- during training ------------------------------------------------------------------------------
-
-    def skipped(self, point: "GridPoint", reason: str) -> None:
-        said = reason in self._reasons_said
-        self._reasons_said.add(reason)
-        self.console.print(f"[yellow]skip[/] [{point.index}] {point.name}: {'same reason' if said else reason}")
 
     def run_start(self, point: "GridPoint", device: str, index: int, total: int) -> None:
         self.console.print(f"[bold]run {index}/{total}[/] [{point.index}] {point.name} on {device}")
@@ -117,12 +137,10 @@ class Reporter:
         self.console.print(f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: "
                            f"{_status(outcome.status)} {result}")
 
-    def tracking_down(self, error: str, state_dir: "Path") -> None:
-        from pipeline.tracking import RESULTS_FILE
-
+    def tracking_down(self, error: str, results_file: "Path") -> None:
         self.console.print(
             f"[red]The tracking store stopped answering[/] ({error}). Finished training results are in "
-            f"{state_dir / RESULTS_FILE}. When the store is back: `pipeline relog` logs the ones marked "
+            f"{results_file}. When the store is back: `pipeline relog` logs the ones marked "
             "unlogged, and running the same grid again trains only what is missing."
         )
 
@@ -154,37 +172,14 @@ class Reporter:
 
     def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker",
                 comparison: "Comparison | None" = None) -> None:
-        keys = [k for k, _ in axes]
-        if "device" not in keys:
-            keys.append("device")
-        table = Table(title="Results")
-        table.add_column("#", justify="right")
-        for key in keys:
-            table.add_column(key)
-        for name in ("train loss", "train acc", "test loss", "test acc", "epoch s", "run s"):
-            table.add_column(name, justify="right")
-        table.add_column("status")
-        for o in result.outcomes:
-            values = o.point.config.as_params()
-            cells = [format_value(values[k]) for k in keys]
-            if o.device and o.device != values["device"]:
-                cells[keys.index("device")] = f"{values['device']} ({o.device})"
-            f = o.final
-            numbers = (
-                [f"{f.train_loss:.4f}", f"{f.train_accuracy:.4f}", f"{f.test_loss:.4f}", f"{f.test_accuracy:.4f}",
-                 f"{o.mean_epoch_s:.2f}", f"{o.run_duration_s:.2f}" if o.run_duration_s is not None else "-"]
-                if f else ["-"] * 6
-            )
-            table.add_row(str(o.point.index), *cells, *numbers, _status(o.status))
-        self.console.print(table)
-
+        self.console.print(results_table(axes, result))
         counts = {}
         for o in result.outcomes:
             counts[o.status] = counts.get(o.status, 0) + 1
         self.console.print(", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
         grouped: dict[tuple[str, str], list[str]] = {}
         for o in result.outcomes:
-            if o.status in ("SKIPPED", "FAILED", "KILLED", "NOT RUN"):
+            if o.status in ("SKIPPED", "FAILED", "KILLED", "NOT RUN", "UNLOGGED"):
                 grouped.setdefault((o.status, o.reason), []).append(f"#{o.point.index}")
         for (status, reason), where in grouped.items():
             self.console.print(f"  {status.lower()} {', '.join(where)}: {reason}")
@@ -198,7 +193,55 @@ class Reporter:
         self.console.print(f"then browse to       {url}")
 
 
+def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> Table:
+    """One row per point: its settings, final numbers, mean epoch time and status."""
+    keys = [k for k, _ in axes]
+    if "device" not in keys:
+        keys.append("device")
+    table = Table(title="Results")
+    table.add_column("#", justify="right")
+    for key in keys:
+        table.add_column(key)
+    for name in ("train loss", "train acc", "test loss", "test acc", "epoch s", "run s"):
+        table.add_column(name, justify="right")
+    table.add_column("status")
+    for o in result.outcomes:
+        values = o.point.config.as_params()
+        cells = [format_value(values[k]) for k in keys]
+        if o.device and o.device != values["device"]:
+            cells[keys.index("device")] = f"{values['device']} ({o.device})"
+        f = o.final
+        numbers = (
+            [f"{f.train_loss:.4f}", f"{f.train_accuracy:.4f}", f"{f.test_loss:.4f}", f"{f.test_accuracy:.4f}",
+             f"{o.mean_epoch_s:.2f}", f"{o.run_duration_s:.2f}" if o.run_duration_s is not None else "-"]
+            if f else ["-"] * 6
+        )
+        table.add_row(str(o.point.index), *cells, *numbers, _status(o.status))
+    return table
+
+
+def class_accuracy_table(title: str, per_class: Sequence[tuple[str, int, float]]) -> Table:
+    table = Table(title=title)
+    for column in ("class", "examples", "accuracy"):
+        table.add_column(column, justify="left" if column == "class" else "right")
+    for name, count, value in per_class:
+        table.add_row(name, str(count), "-" if count == 0 else f"{value:.4f}")
+    return table
+
+
+def devices_table(found: Sequence[Any]) -> Table:
+    """`pipeline devices`: each device, its hardware, and whether a tiny op on it worked."""
+    import torch
+
+    table = Table(title=f"torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'}")
+    for column in ("device", "hardware", "detail", "works"):
+        table.add_column(column)
+    for d in found:
+        table.add_row(d.name, d.hardware, d.detail, "yes" if d.works else f"no: {d.error}")
+    return table
+
+
 def _status(status: str) -> str:
     colour = {"FINISHED": "green", "DONE": "green", "FAILED": "red", "NOT RUN": "red", "KILLED": "yellow",
-              "SKIPPED": "yellow"}.get(status, "")
+              "SKIPPED": "yellow", "UNLOGGED": "yellow"}.get(status, "")
     return f"[{colour}]{status}[/]" if colour else status

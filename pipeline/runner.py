@@ -1,43 +1,37 @@
-"""Orchestrates a grid: plan devices, load data once, then one tracked run per grid point.
+"""A sweep's story: plan, skip what is done, open the parent, run the jobs, close the parent, compare, summarise.
 
-Bad input (grid, device with --require-devices, data, tracking store) raises UserError before any
-MLflow run exists. Points that already have a FINISHED run with the same run key (settings, data,
-host, hardware) are skipped unless --rerun. A failure inside one run marks that run FAILED with its
-reason and the grid goes on (or stops, with --fail-fast). Ctrl-C or SIGTERM marks the current run
-and the parent KILLED; a second one exits at once. Finished results are also appended to a local
-JSONL file, so a tracking outage loses no training.
+Bad input (grid, device with --require-devices, data, tracking store, Ray) raises UserError before
+any MLflow run or experiment exists. Points that already have a FINISHED run with the same run key
+(settings, data, host, hardware) are DONE unless --rerun. Each point is a `PointJob` that an
+executor runs through `point.run_point`; what happens inside one run is that function's concern.
+Every trained point is also appended to the local results file, so a tracking outage loses no
+training. Ctrl-C or SIGTERM marks the current run and the parent KILLED; a second one exits at once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
-import json
 import os
 import socket
-import statistics
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from pipeline import interrupts
+from pipeline import interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
+from pipeline.executors import Executor, Planned, open_executor
 from pipeline.grid import GridPoint, config_hash, expand
+from pipeline.names import CHECKPOINT_DIR, TAG_DEVICE, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
+from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
+                            PointJob, with_position)
 
 if TYPE_CHECKING:
-    import torch
-
     from pipeline.data import Dataset
     from pipeline.report import Reporter
     from pipeline.tracking import Tracker
-    from pipeline.train import EpochStats
-
-FINISHED, FAILED, KILLED, SKIPPED = "FINISHED", "FAILED", "KILLED", "SKIPPED"
-DONE = "DONE"  # already FINISHED in an earlier sweep: not trained again
-NOT_RUN = "NOT RUN"  # left out after --fail-fast or a tracking outage
 
 
 @dataclass(frozen=True)
@@ -58,42 +52,42 @@ class Options:
 
 
 @dataclass
-class Outcome:
-    point: GridPoint
-    status: str
-    device: str = ""  # the device actually used, e.g. "cpu" or "cuda:0"
-    reason: str = ""
-    run_id: str | None = None
-    epochs: list["EpochStats"] = field(default_factory=list)
-    run_duration_s: float | None = None
-
-    @property
-    def final(self) -> "EpochStats | None":
-        return self.epochs[-1] if self.epochs else None
-
-    @property
-    def mean_epoch_s(self) -> float | None:
-        return statistics.fmean(e.epoch_duration_s for e in self.epochs) if self.epochs else None
-
-
-@dataclass
-class Planned:
-    point: GridPoint
-    device: "torch.device | None"
-    reason: str = ""  # why the device is unavailable
-    run_key: str = ""
-    hardware: str = ""  # when known before the run (Ray: a device the driver itself lacks)
-
-
-@dataclass
 class SweepResult:
     outcomes: list[Outcome]
     experiment_id: str | None = None
     parent_run_id: str | None = None
+    tracking_uri: str | None = None
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(o.status in (FAILED, NOT_RUN) for o in self.outcomes) else 0
+        return 1 if any(o.status in (FAILED, NOT_RUN, UNLOGGED) for o in self.outcomes) else 0
+
+    @property
+    def recorded_run_ids(self) -> list[str]:
+        """Runs of this grid's points that are FINISHED in the store, trained now or before (DONE)."""
+        return [o.run_id for o in self.outcomes if o.status in (FINISHED, DONE) and o.run_id]
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """What every step of one invocation shares."""
+
+    tracker: "Tracker"
+    reporter: "Reporter"
+    options: Options
+    data: DataRef
+    identity: dict
+    state_dir: Path
+
+    def job(self, item: Planned, parent_id: str | None, adopt: str | None = None) -> PointJob:
+        checkpoint = self.state_dir / CHECKPOINT_DIR / f"{item.run_key}.pt"
+        return PointJob(
+            point=item.point, device=str(item.device), run_key=item.run_key, tracking_uri=self.tracker.uri,
+            experiment_id=self.tracker.experiment_id, experiment_name=self.tracker.experiment_name, data=self.data,
+            parent_run_id=parent_id, adopt_run_id=adopt, checkpoint=str(checkpoint),
+            save_checkpoints=self.options.checkpoint, resume=self.options.checkpoint and not self.options.rerun,
+            system_metrics=self.options.system_metrics,
+        )
 
 
 def plan(points: Sequence[GridPoint]) -> list[Planned]:
@@ -109,397 +103,223 @@ def plan(points: Sequence[GridPoint]) -> list[Planned]:
     return planned
 
 
-def run_key(config: RunConfig, dataset: "Dataset", hardware: str) -> str:
+def run_key(config: RunConfig, identity: dict, hardware: str) -> str:
     """A point's identity: its settings, the data, and where it was measured (host, hardware).
     The same settings timed on another machine are a different measurement, not a duplicate."""
-    return config_hash(config, **dataset.identity, host=socket.gethostname(), hardware=hardware)
+    return config_hash(config, **identity, host=socket.gethostname(), hardware=hardware)
 
 
-def _check_store(options: Options) -> None:
-    """Fail in seconds on a store that cannot be used, before decoding data or training."""
-    from pipeline.tracking import sqlite_path, check_reachable, open_client, resolve_tracking_uri
+def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
+             executor: Executor | None = None) -> SweepResult:
+    """Train every point of `spec` under one parent run; returns what happened to each point."""
+    if options.ray_address and options.executor != "ray":
+        raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
+    planned = plan(expand(spec))
+    if options.require_devices:
+        _require_devices(planned)
+    options = Options(**{**asdict(options), "checkpoint": options.checkpoint or spec.checkpoint})
+    if options.dry_run:
+        return _dry_run(spec, planned, reporter, options)
+    uri, dataset = _check_inputs(options, options.data_dir or spec.data.root, spec.data.train_size, spec.data.test_size)
+    reporter.data(dataset.description)
+    executor = executor or open_executor(options.executor, options.ray_address, uri, reporter)
+    try:  # Ray is up (or refused) before the experiment exists: a failed start leaves nothing behind
+        sweep = _open_sweep(uri, options.experiment or spec.experiment, dataset, reporter, options)
+        if _project_run_id() and options.experiment is None and spec.experiment != sweep.tracker.experiment_name:
+            reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
+                          f"{sweep.tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
+        return _run_sweep(sweep, spec, executor.plan(planned), executor)
+    finally:
+        executor.close()
 
-    uri = resolve_tracking_uri(options.tracking_uri)
+
+def run_single(config: RunConfig, reporter: "Reporter", options: Options = Options()) -> SweepResult:
+    """One run (`pipeline train`): a top-level run, or the `mlflow run` project run itself.
+    It always trains: it is one explicit run, not a point of a sweep that may be done."""
+    from pipeline.executors import LocalExecutor
+    from pipeline.grid import format_value
+
+    values = config.as_params()
+    name = " ".join(f"{k}={format_value(values[k])}" for k in ("lr", "batch_size", "num_workers", "device"))
+    (item,) = plan([GridPoint(1, config, name)])
+    if item.device is None:
+        raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto")
+    uri, dataset = _check_inputs(options, options.data_dir, None, None)
+    reporter.data(dataset.description)
+    sweep = _open_sweep(uri, options.experiment or "train", dataset, reporter, options)
+    item.run_key = run_key(config, sweep.identity, _hardware(item))
+    job = sweep.job(item, parent_id=None, adopt=_project_run_id())
+    with interrupts.handled():
+        (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
+    result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
+    reporter.summary(tuple((k, (v,)) for k, v in values.items()), result, sweep.tracker)
+    return result
+
+
+# --- the steps --------------------------------------------------------------------------------------
+
+
+def _check_inputs(options: Options, data_root: str | None, train_size: int | None, test_size: int | None):
+    """Fail in seconds on a store that cannot be used, then load (and verify) the data once."""
+    from pipeline import data as data_mod
+    from pipeline.store import absolute_store_uri, check_reachable, open_client, resolve_tracking_uri, sqlite_path
+
+    uri = absolute_store_uri(resolve_tracking_uri(options.tracking_uri))
     if sqlite_path(uri) is not None:
         check_reachable(uri)  # its folder exists; the file itself is only created once data is found
     else:
         open_client(uri)
+    return uri, data_mod.load(data_root, train_size, test_size)
 
 
-def _require_devices(planned: Sequence[Planned]) -> None:
-    missing = [p for p in planned if p.device is None]
-    if missing:
-        reasons = sorted({p.reason for p in missing})
-        raise UserError(
-            f"{len(missing)} of {len(planned)} grid points need a device this machine lacks: "
-            f"{'; '.join(reasons)}. Drop those devices from the grid, or run without --require-devices to skip them"
-        )
+def _open_sweep(uri: str, experiment: str, dataset: "Dataset", reporter: "Reporter", options: Options) -> _Sweep:
+    from pipeline.liveness import reap_orphans
+    from pipeline.store import local_state_dir
+    from pipeline.tracking import Tracker
+
+    tracker = Tracker.open(uri, experiment, _project_run_id())
+    reaped = reap_orphans(tracker.client, tracker.experiment_id, spare=_project_run_id())
+    if reaped:
+        reporter.note(f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: "
+                      f"{', '.join(reaped)}")
+    data = DataRef(str(dataset.folder), len(dataset.train), len(dataset.test))
+    return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri))
 
 
-def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options()) -> SweepResult:
-    """Train every point of `spec` under one parent run; returns what happened to each point."""
-    from pipeline import data as data_mod
-
-    planned = plan(expand(spec))
-    if options.require_devices:
-        _require_devices(planned)
-    data_root = options.data_dir or spec.data.root
-    if options.dry_run:
-        folder, _ = data_mod.locate(data_root)
-        reporter.plan(spec, planned, folder)
-        return SweepResult([Outcome(p.point, SKIPPED, reason="dry run") for p in planned])
-    _check_store(options)
-    dataset = data_mod.load(data_root, spec.data.train_size, spec.data.test_size)
-    options = Options(**{**asdict(options), "checkpoint": options.checkpoint or spec.checkpoint})
-    return _Sweep(dataset, reporter, options, options.experiment or spec.experiment).run(planned, spec)
-
-
-def run_single(config: RunConfig, reporter: "Reporter", options: Options = Options()) -> SweepResult:
-    """One run (`pipeline train`): a top-level run, or the `mlflow run` project run itself."""
-    from pipeline import data as data_mod
-
-    values = config.as_params()
-    name = " ".join(f"{k}={values[k]}" for k in ("lr", "batch_size", "num_workers", "device"))
-    (item,) = plan([GridPoint(1, config, name)])
-    if item.device is None:
-        raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto")
-    _check_store(options)
-    dataset = data_mod.load(options.data_dir)
-    options = Options(**{**asdict(options), "rerun": True})  # `train` always trains: it is one explicit run
-    return _Sweep(dataset, reporter, options, options.experiment or "train").run([item], None)
-
-
-class _Sweep:
-    """One invocation: the tracker, the data, and the runs it has open (for honest interrupts)."""
-
-    def __init__(self, dataset: "Dataset", reporter: "Reporter", options: Options, experiment: str) -> None:
-        from pipeline.tracking import Tracker, local_state_dir, resolve_tracking_uri
-
-        self.dataset, self.reporter, self.options = dataset, reporter, options
-        reporter.data(dataset.description)
-        self.tracker: Tracker = Tracker(resolve_tracking_uri(options.tracking_uri), experiment)
-        self.state_dir = local_state_dir(self.tracker.uri)
-        self.open_runs: list[str] = []  # parent first, then the current child
-        self.parent_id: str | None = None
-        self.write_results = True  # a Ray worker leaves the results file to the driver
-
-    def run(self, planned: list[Planned], spec: GridSpec | None) -> SweepResult:
-        tracker, reporter = self.tracker, self.reporter
-        reaped = tracker.reap_orphans()
-        if reaped:
-            reporter.note(f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: "
-                          f"{', '.join(reaped)}")
-        if spec is not None and tracker.resumed_run_id and self.options.experiment is None \
-                and spec.experiment != tracker.experiment_name:
-            reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
-                          f"{tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
-        cluster = None
-        if self.options.executor == "ray":
-            from pipeline.executors import RayCluster
-
-            cluster = RayCluster(self.options.ray_address, tracker.uri)
-            planned = _plan_for_cluster(planned, cluster)
-        try:
-            return self._run(planned, spec, cluster)
-        finally:
-            if cluster is not None:
-                cluster.close()
-
-    def _run(self, planned: list[Planned], spec: GridSpec | None, cluster) -> SweepResult:
-        from pipeline.tracking import TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
-
-        tracker, reporter = self.tracker, self.reporter
-        outcomes = self._skip_done(planned)
-        todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
-
-        parent_id, adopted = None, False
-        if spec is not None and todo:
-            name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
-            parent_id, adopted = tracker.adopt_or_start(
-                name, {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path), TAG_GRID_SIZE: str(len(planned))})
-            self.open_runs.append(parent_id)
-            self.parent_id = parent_id
-            with contextlib.suppress(OSError):
-                tracker.client.log_text(parent_id, spec.path.read_text(encoding="utf-8"), f"grid/{spec.path.name}")
-            reporter.sweep_start(tracker, parent_id, len(planned))
-
-        from pipeline.tracking import TrackingUnavailable
-
-        stop = ""
-        try:
-            with interrupts.handled(self._last_resort):
-                if cluster is not None:
-                    from pipeline.executors import run_on_ray
-
-                    outcomes.update(run_on_ray(self, cluster, todo, parent_id))
-                    todo = []
-                for position, item in enumerate(todo, start=1):
-                    if stop:
-                        outcomes[item.point.index] = Outcome(item.point, NOT_RUN, reason=stop)
-                        continue
-                    outcome = self._run_point(item, parent_id, (position, len(todo)))
-                    outcomes[item.point.index] = outcome
-                    if outcome.status == FAILED and self.options.fail_fast:
-                        stop = f"not run: --fail-fast after #{item.point.index} failed"
-        except TrackingUnavailable as exc:
-            stop = f"not run: the tracking store went down ({exc})"
-            for item in todo:
-                outcomes.setdefault(item.point.index, Outcome(item.point, NOT_RUN, reason=stop))
-            reporter.tracking_down(str(exc), self.state_dir)
-        except KeyboardInterrupt:
-            if parent_id:
-                self._close(parent_id, KILLED)
-            raise
-        for item in planned:
-            if item.device is None:
-                outcomes[item.point.index] = Outcome(item.point, SKIPPED, reason=item.reason)
-        result = SweepResult([outcomes[p.point.index] for p in planned], tracker.experiment_id, parent_id)
-        comparison = None
-        if parent_id and not stop.startswith("not run: the tracking"):
-            comparison = _log_comparison(tracker, parent_id, reporter)
-            if not adopted:  # `mlflow run` ends its own run from our exit code
-                self._close(parent_id, FAILED if result.exit_code else FINISHED)
-        axes = spec.axes if spec is not None else tuple((k, (v,)) for k, v in planned[0].point.config.as_params().items())
-        reporter.summary(axes, result, tracker, comparison)
-        return result
-
-    def _skip_done(self, planned: list[Planned]) -> dict[int, Outcome]:
-        """Outcomes for the points already FINISHED with the same run key (none with --rerun)."""
-        from pipeline.device import hardware_name
-
-        for item in planned:
-            if item.device is not None:
-                item.run_key = run_key(item.point.config, self.dataset, item.hardware or hardware_name(item.device))
-        if self.options.rerun:
-            return {}
-        finished = self.tracker.finished_runs()
-        done = {}
-        for item in planned:
-            previous = finished.get(item.run_key) if item.device is not None else None
-            if previous is not None:
-                done[item.point.index] = _outcome_of_finished(item, previous)
-        if done:
-            self.reporter.note(f"{len(done)} of {len(planned)} points already have a FINISHED run here "
-                               "(same settings, data, host and hardware): skipped; --rerun trains them again")
-        return done
-
-    def _close(self, run_id: str, status: str) -> None:
-        self.tracker.end_run(run_id, status)
-        if run_id in self.open_runs:
-            self.open_runs.remove(run_id)
-
-    def _last_resort(self) -> None:
-        """A second Ctrl-C: mark what is open KILLED with one quick call each, no retries."""
-        for run_id in reversed(self.open_runs):
-            self.tracker.end_run(run_id, KILLED, quick=True)
-
-    def _checkpoint_path(self, item: Planned) -> Path | None:
-        from pipeline.tracking import CHECKPOINT_DIR
-
-        return self.state_dir / CHECKPOINT_DIR / f"{item.run_key}.pt" if self.options.checkpoint else None
-
-    def _run_point(self, item: Planned, parent_id: str | None, position: tuple[int, int]) -> Outcome:
-        """Train and track one grid point. Exceptions become a FAILED run; Ctrl-C a KILLED one."""
-        import torch
-
-        from pipeline import tracking
-        from pipeline.device import hardware_name
-        from pipeline.train import fit
-
-        tracker, dataset, reporter = self.tracker, self.dataset, self.reporter
-        point, device = item.point, item.device
-        outcome = Outcome(point, FAILED, device=str(device))
-        checkpoint = self._checkpoint_path(item)
-        resume = _load_checkpoint(checkpoint, device)
-        tags = {
-            tracking.TAG_ROLE: "point" if parent_id else "single",
-            tracking.TAG_DEVICE: str(device),
-            tracking.TAG_HARDWARE: hardware_name(device),
-            tracking.TAG_TORCH: torch.__version__,
-            tracking.TAG_CUDA: torch.version.cuda or "none",
-            tracking.TAG_CONFIG_HASH: config_hash(point.config, **dataset.identity),
-            tracking.TAG_RUN_KEY: item.run_key,
-            tracking.TAG_DATA: dataset.description,
-        }
-        if resume is not None:
-            tags[tracking.TAG_RESUMED_FROM] = str(resume["epoch"])
-            tags["pipeline.resumed_from_run"] = resume.get("run_id", "")
-        if parent_id is None:
-            run_id, _ = tracker.adopt_or_start(point.name, tags)
-        else:
-            run_id = tracker.start_run(point.name, parent_id, tags)
-        self.open_runs.append(run_id)
-        outcome.run_id = run_id
-        tracker.log_params(run_id, {**point.config.as_params(), "train_size": len(dataset.train),
-                                    "test_size": len(dataset.test)})
-        reporter.run_start(point, str(device), *position)
-        if resume is not None:
-            from pipeline.train import EpochStats
-
-            outcome.epochs = [EpochStats(**e) for e in resume["epochs"]]  # logged again by model_ready
-            reporter.note(f"resuming from the checkpoint after epoch {resume['epoch']} ({checkpoint})")
-        hooks = _RunHooks(self, point, run_id, outcome, checkpoint)
-        try:
-            with tracker.system_metrics(run_id, self.options.system_metrics):
-                result = fit(point.config, dataset, device, hooks, resume=resume)
-            outcome.run_duration_s = result.duration_s
-            if hooks.tracking_error is not None:
-                raise hooks.tracking_error
-            tracker.log_run_duration(run_id, result.duration_s)
-            tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy())
-            outcome.status = FINISHED
-        except KeyboardInterrupt:
-            outcome.status, outcome.reason = KILLED, "interrupted"
-            reporter.epoch_done()
-            self._close(run_id, KILLED)
-            reporter.run_end(outcome)
-            raise
-        except tracking.TrackingUnavailable:
-            outcome.reason = "the tracking store went down; results kept locally"
-            self._append_result(item, outcome, logged=False)
-            tracker.end_run(run_id, FAILED, quick=True)
-            raise
-        except Exception as exc:  # one run's failure must not stop the grid
-            outcome.reason = _failure_reason(exc, point.config)
-            tracker.log_failure(run_id, exc, outcome.reason)
-            _free_device_memory(device)
-        finally:
-            reporter.epoch_done()
-        self._close(run_id, outcome.status)
-        if outcome.status == FINISHED:
-            if self.write_results:
-                self._append_result(item, outcome, logged=True)
-            if checkpoint is not None:
-                checkpoint.unlink(missing_ok=True)
-        reporter.run_end(outcome)
-        return outcome
-
-    def _append_result(self, item: Planned, outcome: Outcome, logged: bool) -> None:
-        """One JSON line per finished run beside the store: the results survive a tracking outage."""
-        from pipeline import tracking
-
-        line = {
-            "time": datetime.now().isoformat(timespec="seconds"), "logged": logged,
-            "tracking_uri": tracking.absolute_store_uri(self.tracker.uri),
-            "experiment": self.tracker.experiment_name, "parent_run_id": self.parent_id,
-            "run_id": outcome.run_id, "name": item.point.name, "run_key": item.run_key,
-            "device": outcome.device, "params": {**item.point.config.as_params(), **self.dataset.identity},
-            "run_duration_s": outcome.run_duration_s, "epochs": [asdict(e) for e in outcome.epochs],
-        }
-        with open(self.state_dir / tracking.RESULTS_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
-
-
-class _RunHooks:
-    """What the training loop reports, sent to MLflow, the screen and the checkpoint file."""
-
-    def __init__(self, sweep: _Sweep, point: GridPoint, run_id: str, outcome: Outcome, checkpoint: Path | None):
-        self.sweep, self.point, self.run_id, self.outcome = sweep, point, run_id, outcome
-        self.checkpoint = checkpoint
-        self.checkpointing = checkpoint is not None
-        self.tracking_error: Exception | None = None  # training goes on; results are kept locally
-
-    def _track(self, call, *args) -> None:
-        from pipeline.tracking import TrackingUnavailable
-
-        if self.tracking_error is None:
-            try:
-                call(*args)
-            except TrackingUnavailable as exc:
-                self.tracking_error = exc
-
-    def model_ready(self, model) -> None:
-        images = self.sweep.dataset.train.images[: min(self.point.config.batch_size, 64)]
-        self._track(self.sweep.tracker.log_network, self.run_id, model, images)
-        for stats in self.outcome.epochs:  # epochs restored from a checkpoint: log them again here
-            self._track(self.sweep.tracker.log_epoch, self.run_id, stats)
-
-    def epoch_start(self, epoch: int, steps: int) -> None:
-        self.sweep.reporter.epoch_start(epoch, self.point.config.epochs, steps)
-
-    def step(self) -> None:
-        self.sweep.reporter.step()
-
-    def epoch_end(self, stats: "EpochStats") -> None:
-        self.outcome.epochs.append(stats)
-        self._track(self.sweep.tracker.log_epoch, self.run_id, stats)
-        self.sweep.reporter.epoch_end(stats, self.point.config.epochs)
-
-    def save_state(self, state: dict) -> None:
-        import torch
-
-        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.checkpoint.with_suffix(".tmp")
-        torch.save({**state, "run_id": self.run_id}, temporary)
-        os.replace(temporary, self.checkpoint)  # an interrupted write never spoils the last good one
-
-
-def _plan_for_cluster(planned: list[Planned], cluster) -> list[Planned]:
-    """On Ray, a device is available when some node of the cluster has it, not this machine."""
-    import torch
-
-    from pipeline.device import hardware_name
-    from pipeline.executors import task_resources
-
-    result = []
+def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor) -> SweepResult:
+    tracker, reporter = sweep.tracker, sweep.reporter
     for item in planned:
-        config = item.point.config
-        resources = task_resources(item)
-        reason = cluster.unsatisfiable(config.device, resources["num_gpus"], int(resources["num_cpus"]))
-        if reason:
-            result.append(Planned(item.point, None, reason))
-            continue
-        # The run key names the hardware; a device this driver lacks is known only by its kind.
-        device = item.device if item.device is not None else torch.device(config.device.split(":")[0])
-        hardware = hardware_name(device) if item.device is not None else f"ray cluster {config.device}"
-        result.append(Planned(item.point, device, hardware=hardware))
+        if item.device is not None:
+            item.run_key = run_key(item.point.config, sweep.identity, _hardware(item))
+    outcomes = _already_done(sweep, planned)
+    todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
+    parent_id, adopted = _open_parent(sweep, spec, len(planned)) if todo else (None, False)
+    jobs = [with_position(sweep.job(item, parent_id), n, len(todo)) for n, item in enumerate(todo, start=1)]
+    closing = interrupts.last_resort(lambda: tracker.end_run(parent_id, KILLED, quick=True)) \
+        if parent_id else contextlib.nullcontext()
+    try:
+        with interrupts.handled(), closing:
+            ran = executor.run(jobs, lambda job, outcome: _keep(sweep, job, outcome))
+    except KeyboardInterrupt:
+        if parent_id:
+            from pipeline.liveness import kill_running_children
+
+            kill_running_children(tracker.client, tracker.experiment_id, parent_id, "cancelled by Ctrl-C on the driver")
+            tracker.end_run(parent_id, KILLED)
+        raise
+    outcomes.update({job.point.index: outcome for job, outcome in zip(jobs, ran)})
+    for item in planned:
+        if item.device is None:
+            outcomes[item.point.index] = Outcome(item.point, SKIPPED, reason=item.reason)
+    result = SweepResult([outcomes[p.point.index] for p in planned], tracker.experiment_id, parent_id, tracker.uri)
+    store_down = any(o.store_down for o in ran)
+    if store_down:
+        reporter.tracking_down(next(o.reason for o in ran if o.store_down), results.path_in(sweep.state_dir))
+    comparison = None
+    if parent_id and not store_down:
+        comparison = _log_comparison(tracker, parent_id, reporter)
+        if not adopted:  # `mlflow run` ends its own run from our exit code
+            tracker.end_run(parent_id, FAILED if result.exit_code else FINISHED)
+    reporter.summary(spec.axes, result, tracker, comparison)
     return result
 
 
-def _load_checkpoint(path: Path | None, device: "torch.device") -> dict | None:
-    import torch
+def _already_done(sweep: _Sweep, planned: list[Planned]) -> dict[int, Outcome]:
+    """Outcomes of the points not to train: FINISHED before with the same run key (DONE; none with
+    --rerun), or trained during an outage and waiting in the results file for `pipeline relog`."""
+    from pipeline.records import finished_by_key
 
-    if path is None or not path.exists():
-        return None
-    try:
-        return torch.load(path, map_location=device, weights_only=True)
-    except Exception:  # a damaged checkpoint costs a restart, not the run
-        return None
-
-
-def _outcome_of_finished(item: Planned, run: Any) -> Outcome:
-    from pipeline.tracking import TAG_DEVICE
-    from pipeline.train import EpochStats
-
-    metrics = run.data.metrics
-    fields = {name: metrics.get(name, float("nan")) for name in EpochStats.__dataclass_fields__ if name != "epoch"}
-    stats = EpochStats(epoch=item.point.config.epochs, **fields)
-    return Outcome(item.point, DONE, device=run.data.tags.get(TAG_DEVICE, ""), run_id=run.info.run_id,
-                   reason=f"already FINISHED as run {run.info.run_id}", epochs=[stats],
-                   run_duration_s=metrics.get("run_duration_s"))
-
-
-def _failure_reason(exc: BaseException, config: RunConfig) -> str:
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError):
-        return (f"CUDA out of memory at batch_size {config.batch_size}: lower batch_size (or free the GPU) "
-                f"and run again ({str(exc).splitlines()[0][:200]})")
-    return f"{exc.__class__.__name__}: {exc}"
+    waiting = results.unlogged_keys(sweep.state_dir, sweep.tracker.uri)
+    finished = {} if sweep.options.rerun else finished_by_key(sweep.tracker.client, sweep.tracker.experiment_id)
+    done: dict[int, Outcome] = {}
+    for item in planned:
+        if item.device is None:
+            continue
+        if item.run_key in waiting:
+            done[item.point.index] = Outcome(
+                item.point, UNLOGGED, reason=f"trained before, waiting in {results.path_in(sweep.state_dir)}: "
+                                             "run `pipeline relog`")
+        elif item.run_key in finished:
+            done[item.point.index] = _outcome_of_finished(sweep.tracker.client, item, finished[item.run_key])
+    count = sum(o.status == DONE for o in done.values())
+    if count:
+        sweep.reporter.note(f"{count} of {len(planned)} points already have a FINISHED run here "
+                            "(same settings, data, host and hardware): skipped; --rerun trains them again")
+    return done
 
 
-def _free_device_memory(device: "torch.device") -> None:
-    import torch
+def _open_parent(sweep: _Sweep, spec: GridSpec, size: int) -> tuple[str, bool]:
+    """The sweep's parent run: `mlflow run`'s project run when there is one (adopted), else a new run."""
+    tracker = sweep.tracker
+    name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
+    tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path), TAG_GRID_SIZE: str(size)}
+    project_run = _project_run_id()
+    parent_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
+    with contextlib.suppress(OSError):
+        tracker.log_text(parent_id, spec.path.read_text(encoding="utf-8"), f"grid/{spec.path.name}")
+    sweep.reporter.sweep_start(tracker, parent_id, size)
+    return parent_id, bool(project_run)
 
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+
+def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
+    """After each outcome: its line in the results file; returns why the sweep stops ('' to go on)."""
+    if outcome.trained:
+        results.append(sweep.state_dir, {
+            "logged": outcome.status == FINISHED, "tracking_uri": job.tracking_uri,
+            "experiment": job.experiment_name, "parent_run_id": job.parent_run_id, "run_id": outcome.run_id,
+            "name": job.point.name, "run_key": job.run_key, "device": outcome.device,
+            "params": {**job.point.config.as_params(), "train_size": job.data.train_size,
+                       "test_size": job.data.test_size},
+            "tags": outcome.tags, "run_duration_s": outcome.run_duration_s,
+            "epochs": [asdict(e) for e in outcome.epochs],
+        }, model_state=outcome.model_state)
+    if outcome.store_down:
+        return f"not run: the tracking store went down ({outcome.reason})"
+    if outcome.status == FAILED and sweep.options.fail_fast:
+        return f"not run: --fail-fast after #{job.point.index} failed"
+    return ""
+
+
+def _dry_run(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options) -> SweepResult:
+    """The plan, and which points a real run would skip as DONE (read from the store when it exists;
+    nothing is created)."""
+    from pipeline import data as data_mod
+
+    folder, _ = data_mod.locate(options.data_dir or spec.data.root)
+    done = _done_without_writing(spec, planned, options)
+    reporter.plan(spec, planned, folder, done)
+    return SweepResult([done.get(p.point.index) or Outcome(p.point, SKIPPED, reason="dry run") for p in planned])
+
+
+def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Options) -> dict[int, Outcome]:
+    from pipeline.records import experiment_id_of, finished_by_key
+    from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri, sqlite_path
+
+    uri = absolute_store_uri(resolve_tracking_uri(options.tracking_uri))
+    path = sqlite_path(uri)
+    if options.rerun or (path is not None and not path.exists()):
+        return {}
+    client = open_client(uri)
+    finished = finished_by_key(client, experiment_id_of(client, options.experiment or spec.experiment))
+    if not finished:
+        return {}
+    from pipeline import data as data_mod
+
+    identity = data_mod.load(options.data_dir or spec.data.root, spec.data.train_size, spec.data.test_size).identity
+    done = {}
+    for item in planned:
+        if item.device is not None:
+            previous = finished.get(run_key(item.point.config, identity, _hardware(item)))
+            if previous is not None:
+                done[item.point.index] = Outcome(item.point, DONE, run_id=previous.info.run_id,
+                                                 reason=f"already FINISHED as run {previous.info.run_id}")
+    return done
 
 
 def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter"):
     """The comparison table and charts, as artifacts of the parent run (under comparison/)."""
     from pipeline.compare import HISTORIES, build, write_report
-    from pipeline.tracking import read_sweep
+    from pipeline.records import read_sweep
 
     try:
         comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES))
@@ -512,3 +332,42 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter"):
     except Exception as exc:  # a report must never cost the user their sweep
         reporter.note(f"could not build the comparison charts ({exc.__class__.__name__}: {exc})")
         return None
+
+
+# --- small helpers -----------------------------------------------------------------------------------
+
+
+def _project_run_id() -> str | None:
+    """The run `mlflow run` made for this process (MLFLOW_RUN_ID), which becomes ours."""
+    return os.environ.get("MLFLOW_RUN_ID") or None
+
+
+def _hardware(item: Planned) -> str:
+    from pipeline.device import hardware_name
+
+    return item.hardware or hardware_name(item.device)
+
+
+def _require_devices(planned: Sequence[Planned]) -> None:
+    missing = [p for p in planned if p.device is None]
+    if missing:
+        reasons = sorted({p.reason for p in missing})
+        raise UserError(
+            f"{len(missing)} of {len(planned)} grid points need a device this machine lacks: "
+            f"{'; '.join(reasons)}. Drop those devices from the grid, or run without --require-devices to skip them"
+        )
+
+
+def _outcome_of_finished(client, item: Planned, run) -> Outcome:
+    """A DONE point as the summary shows it: final metrics, and the mean epoch time of its history."""
+    from pipeline.names import EPOCH_METRICS, RUN_DURATION
+    from pipeline.train import EpochStats
+
+    metrics = run.data.metrics
+    fields = {name: metrics.get(name, float("nan")) for name in EPOCH_METRICS}
+    stats = EpochStats(epoch=item.point.config.epochs, **fields)
+    history = [m.value for m in client.get_metric_history(run.info.run_id, "epoch_duration_s")]
+    return Outcome(item.point, DONE, device=run.data.tags.get(TAG_DEVICE, ""), run_id=run.info.run_id,
+                   reason=f"already FINISHED as run {run.info.run_id}", epochs=[stats],
+                   run_duration_s=metrics.get(RUN_DURATION),
+                   stored_mean_epoch_s=sum(history) / len(history) if history else None)

@@ -53,10 +53,14 @@ def make_idx(folder: Path, n_train: int = 512, n_test: int = 256, gz: bool = Tru
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
     """No test sees the caller's MLflow or data settings, and each runs in its own folder."""
+    import mlflow
+
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID",
                  "MLFLOW_EXPERIMENT_NAME", "PIPELINE_DATA_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
+    yield
+    mlflow.set_tracking_uri(None)  # a test that aimed MLflow's fluent API somewhere leaves it unset
 
 
 @pytest.fixture(scope="session")
@@ -99,11 +103,23 @@ requires_real_data = pytest.mark.skipif(
 
 def start_service(args: list[str], **kwargs):
     """Start a server (mlflow server/ui, models serve) in its own process group, so that
-    stop_service ends its workers too: MLflow's servers leave uvicorn and huey children behind."""
+    stop_service ends its workers too: MLflow's servers leave uvicorn and huey children behind.
+    Its output goes to a file (`service_output` reads it): a pipe nobody drains fills up after a few
+    hundred access-log lines and then blocks every request."""
     import subprocess
+    import tempfile
 
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **kwargs)
+    log = tempfile.NamedTemporaryFile("w+", prefix="service-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               **kwargs)
+    process.log_path = log.name
+    log.close()
+    return process
+
+
+def service_output(process) -> str:
+    with open(process.log_path, encoding="utf-8", errors="replace") as f:
+        return f.read()
 
 
 def stop_service(process) -> None:
@@ -115,13 +131,15 @@ def stop_service(process) -> None:
         try:
             os.killpg(process.pid, signum)
         except ProcessLookupError:
-            return
+            break
         try:
             process.wait(timeout=wait)
             os.killpg(process.pid, signal.SIGKILL)  # workers that outlive their parent
         except (subprocess.TimeoutExpired, ProcessLookupError):
             continue
-        return
+        break
+    if getattr(process, "log_path", None):
+        os.unlink(process.log_path)
 
 
 def free_port() -> int:
@@ -139,7 +157,7 @@ def wait_for(url: str, process, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"server exited: {process.stdout.read() if process.stdout else ''}")
+            raise AssertionError(f"server exited: {service_output(process)}")
         try:
             urllib.request.urlopen(url, timeout=2)
             return
@@ -149,19 +167,73 @@ def wait_for(url: str, process, seconds: float = 60) -> None:
 
 
 @pytest.fixture(scope="session")
-def tracking_server(tmp_path_factory):
+def tracking_server(tmp_path_factory, _store_template):
     """One real tracking server for the session, started with `pipeline server` (sqlite backend in a
     temp dir, artifacts served by it); tests use their own experiment names."""
     import sys
 
     folder = tmp_path_factory.mktemp("server")
+    shutil.copy(_store_template, folder / "server.db")  # migrated already: the server starts in seconds
     port = free_port()
     server = start_service([sys.executable, "-m", "pipeline", "server", "--port", str(port),
                             "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
-                            "--artifacts-destination", str(folder / "artifacts")], cwd=folder)
+                            "--artifacts-destination", str(folder / "artifacts"), "--workers", "1"], cwd=folder)
     try:
         uri = f"http://127.0.0.1:{port}"
         wait_for(f"{uri}/health", server)
         yield uri
     finally:
         stop_service(server)
+
+
+# --- driving the CLI -------------------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    """The real CLI in this process."""
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def runs_of(uri: str, experiment: str) -> list:
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id]) if found else []
+
+
+def children(runs) -> list:
+    """The grid points' runs (those with a parent) among `runs`."""
+    return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def start_pipeline(args: list[str], **kwargs):
+    """`python -m pipeline ARGS` as a user's shell would run it, output unbuffered."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **kwargs.pop("env", {})}
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, **kwargs)
+
+
+def read_until(process, marker: str, seconds: float = 120) -> str:
+    """The process's output up to the first line holding `marker` (which is then printed)."""
+    import time
+
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    process.kill()
+    raise AssertionError(f"never saw {marker!r}:\n{''.join(seen)}")

@@ -14,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
 
-from conftest import free_port, start_service, stop_service, wait_for
-from pipeline import tracking
+from conftest import free_port, service_output, start_service, stop_service, wait_for
+from pipeline import charts, names
 from pipeline.cli import main
 from pipeline.compare import HISTORIES, build, render
 from pipeline.config import load_grid
 from pipeline.report import Reporter
 from pipeline.runner import Options, run_grid
-from pipeline.tracking import read_sweep
+from pipeline.records import read_sweep
 
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -34,12 +34,12 @@ def sweep_store(write_grid, data_dir, tracking_uri):
     client = mlflow.MlflowClient(tracking_uri)
     cpu = next(r for r in client.search_runs([result.experiment_id], "params.batch_size = '128'"))
     twin = client.create_run(result.experiment_id, run_name="batch_size=128 device=cuda", tags={
-        "mlflow.parentRunId": result.parent_run_id, tracking.TAG_DEVICE: "cuda:0", tracking.TAG_HARDWARE: "Fake GPU"})
+        "mlflow.parentRunId": result.parent_run_id, names.TAG_DEVICE: "cuda:0", names.TAG_HARDWARE: "Fake GPU"})
     params = {**cpu.data.params, "device": "cuda"}
     metrics = []
     for name in HISTORIES + ("train_loss", "train_accuracy", "test_loss"):
         for m in client.get_metric_history(cpu.info.run_id, name):
-            value = m.value / 4 if name in ("epoch_duration_s", *tracking.TIME_BUCKETS) else m.value
+            value = m.value / 4 if name in ("epoch_duration_s", *names.TIME_BUCKETS) else m.value
             metrics.append(Metric(name, value, m.timestamp, m.step))
     metrics.append(Metric("run_duration_s", 1.0, 0, 0))
     client.log_batch(twin.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
@@ -95,16 +95,35 @@ def test_cli_compare_pipes_csv_and_writes_charts(sweep_store, tmp_path):
     assert "x4.00" in (tmp_path / "report" / "results.md").read_text()
 
 
+def test_time_breakdown_legend_covers_no_bar(sweep_store):
+    import matplotlib.pyplot as plt
+
+    result, client, _ = sweep_store
+    comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
+    # Runs of equal length (a seed sweep, say) fill the plot's width: no place inside it is free of bars.
+    comparison.table["epoch_duration_s"] = 1.0
+    fig = charts.time_breakdown_figure(comparison)
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    bars = [patch.get_window_extent() for patch in ax.patches]
+    assert len(bars) == 3 * len(comparison.table)  # data, transfer and compute for each run
+    assert not [bar for bar in bars if legend.overlaps(bar)], legend
+    # Inside the figure too, so the saved image shows it.
+    assert fig.bbox.contains(legend.x0, legend.y0) and fig.bbox.contains(legend.x1, legend.y1), legend
+    plt.close(fig)
+
+
 def test_sweep_logs_comparison_and_network_artifacts(sweep_store):
     result, client, cpu = sweep_store
     logged = {a.path for a in client.list_artifacts(result.parent_run_id, "comparison")}
     assert {"comparison/epoch_duration.png", "comparison/test_accuracy.png", "comparison/results.csv",
             "comparison/results.md"} <= logged
-    assert {a.path for a in client.list_artifacts(cpu.info.run_id, "inputs")} == {tracking.ARTIFACT_BATCH}
-    summary = open(client.download_artifacts(cpu.info.run_id, tracking.ARTIFACT_SUMMARY)).read()
+    assert {a.path for a in client.list_artifacts(cpu.info.run_id, "inputs")} == {names.ARTIFACT_BATCH}
+    summary = open(client.download_artifacts(cpu.info.run_id, names.ARTIFACT_SUMMARY)).read()
     assert "conv1.weight" in summary and "(6, 1, 5, 5)" in summary and "out.bias" in summary and "cpu" in summary
-    assert cpu.data.tags[tracking.TAG_PARAM_DEVICES] == "cpu"
-    for name in tracking.TIME_BUCKETS:
+    assert cpu.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
+    for name in names.TIME_BUCKETS:
         assert [m.step for m in client.get_metric_history(cpu.info.run_id, name)] == [1, 2]
 
 
@@ -144,8 +163,8 @@ def test_ui_serves_the_store(tmp_path, tracking_uri):
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
     ui = start_service([sys.executable, "-m", "pipeline", "ui", "--port", str(port)], env=env)
     try:
-        first = ui.stdout.readline()
-        assert f"http://127.0.0.1:{port}/" in first and "mlflow.db" in first
         wait_for(f"http://127.0.0.1:{port}/health", ui)
+        first = service_output(ui).splitlines()[0]
+        assert f"http://127.0.0.1:{port}/" in first and "mlflow.db" in first
     finally:
         stop_service(ui)

@@ -8,15 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import mlflow
 import pytest
 import torch
-from click.testing import CliRunner
 
-from conftest import make_idx
-from pipeline import tracking
-from pipeline.cli import main
+from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
+from pipeline import names
 
 FOUR = "experiment: four\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -25,40 +24,6 @@ FOUR = "experiment: four\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]
 def slow_data(tmp_path_factory):
     """Enough synthetic data that an epoch takes a noticeable fraction of a second."""
     return make_idx(tmp_path_factory.mktemp("slow"), n_train=3000, n_test=200)
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def runs_of(uri: str, experiment: str):
-    client = mlflow.MlflowClient(uri)
-    found = client.get_experiment_by_name(experiment)
-    return client.search_runs([found.experiment_id]) if found else []
-
-
-def children(runs):
-    return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-
-
-def start(args: list[str], **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **kwargs.pop("env", {})}
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, **kwargs)
-
-
-def read_until(process: subprocess.Popen, marker: str, seconds: float = 120) -> str:
-    seen = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    process.kill()
-    raise AssertionError(f"never saw {marker!r}:\n{''.join(seen)}")
 
 
 def test_rerun_skips_finished_points(write_grid, data_dir, tracking_uri):
@@ -85,17 +50,18 @@ def test_another_host_is_another_measurement(write_grid, data_dir, tracking_uri,
     monkeypatch.setattr("socket.gethostname", lambda: "another-machine")
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert "already" not in out.output and "run 1/1" in out.output
-    keys = {r.data.tags[tracking.TAG_RUN_KEY] for r in children(runs_of(tracking_uri, "hosts"))}
+    keys = {r.data.tags[names.TAG_RUN_KEY] for r in children(runs_of(tracking_uri, "hosts"))}
     assert len(keys) == 2
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_marks_killed_and_the_rerun_finishes_the_rest(write_grid, slow_data, tracking_uri, signum, code):
+def test_interrupt_marks_killed_and_the_rerun_finishes_the_rest(write_grid, data_dir, tracking_uri, signum, code):
     grid = write_grid(FOUR)
-    args = ["run", str(grid), "--data-dir", str(slow_data), "--tracking-uri", tracking_uri]
-    process = start(args)
-    read_until(process, "run 2/4")
-    time.sleep(0.3)
+    args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("blocking_pipeline.py")), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1", "BLOCK_BATCH_SIZE": "48"})
+    read_until(process, "BLOCKED")  # point 2 is inside its run, waiting: no race with its training
     process.send_signal(signum)
     output = process.communicate(timeout=60)[0]
     assert process.returncode == code, output
@@ -130,14 +96,14 @@ def test_kill_9_leaves_an_orphan_that_is_reaped_and_a_checkpoint_that_resumes(wr
     runs = runs_of(tracking_uri, "crash")
     assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED", "KILLED", "KILLED"]
     resumed = next(r for r in children(runs) if r.info.status == "FINISHED")
-    first_done = int(resumed.data.tags[tracking.TAG_RESUMED_FROM])
+    first_done = int(resumed.data.tags[names.TAG_RESUMED_FROM])
     assert first_done >= 1
     client = mlflow.MlflowClient(tracking_uri)
     assert [m.step for m in client.get_metric_history(resumed.info.run_id, "test_accuracy")] == [1, 2, 3]
     killed = next(r for r in children(runs) if r.info.status == "KILLED")
     assert resumed.data.tags["pipeline.resumed_from_run"] == killed.info.run_id
-    assert "ended without closing" in killed.data.tags[tracking.TAG_KILLED_REASON]
-    assert not list((tracking_uri_dir(tracking_uri) / tracking.CHECKPOINT_DIR).glob("*.pt"))
+    assert "ended without closing" in killed.data.tags[names.TAG_KILLED_REASON]
+    assert not list((tracking_uri_dir(tracking_uri) / names.CHECKPOINT_DIR).glob("*.pt"))
 
 
 def tracking_uri_dir(uri: str):
@@ -177,7 +143,7 @@ def test_divergence_fails_that_run_only(write_grid, data_dir, tracking_uri):
     assert "failed #1: Diverged: diverged at epoch 1, step" in out.output
     runs = {r.data.params["lr"]: r for r in children(runs_of(tracking_uri, "nan"))}
     assert runs["1000000000000.0"].info.status == "FAILED"
-    assert "diverged at epoch 1, step" in runs["1000000000000.0"].data.tags[tracking.TAG_ERROR]
+    assert "diverged at epoch 1, step" in runs["1000000000000.0"].data.tags[names.TAG_ERROR]
     assert runs["0.01"].info.status == "FINISHED"
 
 
@@ -203,7 +169,7 @@ def test_cuda_oom_is_a_failed_run_with_a_hint(write_grid, data_dir, tracking_uri
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 1
     runs = {r.data.params["batch_size"]: r for r in children(runs_of(tracking_uri, "oom"))}
-    assert "CUDA out of memory at batch_size 256: lower batch_size" in runs["256"].data.tags[tracking.TAG_ERROR]
+    assert "CUDA out of memory at batch_size 256: lower batch_size" in runs["256"].data.tags[names.TAG_ERROR]
     assert runs["64"].info.status == "FINISHED"
 
 
@@ -222,12 +188,13 @@ def test_dataloader_worker_crash_fails_the_run(write_grid, data_dir, tracking_ur
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 1
     runs = {r.data.params["num_workers"]: r for r in children(runs_of(tracking_uri, "worker"))}
-    assert runs["1"].info.status == "FAILED" and "DataLoader worker" in runs["1"].data.tags[tracking.TAG_ERROR]
+    assert runs["1"].info.status == "FAILED" and "DataLoader worker" in runs["1"].data.tags[names.TAG_ERROR]
     assert runs["0"].info.status == "FINISHED"
 
 
 def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_uri, monkeypatch):
-    from pipeline.tracking import TrackingUnavailable, Tracker
+    from pipeline.store import TrackingUnavailable
+    from pipeline.tracking import Tracker
 
     grid = write_grid("experiment: outage\ngrid:\n  batch_size: [64, 128, 256]\n  device: [cpu]\n  epochs: [2]\n")
     real = Tracker.log_epoch
@@ -240,7 +207,7 @@ def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_u
     monkeypatch.setattr(Tracker, "log_epoch", down_for_the_second_point)
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 1 and "tracking store stopped answering" in out.output and "pipeline relog" in out.output
-    results = tracking_uri_dir(tracking_uri) / tracking.RESULTS_FILE
+    results = tracking_uri_dir(tracking_uri) / names.RESULTS_FILE
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(line["params"]["batch_size"], line["logged"]) for line in lines] == [(64, True), (128, False)]
     assert [e["epoch"] for e in lines[1]["epochs"]] == [1, 2]  # training went on while tracking was down

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import runner, tracking
+from pipeline import names, point, store
 from pipeline.config import load_grid
 from pipeline.errors import UserError
 from pipeline.report import Reporter
@@ -43,7 +43,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     parent = client.get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert parent.info.run_name.startswith("devices-small 20")  # grid file + start time
-    assert parent.data.tags[tracking.TAG_GRID_SIZE] == "4"
+    assert parent.data.tags[names.TAG_GRID_SIZE] == "4"
     assert "devices-small.yaml" in [a.path.split("/")[-1] for a in client.list_artifacts(parent.info.run_id, "grid")]
 
     runs = children(client, result.parent_run_id)
@@ -54,18 +54,19 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     assert run.data.params == {"lr": "0.01", "batch_size": "64", "num_workers": "0", "device": "cpu",
                                "epochs": "2", "seed": "0", "shuffle": "true", "gpus_per_run": "1.0",
                                "train_size": "512", "test_size": "256"}
-    for name in tracking.EPOCH_METRICS:
+    for name in names.EPOCH_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
         assert [m.step for m in history] == [1, 2], name
-    assert run.data.metrics[tracking.RUN_DURATION] > 0
+    assert run.data.metrics[names.RUN_DURATION] > 0
     tags = run.data.tags
-    assert tags[tracking.TAG_DEVICE] == "cpu" and tags[tracking.TAG_HARDWARE]
-    assert tags[tracking.TAG_TORCH] == torch.__version__ and tags[tracking.TAG_CUDA]
-    assert len(tags[tracking.TAG_CONFIG_HASH]) == 16
+    assert tags[names.TAG_DEVICE] == "cpu" and tags[names.TAG_HARDWARE]
+    assert tags[names.TAG_TORCH] == torch.__version__ and tags[names.TAG_CUDA]
+    assert len(tags[names.TAG_CONFIG_HASH]) == 16
 
     # The logged model loads both ways and runs on an (N, 1, 28, 28) float32 batch.
     (model_output,) = run.outputs.model_outputs
     uri = f"models:/{model_output.model_id}"
+    mlflow.set_tracking_uri(tracking_uri)  # as a user loading the model would (conftest resets it)
     batch = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
     net = mlflow.pytorch.load_model(uri)
     assert net(torch.from_numpy(batch)).shape == (5, 10)
@@ -94,7 +95,7 @@ def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, track
     runs = {r.data.params["batch_size"]: r for r in children(client, result.parent_run_id)}
     failed = runs["64"]
     assert failed.info.status == "FAILED"
-    assert failed.data.tags[tracking.TAG_ERROR] == "RuntimeError: injected failure"
+    assert failed.data.tags[names.TAG_ERROR] == "RuntimeError: injected failure"
     traceback_text = client.download_artifacts(failed.info.run_id, "error/traceback.txt")
     assert "injected failure" in open(traceback_text).read()
     assert runs["128"].info.status == "FINISHED"
@@ -135,7 +136,7 @@ def test_missing_data_fails_before_any_run(write_grid, tmp_path, tracking_uri):
 
 def test_unreachable_server_fails_fast():
     with pytest.raises(UserError, match="tracking server http://127.0.0.1:9 is unreachable"):
-        tracking.check_reachable("http://127.0.0.1:9", timeout_s=2)
+        store.check_reachable("http://127.0.0.1:9", timeout_s=2)
 
 
 def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, monkeypatch):
@@ -157,10 +158,10 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
 
 
 def test_ui_hint_points_at_the_training_runs_page(tmp_path):
-    command, url = tracking.ui_hint("sqlite:///mlflow.db", "7")
+    command, url = store.ui_hint("sqlite:///mlflow.db", "7")
     assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000")
     assert url.endswith("/#/experiments/7/runs")
-    assert tracking.ui_hint("http://host:5000/", "3") == ("", "http://host:5000/#/experiments/3/runs")
+    assert store.ui_hint("http://host:5000/", "3") == ("", "http://host:5000/#/experiments/3/runs")
 
 
 def test_outcome_statistics():
@@ -169,7 +170,7 @@ def test_outcome_statistics():
     from pipeline.train import EpochStats
 
     epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i), 10) for i in (1, 3)]
-    outcome = runner.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
+    outcome = point.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
     assert outcome.mean_epoch_s == 2.0 and outcome.final is epochs[-1]
 
 

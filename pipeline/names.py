@@ -1,0 +1,46 @@
+"""Names, defined once: the metrics, tags and artifacts a run carries, and the local files beside a store.
+
+Every module that writes or reads MLflow data spells a name through these constants, so the UI, the
+comparison and the registry always agree on what a run holds.
+"""
+
+from __future__ import annotations
+
+# Per-epoch metrics use step = epoch (from 1).
+EPOCH_METRICS = (
+    "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epoch_duration_s", "images_per_s",
+    "data_time_s", "transfer_time_s", "compute_time_s",
+)
+TIME_BUCKETS = ("data_time_s", "transfer_time_s", "compute_time_s")
+RUN_DURATION = "run_duration_s"
+MODEL_NAME = "model"
+
+# Statuses MLflow stores (a run's end).
+FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+
+TAG_DEVICE = "pipeline.device"
+TAG_HARDWARE = "pipeline.hardware"
+TAG_TORCH = "pipeline.torch_version"
+TAG_CUDA = "pipeline.cuda_version"
+TAG_CONFIG_HASH = "pipeline.config_hash"
+TAG_DATA = "pipeline.data"
+TAG_ERROR = "pipeline.error"
+TAG_PARAM_DEVICES = "pipeline.param_devices"  # where every parameter lives after the move
+TAG_GRID_FILE = "pipeline.grid_file"
+TAG_GRID_SIZE = "pipeline.grid_size"
+TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
+TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
+TAG_HOST = "pipeline.host"
+TAG_PID = "pipeline.pid"
+TAG_PROCESS_START = "pipeline.process_start"  # with the pid, tells a live process from a reused pid
+TAG_RESUMED_FROM = "pipeline.resumed_from_epoch"
+TAG_RESUMED_FROM_RUN = "pipeline.resumed_from_run"
+TAG_KILLED_REASON = "pipeline.killed_reason"
+TAG_RELOGGED = "pipeline.relogged_from"  # the results file a run's numbers were restored from
+
+ARTIFACT_SUMMARY = "summary/model.txt"
+ARTIFACT_BATCH = "inputs/train_batch.png"
+ARTIFACT_TRACEBACK = "error/traceback.txt"
+
+RESULTS_FILE = "pipeline-results.jsonl"
+CHECKPOINT_DIR = ".pipeline-checkpoints"

@@ -1,0 +1,306 @@
+"""One grid point's job: a frozen description of it, and the one function that trains and records it.
+
+`run_point` is the only body an executor runs, in this process or in a Ray worker; it knows nothing
+of a sweep. `pipeline train` is a one-point job without a parent. Whatever happens inside, the run
+it opened ends with an honest status: FINISHED, FAILED with the reason (the grid goes on), KILLED on
+Ctrl-C (re-raised), or, when the store stopped answering, left to the results file (UNLOGGED).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipeline import interrupts, names
+from pipeline.grid import GridPoint, config_hash
+
+if TYPE_CHECKING:
+    import torch
+
+    from pipeline.data import Dataset
+    from pipeline.tracking import Tracker
+    from pipeline.train import EpochStats
+
+FINISHED, FAILED, KILLED = names.FINISHED, names.FAILED, names.KILLED
+SKIPPED = "SKIPPED"  # its device is missing here
+DONE = "DONE"  # already FINISHED in an earlier sweep: not trained again
+NOT_RUN = "NOT RUN"  # left out after --fail-fast or a tracking outage
+UNLOGGED = "UNLOGGED"  # trained, but the store went down: the results wait in the results file
+
+
+@dataclass(frozen=True)
+class DataRef:
+    """Which data a job trains on, cheap to send to another process (each loads it once)."""
+
+    folder: str
+    train_size: int | None = None
+    test_size: int | None = None
+
+    def load(self) -> "Dataset":
+        from pipeline import data
+
+        return data.load(self.folder, self.train_size, self.test_size)
+
+
+@dataclass(frozen=True)
+class PointJob:
+    point: GridPoint
+    device: str  # resolved where the job runs, e.g. "cpu" or "cuda:0"
+    run_key: str  # settings + data + host + hardware: what "already done" means
+    tracking_uri: str
+    experiment_id: str
+    experiment_name: str
+    data: DataRef
+    parent_run_id: str | None = None  # None: a top-level run
+    adopt_run_id: str | None = None  # `mlflow run`'s project run: recorded into instead of a new run
+    checkpoint: str | None = None  # this point's checkpoint file, removed once it finishes
+    save_checkpoints: bool = False  # save state after every epoch
+    resume: bool = False  # continue from the checkpoint file when there is one
+    system_metrics: bool = False
+    position: tuple[int, int] = (1, 1)  # n of m, for progress lines
+
+
+@dataclass
+class Outcome:
+    point: GridPoint
+    status: str
+    device: str = ""  # the device actually used, e.g. "cpu" or "cuda:0"
+    reason: str = ""
+    run_id: str | None = None
+    epochs: list["EpochStats"] = field(default_factory=list)
+    run_duration_s: float | None = None
+    stored_mean_epoch_s: float | None = None  # DONE runs: the mean of their stored history
+    model_state: dict | None = None  # UNLOGGED only: the trained weights, for the results file
+    store_down: bool = False  # the tracking store stopped answering: the sweep stops here
+    tags: dict[str, str] = field(default_factory=dict)  # the run's tags, for the results file
+
+    @property
+    def mean_epoch_s(self) -> float | None:
+        if self.stored_mean_epoch_s is not None:
+            return self.stored_mean_epoch_s
+        return statistics.fmean(e.epoch_duration_s for e in self.epochs) if self.epochs else None
+
+    @property
+    def final(self) -> "EpochStats | None":
+        return self.epochs[-1] if self.epochs else None
+
+    @property
+    def trained(self) -> bool:
+        return self.status in (FINISHED, UNLOGGED)
+
+
+class Progress:
+    """What a point reports while it runs; the Reporter shows it, a Ray worker's is silent."""
+
+    def run_start(self, point: GridPoint, device: str, index: int, total: int) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+    def epoch_start(self, epoch: int, epochs: int, steps: int) -> None: ...
+
+    def step(self) -> None: ...
+
+    def epoch_end(self, stats: "EpochStats", epochs: int) -> None: ...
+
+    def epoch_done(self) -> None: ...
+
+    def run_end(self, outcome: Outcome) -> None: ...
+
+
+def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
+    """Train and record one point. Exceptions become a FAILED run; Ctrl-C a KILLED one (re-raised)."""
+    import torch
+
+    from pipeline.store import TrackingUnavailable
+    from pipeline.tracking import Tracker
+    from pipeline.train import EpochStats, fit
+
+    progress = progress or Progress()
+    dataset, device = job.data.load(), torch.device(job.device)
+    tracker = Tracker.attach(job.tracking_uri, job.experiment_id, job.experiment_name)
+    checkpoint = Path(job.checkpoint) if job.checkpoint else None
+    resume = _load_checkpoint(checkpoint) if job.resume else None
+    try:
+        run_id, tags = _open_run(tracker, job, dataset, device, resume)
+    except TrackingUnavailable as exc:
+        return Outcome(job.point, NOT_RUN, device=job.device, reason=f"the tracking store went down ({exc})",
+                       store_down=True)
+    outcome = Outcome(job.point, FAILED, device=job.device, run_id=run_id, tags=tags)
+    progress.run_start(job.point, job.device, *job.position)
+    if resume is not None:
+        outcome.epochs = [EpochStats(**e) for e in resume["epochs"]]  # logged again by model_ready
+        progress.note(f"resuming from the checkpoint after epoch {resume['epoch']} ({checkpoint})")
+    hooks = _PointHooks(tracker, run_id, job, dataset, outcome, progress, checkpoint)
+    with interrupts.last_resort(lambda: tracker.end_run(run_id, KILLED, quick=True)):
+        try:
+            with tracker.system_metrics(run_id, job.system_metrics):
+                result = fit(job.point.config, dataset, device, hooks, resume=resume)
+            outcome.run_duration_s = result.duration_s
+            if hooks.tracking_error is None:
+                _record_result(tracker, run_id, result, dataset, hooks)
+            if hooks.tracking_error is not None:
+                outcome.status, outcome.reason = UNLOGGED, f"the tracking store went down ({hooks.tracking_error})"
+                outcome.store_down = True
+                outcome.model_state = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
+                tracker.end_run(run_id, FAILED, quick=True)
+            else:
+                tracker.end_run(run_id, FINISHED)
+                outcome.status = FINISHED
+        except KeyboardInterrupt:
+            outcome.status, outcome.reason = KILLED, "interrupted"
+            progress.epoch_done()
+            tracker.end_run(run_id, KILLED)
+            progress.run_end(outcome)
+            raise
+        except Exception as exc:  # one run's failure must not stop the grid
+            outcome.reason = _failure_reason(exc, job.point.config.batch_size)
+            _free_device_memory(device)
+            _end_failed(tracker, run_id, exc, outcome.reason)
+        finally:
+            progress.epoch_done()
+    if outcome.trained and checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)  # whatever the flags: a later run must never resume a finished point
+    progress.run_end(outcome)
+    return outcome
+
+
+def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "torch.device",
+              resume: dict | None) -> tuple[str, dict[str, str]]:
+    import torch
+
+    from pipeline.device import hardware_name
+
+    tags = {
+        names.TAG_ROLE: "point" if job.parent_run_id else "single",
+        names.TAG_DEVICE: job.device,
+        names.TAG_HARDWARE: hardware_name(device),
+        names.TAG_TORCH: torch.__version__,
+        names.TAG_CUDA: torch.version.cuda or "none",
+        names.TAG_CONFIG_HASH: config_hash(job.point.config, **dataset.identity),
+        names.TAG_RUN_KEY: job.run_key,
+        names.TAG_DATA: dataset.description,
+    }
+    if resume is not None:
+        tags[names.TAG_RESUMED_FROM] = str(resume["epoch"])
+        tags[names.TAG_RESUMED_FROM_RUN] = resume.get("run_id", "")
+    if job.adopt_run_id:
+        run_id = tracker.adopt(job.adopt_run_id, job.point.name, tags)
+    else:
+        run_id = tracker.start_run(job.point.name, job.parent_run_id, tags)
+    tracker.log_params(run_id, params_of(job, dataset))
+    return run_id, tags
+
+
+def params_of(job: PointJob, dataset: "Dataset") -> dict:
+    return {**job.point.config.as_params(), "train_size": len(dataset.train), "test_size": len(dataset.test)}
+
+
+def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", hooks: "_PointHooks") -> None:
+    from pipeline.store import TrackingUnavailable
+
+    try:
+        tracker.log_run_duration(run_id, result.duration_s)
+        tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy())
+    except TrackingUnavailable as exc:
+        hooks.tracking_error = exc
+
+
+def _end_failed(tracker: "Tracker", run_id: str, exc: BaseException, reason: str) -> None:
+    from pipeline.store import TrackingUnavailable
+
+    try:
+        tracker.log_failure(run_id, exc, reason)
+        tracker.end_run(run_id, FAILED)
+    except TrackingUnavailable:
+        tracker.end_run(run_id, FAILED, quick=True)
+
+
+class _PointHooks:
+    """What the training loop reports, sent to MLflow, the progress display and the checkpoint file.
+    A store that stops answering does not stop training: the results go to the results file."""
+
+    def __init__(self, tracker: "Tracker", run_id: str, job: PointJob, dataset: "Dataset", outcome: Outcome,
+                 progress: Progress, checkpoint: Path | None) -> None:
+        self.tracker, self.run_id, self.job, self.dataset = tracker, run_id, job, dataset
+        self.outcome, self.progress, self.checkpoint = outcome, progress, checkpoint
+        self.checkpointing = job.save_checkpoints and checkpoint is not None
+        self.tracking_error: Exception | None = None
+
+    def _track(self, call, *args) -> None:
+        from pipeline.store import TrackingUnavailable
+
+        if self.tracking_error is None:
+            try:
+                call(*args)
+            except TrackingUnavailable as exc:
+                self.tracking_error = exc
+
+    def model_ready(self, model) -> None:
+        from pipeline.data import image_grid
+        from pipeline.model import summary
+
+        images = self.dataset.train.images[: min(self.job.point.config.batch_size, 64)]
+        devices = ",".join(sorted({str(p.device) for p in model.parameters()}))
+        self._track(self.tracker.log_image, self.run_id, image_grid(images), names.ARTIFACT_BATCH)
+        self._track(self.tracker.log_text, self.run_id, summary(model), names.ARTIFACT_SUMMARY)
+        self._track(self.tracker.log_tags, self.run_id, {names.TAG_PARAM_DEVICES: devices})
+        if self.outcome.epochs:  # epochs restored from a checkpoint: log them again in this run
+            self._track(self.tracker.log_epochs, self.run_id, self.outcome.epochs)
+
+    def epoch_start(self, epoch: int, steps: int) -> None:
+        self.progress.epoch_start(epoch, self.job.point.config.epochs, steps)
+
+    def step(self) -> None:
+        self.progress.step()
+
+    def epoch_end(self, stats: "EpochStats") -> None:
+        self.outcome.epochs.append(stats)
+        self._track(self.tracker.log_epoch, self.run_id, stats)
+        self.progress.epoch_end(stats, self.job.point.config.epochs)
+
+    def save_state(self, state: dict) -> None:
+        import torch
+
+        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.checkpoint.with_suffix(".tmp")
+        torch.save({**state, "run_id": self.run_id}, temporary)
+        os.replace(temporary, self.checkpoint)  # an interrupted write never spoils the last good one
+
+
+def _load_checkpoint(path: Path | None) -> dict | None:
+    import torch
+
+    if path is None or not path.exists():
+        return None
+    try:
+        # On the CPU: the sampler's generator state must stay a CPU tensor, and load_state_dict
+        # moves weights and optimizer moments to the run's device itself.
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a damaged checkpoint costs a restart, not the run
+        return None
+
+
+def _failure_reason(exc: BaseException, batch_size: int) -> str:
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return (f"CUDA out of memory at batch_size {batch_size}: lower batch_size (or free the GPU) "
+                f"and run again ({str(exc).splitlines()[0][:200]})")
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+def _free_device_memory(device: "torch.device") -> None:
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def with_position(job: PointJob, index: int, total: int) -> PointJob:
+    return dataclasses.replace(job, position=(index, total))

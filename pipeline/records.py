@@ -1,0 +1,109 @@
+"""What a store holds, read back as plain data: a sweep and its runs, and the runs already done.
+
+`compare`, `report` and the runner work on these records, so they need no MLflow types of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.errors import UserError
+from pipeline.names import TAG_ROLE, TAG_RUN_KEY
+from pipeline.store import first_line
+
+
+@dataclass
+class RunRecord:
+    """A finished run as plain data."""
+
+    run_id: str
+    name: str
+    params: dict[str, str]
+    metrics: dict[str, float]  # last values
+    tags: dict[str, str]
+    histories: dict[str, list[float]] = field(default_factory=dict)  # per-epoch values, step order
+
+
+@dataclass
+class SweepRecord:
+    run_id: str
+    name: str
+    experiment_id: str
+    experiment_name: str
+    children: list[RunRecord]
+
+
+def record(client, run, histories: tuple[str, ...] = ()) -> RunRecord:
+    """One MLflow run as a RunRecord, with the per-epoch history of each metric in `histories`."""
+    result = RunRecord(run.info.run_id, run.info.run_name, dict(run.data.params), dict(run.data.metrics),
+                       dict(run.data.tags))
+    for name in histories:
+        steps = client.get_metric_history(run.info.run_id, name)
+        result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
+    return result
+
+
+def finished_by_key(client, experiment_id: str | None) -> dict[str, object]:
+    """FINISHED runs of an experiment by run key (the newest per key); none when it does not exist yet."""
+    if experiment_id is None:
+        return {}
+    runs = client.search_runs(
+        [experiment_id], f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time ASC"], max_results=50000,
+    )
+    return {run.data.tags[TAG_RUN_KEY]: run for run in runs}
+
+
+def experiment_id_of(client, name: str) -> str | None:
+    """The id of a live experiment, or None when there is none by that name (nothing is created)."""
+    found = client.get_experiment_by_name(name)
+    return found.experiment_id if found is not None and found.lifecycle_stage != "deleted" else None
+
+
+def read_sweep(client, experiment: str | None = None, parent_run_id: str | None = None,
+               histories: tuple[str, ...] = ()) -> SweepRecord:
+    """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
+
+    Raises UserError when there is nothing to read.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    try:
+        parent = client.get_run(parent_run_id) if parent_run_id else _latest_sweep(client, experiment)
+        runs = client.search_runs(
+            [parent.info.experiment_id],
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time ASC"],
+        )
+        children = [record(client, run, histories) for run in runs]
+        experiment_name = client.get_experiment(parent.info.experiment_id).name
+    except MlflowException as exc:
+        raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None
+    return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
+
+
+def _latest_sweep(client, experiment: str | None):
+    if experiment:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            names = [e.name for e in client.search_experiments()]
+            raise UserError(f"no experiment {experiment!r} in {client.tracking_uri}; "
+                            f"experiments there: {', '.join(names) or 'none'}")
+        experiment_ids = [found.experiment_id]
+    else:
+        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    sweeps = client.search_runs(experiment_ids, f"tags.{TAG_ROLE} = 'sweep'",
+                                order_by=["attributes.start_time DESC"], max_results=1)
+    if not sweeps:
+        where = f"experiment {experiment!r}" if experiment else client.tracking_uri
+        raise UserError(f"no sweep (a `pipeline run` parent run) in {where}; run a grid first")
+    return sweeps[0]
+
+
+def latest_experiment_id(client) -> str | None:
+    """The experiment of the store's latest sweep, or None when it holds none yet."""
+    try:
+        return _latest_sweep(client, None).info.experiment_id
+    except UserError:
+        return None

@@ -1,0 +1,233 @@
+"""Tracking stores: which URI, whether it answers, opening a client that retries, and where local files go.
+
+Nothing here changes process-wide state except `configure_process`, which only the CLI entry (and
+a Ray worker, the entry of its own process) calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from pipeline.errors import UserError
+from pipeline.interrupts import critical
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
+ANSWER_TIMEOUT_S = 3.0
+
+# MLflow's own HTTP retries (7, backoff 2, 120 s timeout) take minutes to give up; we retry ourselves.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+# MLflow prints "View run ... / View experiment ..." to stdout after every run against a server;
+# the sweep prints one link at the end instead.
+_QUIET = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store stopped answering (after retries) in the middle of a sweep."""
+
+
+def configure_process() -> None:
+    """Process-wide settings for a `pipeline` process: short HTTP retries (ours come on top) and
+    quiet MLflow loggers. Called once by the CLI entry; values the user set in the environment win."""
+    for key, value in {**_HTTP_DEFAULTS, **_QUIET}.items():
+        os.environ.setdefault(key, value)
+    # A new sqlite store prints a page of alembic migration INFO lines; users need none of them.
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.client",
+                 "mlflow.system_metrics"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("mlflow.pytorch").addFilter(_DropPickleWarning())
+
+
+class _DropPickleWarning(logging.Filter):
+    # Pickle is chosen deliberately (see tracking.Tracker.log_model); the warning would repeat per run.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Saving pytorch model by Pickle")
+
+
+def resolve_tracking_uri(cli_value: str | None) -> str:
+    """--tracking-uri, then $MLFLOW_TRACKING_URI, then sqlite:///mlflow.db in the working directory."""
+    return cli_value or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def sqlite_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///") and uri[len("sqlite:///"):] not in ("", ":memory:"):
+        return Path(uri[len("sqlite:///"):])
+    return None
+
+
+def absolute_store_uri(uri: str) -> str:
+    """A relative sqlite URI made absolute, so it names the same store from any directory."""
+    path = sqlite_path(uri)
+    return f"sqlite:///{path.resolve()}" if path is not None else uri
+
+
+def local_state_dir(uri: str) -> Path:
+    """Where local results and checkpoints live: beside a sqlite store, else the working directory."""
+    path = sqlite_path(uri)
+    return path.resolve().parent if path is not None else Path.cwd()
+
+
+def redact(uri: str) -> str:
+    """The URI with any password replaced, for messages."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.password:
+        return uri.replace(f":{parsed.password}@", ":***@", 1)
+    return uri
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__
+
+
+def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    """Fail fast (UserError) when a store cannot be used; MLflow's own retries take minutes.
+
+    A server must answer a first HTTP request within `timeout_s`, not merely accept the connection:
+    a hung server accepts connections and never answers.
+    """
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        fix = "start it (e.g. `pipeline server --port 5000`) or pass another --tracking-uri"
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+        except urllib.error.HTTPError:
+            pass  # it answered: a server without /health, or one that wants credentials
+        except (socket.timeout, TimeoutError):
+            raise UserError(f"tracking server {redact(uri)} accepted the connection but did not answer "
+                            f"within {timeout_s:g} s; check that it is healthy, or {fix}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, (socket.timeout, TimeoutError)):
+                raise UserError(f"tracking server {redact(uri)} did not answer within {timeout_s:g} s; {fix}") from None
+            raise UserError(f"tracking server {redact(uri)} is unreachable ({reason.__class__.__name__}: {reason}); "
+                            f"{fix}") from None
+    elif parsed.scheme == "sqlite":
+        path = sqlite_path(uri)
+        if path is not None and not path.parent.exists():
+            raise UserError(f"tracking store {uri}: folder {path.parent} does not exist; create it or pass another --tracking-uri")
+
+
+def open_client(uri: str, must_exist: bool = False):
+    """An MlflowClient on `uri` that retries transient failures, after a fast reachability check.
+
+    With `must_exist`, a local sqlite store that is not there is an error rather than created. A new
+    sqlite store is created under a file lock: processes creating the tables at once break it.
+    """
+    import mlflow
+
+    check_reachable(uri)
+    path = sqlite_path(uri)
+    if must_exist and path is not None and not path.exists():
+        raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
+    lock = _file_lock(path.with_name(path.name + ".lock")) if path is not None else contextlib.nullcontext()
+    try:
+        with lock:
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
+    except Exception as exc:  # a bad scheme, a missing driver, a file store: say so in one line
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError):
+            hint = f"; install the {exc.name} package for this store"
+        elif "MLFLOW_ALLOW_FILE_STORE" in str(exc):
+            hint = "; MLflow 3 retired file stores: use sqlite:///mlflow.db or a tracking server"
+        raise UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
+                        f"{first_line(exc)[:300]}){hint}") from None
+    return Retrying(mlflow.MlflowClient(uri))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth retrying: a busy sqlite file, a dropped connection, a 5xx or 429 from a server."""
+    text = f"{exc.__class__.__name__}: {exc}".lower()
+    return any(s in text for s in ("database is locked", "connection", "timed out", "timeout",
+                                   "max retries", "temporarily", "503", "502", "504", "429", "500 "))
+
+
+class Retrying:
+    """Wraps an MlflowClient: each call retries transient failures with backoff, then raises
+    TrackingUnavailable. Everything else passes through unchanged. `once` is the bare client: one
+    attempt, for a second Ctrl-C or a store already known to be down."""
+
+    def __init__(self, client) -> None:
+        self.once = client
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self.once, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            for delay in (*_RETRY_DELAYS_S, None):
+                try:
+                    with critical():  # a Ctrl-C waits for the call: never a half-done write
+                        return attribute(*args, **kwargs)
+                except Exception as exc:
+                    if not _transient(exc):
+                        raise
+                    if delay is None:
+                        raise TrackingUnavailable(f"{self.once.tracking_uri}: {first_line(exc)}") from exc
+                    time.sleep(delay)
+
+        return call
+
+
+@contextlib.contextmanager
+def fluent_target(uri: str, experiment_id: str):
+    """MLflow's fluent APIs aimed at this store and experiment for the duration of one call, then
+    restored. log_model creates its LoggedModel through them; without an experiment it would land
+    in the Default one, apart from its run."""
+    import mlflow
+
+    previous_uri = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    previous_experiment = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    mlflow.set_tracking_uri(uri)
+    os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous_uri)
+        if previous_experiment is None:
+            os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+        else:
+            os.environ["MLFLOW_EXPERIMENT_ID"] = previous_experiment
+
+
+def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
+    """The command that opens the MLflow UI on this store, and the experiment's training-runs page."""
+    uri = absolute_store_uri(uri)
+    if uri.startswith(("http://", "https://")):
+        return "", f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    return (f"{_mlflow_executable()} ui --backend-store-uri {uri} --port 5000",
+            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs")
+
+
+def _mlflow_executable() -> str:
+    """`mlflow` of this environment, spelled so it runs from the user's shell without activation."""
+    candidate = Path(sys.executable).parent / "mlflow"
+    if not candidate.exists():
+        return "mlflow"
+    try:
+        return str(candidate.relative_to(Path.cwd()))
+    except ValueError:
+        return str(candidate)

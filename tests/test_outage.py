@@ -1,0 +1,82 @@
+"""The outage story end to end, against a real `mlflow server` on 127.0.0.1: the server stops while
+a point trains, the sweep keeps the result locally, the server comes back, `pipeline relog` (no
+options, same folder) puts it where it belongs, and the same grid then trains only what never ran."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+
+import mlflow
+import pytest
+
+from conftest import (children, free_port, invoke, make_idx, read_until, runs_of, start_pipeline, start_service,
+                      stop_service, wait_for)
+
+GRID = "experiment: outage\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+@pytest.fixture
+def server(tmp_path, _store_template):
+    """Start (and restart) one tracking server on a fixed port and store; stopped at the end."""
+    folder = tmp_path / "server"
+    folder.mkdir()
+    shutil.copy(_store_template, folder / "server.db")  # migrated already: the server starts in seconds
+    port = free_port()
+    state = {"uri": f"http://127.0.0.1:{port}", "process": None}
+
+    def start():
+        state["process"] = start_service(
+            [sys.executable, "-m", "pipeline", "server", "--port", str(port), "--backend-store-uri",
+             f"sqlite:///{folder / 'server.db'}", "--artifacts-destination", str(folder / "artifacts"), "--workers", "1"], cwd=folder)
+        wait_for(f"{state['uri']}/health", state["process"])
+
+    def crash():  # the whole server at once, as a crash or a lost machine would
+        os.killpg(state["process"].pid, signal.SIGKILL)
+        state["process"].wait(timeout=30)
+        stop_service(state["process"])  # its workers too, and its log
+
+    def stop():
+        stop_service(state["process"])
+
+    state["start"], state["crash"] = start, crash
+    start()
+    yield state
+    stop()
+
+
+def test_server_down_mid_point_then_relog_then_rerun(server, tmp_path, write_grid):
+    uri = server["uri"]
+    data = make_idx(tmp_path / "data", n_train=4000, n_test=200)
+    args = ["run", str(write_grid(GRID)), "--data-dir", str(data), "--tracking-uri", uri]
+    sweep = start_pipeline(args, env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})  # only the pipeline's own retries
+    read_until(sweep, "run 2/4")  # point 2's run exists on the server and is training
+    server["crash"]()
+    output = sweep.communicate(timeout=240)[0]
+    assert sweep.returncode == 1, output
+    assert "The tracking store stopped answering" in output and "pipeline relog" in output
+    assert "UNLOGGED" in output and "1 unlogged" in output, output
+
+    server["start"]()
+    out = invoke("relog")  # no options, from the folder the sweep ran in
+    assert out.exit_code == 0 and "logged 1 run(s)" in out.output and uri in out.output, out.output
+    runs = runs_of(uri, "outage")
+    assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.info.status == "FAILED" and "tracking store went down" in parent.data.tags["pipeline.killed_reason"]
+    relogged = {r.data.params["batch_size"]: r for r in children(runs)}
+    assert sorted(relogged) == ["32", "48"] and {r.info.status for r in relogged.values()} == {"FINISHED"}
+    restored = relogged["48"]
+    assert restored.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert restored.data.tags["pipeline.run_key"] and restored.data.tags["pipeline.device"] == "cpu"
+    client = mlflow.MlflowClient(uri)
+    assert [m.step for m in client.get_metric_history(restored.info.run_id, "test_accuracy")] == [1, 2]
+    assert restored.outputs.model_outputs, "the trained model is logged too"
+
+    out = invoke(*args)
+    assert out.exit_code == 0 and "2 of 4 points already" in out.output and "run 2/2" in out.output, out.output
+    finished = [r for r in children(runs_of(uri, "outage")) if r.info.status == "FINISHED"]
+    assert sorted(r.data.params["batch_size"] for r in finished) == ["32", "48", "64", "80"]
+    assert not (tmp_path / "mlflow.db").exists()  # nothing went to a local store

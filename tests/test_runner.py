@@ -1,0 +1,120 @@
+"""The runner's story with a fake point function: what it asks executors to run and what it does
+with each outcome (results file, --fail-fast, a store outage, the parent's status), on a real store."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import mlflow
+import pytest
+import torch
+from rich.console import Console
+
+from pipeline import results
+from pipeline.config import load_grid
+from pipeline.executors import LocalExecutor
+from pipeline.point import FAILED, FINISHED, NOT_RUN, UNLOGGED, Outcome, PointJob
+from pipeline.report import Reporter
+from pipeline.runner import Options, run_grid
+from pipeline.train import EpochStats
+
+THREE = "experiment: fake\ngrid:\n  batch_size: [16, 32, 64]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+class FakePoint:
+    """Stands in for point.run_point: records the jobs, returns a chosen status per grid index."""
+
+    def __init__(self, statuses: dict[int, str]) -> None:
+        self.statuses, self.jobs = statuses, []
+
+    def __call__(self, job: PointJob, progress) -> Outcome:
+        self.jobs.append(job)
+        status = self.statuses.get(job.point.index, FINISHED)
+        epochs = [EpochStats(e, 1.0, 0.5, 1.0, 0.5, 0.25 * e, 100.0) for e in (1, 2)]
+        outcome = Outcome(job.point, status, device=job.device, epochs=epochs, run_duration_s=1.0,
+                          run_id=f"fake-{job.point.index}")
+        if status == FAILED:
+            outcome.epochs, outcome.reason = [], "RuntimeError: boom"
+        if status == UNLOGGED:
+            outcome.store_down, outcome.reason = True, "the tracking store went down (refused)"
+            outcome.model_state = {"w": torch.zeros(2)}
+        return outcome
+
+
+def sweep(write_grid, data_dir, tracking_uri, fake: FakePoint, **options):
+    output = io.StringIO()
+    reporter = Reporter(Console(file=output, width=200))
+    result = run_grid(load_grid(write_grid(THREE)), reporter,
+                      Options(tracking_uri=tracking_uri, data_dir=str(data_dir), **options),
+                      executor=LocalExecutor(reporter, point_function=fake))
+    return result, output.getvalue()
+
+
+def results_lines(tracking_uri: str) -> list[dict]:
+    from pipeline.store import local_state_dir
+
+    path = results.path_in(local_state_dir(tracking_uri))
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_every_point_becomes_one_job_under_the_parent(write_grid, data_dir, tracking_uri):
+    fake = FakePoint({})
+    result, _ = sweep(write_grid, data_dir, tracking_uri, fake)
+    assert [o.status for o in result.outcomes] == [FINISHED] * 3 and result.exit_code == 0
+    assert [j.point.index for j in fake.jobs] == [1, 2, 3]
+    assert [j.position for j in fake.jobs] == [(1, 3), (2, 3), (3, 3)]
+    assert {j.parent_run_id for j in fake.jobs} == {result.parent_run_id}
+    assert len({j.run_key for j in fake.jobs}) == 3 and all(j.device == "cpu" for j in fake.jobs)
+    assert not any(j.save_checkpoints or j.resume for j in fake.jobs)
+    parent = mlflow.MlflowClient(tracking_uri).get_run(result.parent_run_id)
+    assert parent.info.status == "FINISHED"
+    assert [(line["params"]["batch_size"], line["logged"]) for line in results_lines(tracking_uri)] == [
+        (16, True), (32, True), (64, True)]
+
+
+def test_fail_fast_runs_nothing_after_the_first_failure(write_grid, data_dir, tracking_uri):
+    fake = FakePoint({1: FAILED})
+    result, output = sweep(write_grid, data_dir, tracking_uri, fake, fail_fast=True)
+    assert [j.point.index for j in fake.jobs] == [1]
+    assert [o.status for o in result.outcomes] == [FAILED, NOT_RUN, NOT_RUN]
+    assert result.outcomes[2].reason == "not run: --fail-fast after #1 failed"
+    assert result.exit_code == 1 and "2 not run" in output
+    assert mlflow.MlflowClient(tracking_uri).get_run(result.parent_run_id).info.status == "FAILED"
+
+
+def test_without_fail_fast_a_failure_does_not_stop_the_grid(write_grid, data_dir, tracking_uri):
+    fake = FakePoint({1: FAILED})
+    result, _ = sweep(write_grid, data_dir, tracking_uri, fake)
+    assert [o.status for o in result.outcomes] == [FAILED, FINISHED, FINISHED] and result.exit_code == 1
+
+
+def test_a_store_outage_stops_the_sweep_and_keeps_what_was_trained(write_grid, data_dir, tracking_uri):
+    fake = FakePoint({2: UNLOGGED})
+    result, output = sweep(write_grid, data_dir, tracking_uri, fake)
+    assert [o.status for o in result.outcomes] == [FINISHED, UNLOGGED, NOT_RUN]
+    assert result.outcomes[2].reason.startswith("not run: the tracking store went down")
+    assert result.exit_code == 1
+    assert "UNLOGGED" in output and "1 unlogged" in output and "pipeline relog" in output
+    lines = results_lines(tracking_uri)
+    assert [(line["params"]["batch_size"], line["logged"]) for line in lines] == [(16, True), (32, False)]
+    assert torch.load(lines[1]["model_file"])["w"].shape == (2,)  # the weights wait for relog too
+    # The store is down as far as the sweep knows: the parent is left for relog (or the reaper) to close.
+    assert mlflow.MlflowClient(tracking_uri).get_run(result.parent_run_id).info.status == "RUNNING"
+
+
+def test_a_point_waiting_in_the_results_file_is_not_trained_again(write_grid, data_dir, tracking_uri):
+    sweep(write_grid, data_dir, tracking_uri, FakePoint({2: UNLOGGED}))
+    fake = FakePoint({})
+    result, output = sweep(write_grid, data_dir, tracking_uri, fake)
+    assert [j.point.index for j in fake.jobs] == [1, 3]  # the fake logged nothing: 1 is not DONE
+    assert result.outcomes[1].status == UNLOGGED and "run `pipeline relog`" in result.outcomes[1].reason
+
+
+@pytest.mark.parametrize("rerun", [False, True])
+def test_checkpoint_jobs_resume_unless_rerun(write_grid, data_dir, tracking_uri, rerun):
+    fake = FakePoint({})
+    sweep(write_grid, data_dir, tracking_uri, fake, checkpoint=True, rerun=rerun)
+    assert all(j.save_checkpoints for j in fake.jobs)
+    assert {j.resume for j in fake.jobs} == {not rerun}
+    assert all(j.checkpoint.endswith(f"{j.run_key}.pt") for j in fake.jobs)

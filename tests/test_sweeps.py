@@ -1,0 +1,173 @@
+"""What a user meets around a sweep: dry runs, DONE points, registration, sorting, checkpoints,
+hung servers, option mistakes and the words printed. Each case was a bug found as a new user."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import mlflow
+import pytest
+import torch
+
+from conftest import children, invoke, runs_of
+from pipeline import names
+
+TWO = "experiment: two\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+def point_runs(uri: str, experiment: str):
+    return children(runs_of(uri, experiment))
+
+
+@pytest.fixture
+def trained(write_grid, data_dir, tracking_uri):
+    grid = write_grid(TWO)
+    args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    assert invoke(*args).exit_code == 0
+    return args
+
+
+def test_dry_run_shows_the_points_a_run_would_skip_as_done(trained, tracking_uri):
+    before = len(mlflow.MlflowClient(tracking_uri).search_runs(["1"]))
+    out = invoke(*trained, "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert out.output.count("DONE") == 2 and "2 of 2 already FINISHED here would be skipped" in out.output
+    assert len(mlflow.MlflowClient(tracking_uri).search_runs(["1"])) == before
+    assert invoke(*trained, "--dry-run", "--rerun").output.count("DONE") == 0
+
+
+def test_dry_run_on_a_new_store_creates_nothing(write_grid, data_dir, tmp_path):
+    out = invoke("run", str(write_grid(TWO)), "--data-dir", str(data_dir), "--dry-run")
+    assert out.exit_code == 0 and "DONE" not in out.output
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_done_rows_show_the_mean_epoch_time(trained, tracking_uri):
+    from pipeline.config import load_grid
+    from pipeline.report import Reporter
+    from pipeline.runner import Options, run_grid
+
+    spec = load_grid(trained[1])
+    result = run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=trained[3]))
+    client = mlflow.MlflowClient(tracking_uri)
+    for outcome in result.outcomes:
+        assert outcome.status == "DONE"
+        history = [m.value for m in client.get_metric_history(outcome.run_id, "epoch_duration_s")]
+        assert len(history) == 2 and outcome.mean_epoch_s == pytest.approx(statistics.fmean(history))
+
+
+def test_register_when_every_point_is_done_registers_the_best(trained, tracking_uri):
+    out = invoke(*trained, "--register", "fashion")
+    assert out.exit_code == 0, out.output
+    assert "registered fashion version 1" in out.output and "alias champion -> version 1" in out.output
+    best = max(point_runs(tracking_uri, "two"), key=lambda r: r.data.metrics["test_accuracy"])
+    version = mlflow.MlflowClient(tracking_uri).get_model_version_by_alias("fashion", "champion")
+    assert version.run_id == best.info.run_id
+
+
+def test_compare_sorts_by_the_labels_it_shows(trained, tracking_uri):
+    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "epoch_s", "--format", "json").output)
+    assert [r["epoch_duration_s"] for r in rows] == sorted(r["epoch_duration_s"] for r in rows)
+    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "test acc", "--format", "json").output)
+    assert [r["test_accuracy"] for r in rows] == sorted((r["test_accuracy"] for r in rows), reverse=True)
+
+
+def test_a_finished_point_removes_its_checkpoint_and_rerun_never_resumes(write_grid, data_dir, tracking_uri):
+    """A stale checkpoint (an interrupted --checkpoint run) must not be continued by --rerun, and a
+    point that finishes removes it whatever the flags."""
+    from pipeline.config import load_grid
+    from pipeline.data import load
+    from pipeline.device import hardware_name
+    from pipeline.grid import expand
+    from pipeline.runner import run_key
+    from pipeline.store import local_state_dir
+    from pipeline.train import Hooks, fit
+
+    grid = write_grid("experiment: stale\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [2]\n")
+    config = expand(load_grid(grid))[0].config
+    dataset = load(data_dir)
+    key = run_key(config, dataset.identity, hardware_name(torch.device("cpu")))
+    path = local_state_dir(tracking_uri) / names.CHECKPOINT_DIR / f"{key}.pt"
+
+    class Keep(Hooks):
+        checkpointing = True
+
+        def save_state(self, state):
+            if state["epoch"] == 1:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                torch.save({**state, "run_id": "stale"}, path)
+
+    fit(config, dataset, torch.device("cpu"), Keep())
+    assert path.exists()
+    args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    out = invoke(*args, "--rerun", "--checkpoint")
+    assert out.exit_code == 0 and "resuming" not in out.output, out.output
+    (run,) = point_runs(tracking_uri, "stale")
+    assert names.TAG_RESUMED_FROM not in run.data.tags
+    assert [m.step for m in mlflow.MlflowClient(tracking_uri).get_metric_history(run.info.run_id, "epoch_duration_s")] == [1, 2]
+    assert not path.exists()
+
+    fit(config, dataset, torch.device("cpu"), Keep())  # stale again; this time finish without --checkpoint
+    assert invoke(*args, "--rerun").exit_code == 0
+    assert not path.exists()
+
+
+def test_a_server_that_accepts_but_never_answers_is_refused_in_seconds(write_grid, data_dir):
+    with socket.socket() as listener:  # the kernel completes connections; nobody ever reads them
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        out = invoke("run", str(write_grid(TWO)), "--data-dir", str(data_dir), "--tracking-uri", uri)
+        elapsed = time.monotonic() - started
+    assert out.exit_code == 2
+    assert out.output.strip() == (f"error: tracking server {uri} accepted the connection but did not answer within "
+                                  "3 s; check that it is healthy, or start it (e.g. `pipeline server --port 5000`) "
+                                  "or pass another --tracking-uri")
+    assert elapsed < 30  # it was 65 s when only the TCP connect was checked
+
+
+def test_ray_address_without_the_ray_executor_is_an_error(write_grid, data_dir, tmp_path):
+    out = invoke("run", str(write_grid(TWO)), "--data-dir", str(data_dir), "--ray-address", "auto")
+    assert out.exit_code == 2
+    assert out.output.strip() == "error: --ray-address auto needs --executor ray; add it, or drop --ray-address"
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_one_point_is_one_grid_point(write_grid):
+    out = invoke("validate", str(write_grid("grid:\n  device: [cpu]\n")))
+    assert "1 grid point" in out.output and "1 grid points" not in out.output
+
+
+def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_path):
+    """`pipeline server` and `pipeline ui` become MLflow: check what they exec."""
+    calls = []
+
+    def fake_execve(path, argv, env):
+        calls.append((argv, env))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", fake_execve)
+    invoke("server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}")
+    (tmp_path / "u.db").touch()
+    invoke("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'u.db'}")
+    (server_argv, server_env), (ui_argv, ui_env) = calls
+    assert server_argv[:3] == [sys.executable, "-m", "mlflow"] and server_argv[3] == "server"
+    assert server_argv[server_argv.index("--workers") + 1] == str(min(4, os.cpu_count() or 1))
+    assert ui_argv[3] == "ui" and ui_argv[ui_argv.index("--workers") + 1] == "1"
+    for env in (server_env, ui_env):
+        assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+        assert "ignore::DeprecationWarning" in env["PYTHONWARNINGS"]
+
+
+def test_a_sweep_against_a_server_prints_one_link_not_one_per_run(tracking_server, write_grid, data_dir):
+    grid = write_grid("experiment: quiet-links\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_server)
+    assert out.exit_code == 0, out.output
+    assert "View run" not in out.output and "View experiment" not in out.output
+    assert out.output.count(f"{tracking_server}/#/experiments/") == 1
