@@ -143,14 +143,13 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
             outcome.run_duration_s = result.duration_s
             if hooks.tracking_error is None:
                 _record_result(tracker, run_id, result, dataset, hooks)
-            if hooks.tracking_error is not None:
+            if hooks.tracking_error is None:
+                outcome.status = FINISHED
+            else:  # trained, but not recorded: the results file keeps it for `pipeline relog`
                 outcome.status, outcome.reason = UNLOGGED, f"the tracking store went down ({hooks.tracking_error})"
                 outcome.store_down = True
                 outcome.model_state = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
                 tracker.end_run(run_id, FAILED, quick=True)
-            else:
-                tracker.end_run(run_id, FINISHED)
-                outcome.status = FINISHED
         except KeyboardInterrupt:
             outcome.status, outcome.reason = KILLED, "interrupted"
             progress.epoch_done()
@@ -206,6 +205,7 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
     try:
         tracker.log_run_duration(run_id, result.duration_s)
         tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy())
+        tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
         hooks.tracking_error = exc
 

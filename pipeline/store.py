@@ -157,7 +157,7 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _transient(exc: BaseException) -> bool:
+def is_transient(exc: BaseException) -> bool:
     """Worth retrying: a busy sqlite file, a dropped connection, a 5xx or 429 from a server."""
     text = f"{exc.__class__.__name__}: {exc}".lower()
     return any(s in text for s in ("database is locked", "connection", "timed out", "timeout",
@@ -183,7 +183,7 @@ class Retrying:
                     with critical():  # a Ctrl-C waits for the call: never a half-done write
                         return attribute(*args, **kwargs)
                 except Exception as exc:
-                    if not _transient(exc):
+                    if not is_transient(exc):
                         raise
                     if delay is None:
                         raise TrackingUnavailable(f"{self.once.tracking_uri}: {first_line(exc)}") from exc

@@ -20,7 +20,7 @@ from pipeline.errors import UserError
 from pipeline.interrupts import critical
 from pipeline.liveness import process_tags
 from pipeline.names import EPOCH_METRICS, MODEL_NAME, RUN_DURATION, TAG_ERROR, ARTIFACT_TRACEBACK
-from pipeline.store import first_line, fluent_target, open_client, ui_hint
+from pipeline.store import TrackingUnavailable, first_line, fluent_target, is_transient, open_client, ui_hint
 
 
 class Tracker:
@@ -136,9 +136,16 @@ class Tracker:
         self.client.log_text(run_id, text, ARTIFACT_TRACEBACK)
 
     def log_model(self, run_id: str, model: Any, example: Any) -> str:
-        """Log a CPU copy of `model` with a signature as the run's `model`; returns the model URI."""
-        with fluent_target(self.uri, self.experiment_id):
-            return log_pytorch_model(run_id, model, example)
+        """Log a CPU copy of `model` with a signature as the run's `model`; returns the model URI.
+        It goes through MLflow's own client, not the retrying one: a store that stops answering
+        here is TrackingUnavailable all the same."""
+        try:
+            with fluent_target(self.uri, self.experiment_id):
+                return log_pytorch_model(run_id, model, example)
+        except Exception as exc:
+            if is_transient(exc):
+                raise TrackingUnavailable(f"{self.uri}: {first_line(exc)}") from exc
+            raise
 
     def system_metrics(self, run_id: str, enabled: bool):
         """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling for one run."""

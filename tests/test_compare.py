@@ -151,7 +151,8 @@ def test_against_a_real_tracking_server(tracking_server, tmp_path, write_grid, d
     grid = write_grid("experiment: remote\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
     out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri])
     assert out.exit_code == 0, out.output
-    assert f"{uri}/#/experiments/" in out.output
+    # One link at the end, not MLflow's "View run / View experiment" pair after every run.
+    assert out.output.count(f"{uri}/#/experiments/") == 1 and "View run" not in out.output
     out = CliRunner().invoke(main, ["compare", "--experiment", "remote", "--format", "json", "--tracking-uri", uri])
     assert out.exit_code == 0, out.output
     assert sorted(r["batch_size"] for r in json.loads(out.stdout)) == [128, 256]

@@ -80,3 +80,26 @@ def test_server_down_mid_point_then_relog_then_rerun(server, tmp_path, write_gri
     finished = [r for r in children(runs_of(uri, "outage")) if r.info.status == "FINISHED"]
     assert sorted(r.data.params["batch_size"] for r in finished) == ["32", "48", "64", "80"]
     assert not (tmp_path / "mlflow.db").exists()  # nothing went to a local store
+
+
+def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid, data_dir, tracking_uri, monkeypatch):
+    """The model goes through MLflow's own client: a dropped connection there is an outage too, not
+    a FAILED run that loses the training."""
+    import pipeline.tracking
+
+    real = pipeline.tracking.log_pytorch_model
+
+    def refused(*args, **kwargs):
+        raise ConnectionError("Connection refused")
+
+    monkeypatch.setattr(pipeline.tracking, "log_pytorch_model", refused)
+    args = ["run", str(write_grid("experiment: lost-model\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")),
+            "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    out = invoke(*args)
+    assert out.exit_code == 1 and "UNLOGGED" in out.output and "1 not run" in out.output, out.output
+
+    monkeypatch.setattr(pipeline.tracking, "log_pytorch_model", real)
+    assert "logged 1 run(s)" in invoke("relog", "--tracking-uri", tracking_uri).output
+    (run,) = [r for r in children(runs_of(tracking_uri, "lost-model")) if r.info.status == "FINISHED"]
+    assert run.outputs.model_outputs and run.data.params["batch_size"] == "128"
+    assert invoke(*args).output.count("DONE") == 1  # 128 is done; only 256 trains

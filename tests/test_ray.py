@@ -60,6 +60,21 @@ def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, monkeypatch, tracki
         RayExecutor("auto", tracking_uri, Reporter())
 
 
+def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, tracking_uri):
+    """The first point diverges at its first step; with --fail-fast the points not yet submitted
+    (the cluster's 2 CPUs hold 2 in flight) are NOT RUN instead of being trained."""
+    grid = write_grid("experiment: ray-ff\ngrid:\n  lr: [1000000000000.0, 0.01, 0.02, 0.03, 0.04]\n"
+                      "  device: [cpu]\n")
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
+                                    "--executor", "ray", "--fail-fast"])
+    assert out.exit_code == 1, out.output
+    assert "not run #" in out.output and "--fail-fast after #1 failed" in out.output, out.output
+    client = mlflow.MlflowClient(tracking_uri)
+    kids = [r for r in client.search_runs([client.get_experiment_by_name("ray-ff").experiment_id])
+            if "mlflow.parentRunId" in r.data.tags]
+    assert 1 <= len(kids) < 5
+
+
 def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(write_grid, tracking_uri, tmp_path):
     """Ctrl-C on the driver (its own Ray, as a user runs it); then the same command finishes the rest."""
     from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
@@ -84,18 +99,3 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(write_grid,
     assert f"{len(finished)} of 4 points already" in out.output
     done = [r for r in children(runs_of(tracking_uri, "ray-stop")) if r.info.status == "FINISHED"]
     assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
-
-
-def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, tracking_uri):
-    """The first point diverges at its first step; with --fail-fast the points not yet submitted
-    (the cluster's 2 CPUs hold 2 in flight) are NOT RUN instead of being trained."""
-    grid = write_grid("experiment: ray-ff\ngrid:\n  lr: [1000000000000.0, 0.01, 0.02, 0.03, 0.04]\n"
-                      "  device: [cpu]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
-                                    "--executor", "ray", "--fail-fast"])
-    assert out.exit_code == 1, out.output
-    assert "not run #" in out.output and "--fail-fast after #1 failed" in out.output, out.output
-    client = mlflow.MlflowClient(tracking_uri)
-    kids = [r for r in client.search_runs([client.get_experiment_by_name("ray-ff").experiment_id])
-            if "mlflow.parentRunId" in r.data.tags]
-    assert 1 <= len(kids) < 5

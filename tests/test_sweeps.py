@@ -164,10 +164,3 @@ def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_p
         assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
         assert "ignore::DeprecationWarning" in env["PYTHONWARNINGS"]
 
-
-def test_a_sweep_against_a_server_prints_one_link_not_one_per_run(tracking_server, write_grid, data_dir):
-    grid = write_grid("experiment: quiet-links\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
-    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_server)
-    assert out.exit_code == 0, out.output
-    assert "View run" not in out.output and "View experiment" not in out.output
-    assert out.output.count(f"{tracking_server}/#/experiments/") == 1
