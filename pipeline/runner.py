@@ -14,7 +14,7 @@ import contextlib
 import os
 import socket
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -117,7 +117,7 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     planned = plan(expand(spec))
     if options.require_devices:
         _require_devices(planned)
-    options = Options(**{**asdict(options), "checkpoint": options.checkpoint or spec.checkpoint})
+    options = replace(options, checkpoint=options.checkpoint or spec.checkpoint)
     if options.dry_run:
         return _dry_run(spec, planned, reporter, options)
     uri, dataset = _check_inputs(options, options.data_dir or spec.data.root, spec.data.train_size, spec.data.test_size)

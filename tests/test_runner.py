@@ -118,3 +118,18 @@ def test_checkpoint_jobs_resume_unless_rerun(write_grid, data_dir, tracking_uri,
     assert all(j.save_checkpoints for j in fake.jobs)
     assert {j.resume for j in fake.jobs} == {not rerun}
     assert all(j.checkpoint.endswith(f"{j.run_key}.pt") for j in fake.jobs)
+
+
+def test_an_executor_that_cannot_start_leaves_no_experiment_behind(write_grid, data_dir, tracking_uri, monkeypatch):
+    """Ray (say) refusing to start is bad input: exit 2 and nothing in the store, not an empty experiment."""
+    import pipeline.runner
+    from pipeline.errors import UserError
+
+    def refuse(*args):
+        raise UserError("--ray-address ray://nowhere:10001: cannot join the Ray cluster")
+
+    monkeypatch.setattr(pipeline.runner, "open_executor", refuse)
+    with pytest.raises(UserError, match="cannot join"):
+        run_grid(load_grid(write_grid(THREE)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir),
+                                                                   executor="ray"))
+    assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("fake") is None
