@@ -6,21 +6,28 @@
 #      pipeline against the tutorial's loop.
 # On a machine without CUDA it says so and runs the CPU part only. Needs no MLflow and no
 # Fashion-MNIST (it generates data of the same shape unless --real is given).
-# Usage: bash benchmarks/gpu_check.sh [OUT_DIR] [--real]
+# Usage: bash benchmarks/gpu_check.sh [OUT_DIR] [--real]   (either order; exit 1 when a step fails)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${1:-${OUT:-/tmp/gpu_check}}"
+out="${OUT:-/tmp/gpu_check}"
+data_flag="--synthetic"
+for arg in "$@"; do
+  case "$arg" in
+    --real) data_flag="" ;;
+    -*) echo "unknown option $arg; usage: bash benchmarks/gpu_check.sh [OUT_DIR] [--real]" >&2; exit 2 ;;
+    *) out="$arg" ;;
+  esac
+done
 mkdir -p "$out"
 python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && python=.venv/bin/python
-data_flag="--synthetic"
-[ "${2:-}" = "--real" ] && data_flag=""
+status=0
 
 if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   devices=(--device cuda --device cpu)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
   echo "== GPU-marked tests"
-  "$python" -m pytest -q -m gpu tests/test_train.py 2>&1 | tee "$out/gpu_tests.log"
+  "$python" -m pytest -q -m gpu tests/test_train.py 2>&1 | tee "$out/gpu_tests.log" || status=1
 else
   echo "no CUDA device here (torch.cuda.is_available() is False): skipping the CUDA parts, CPU only"
   devices=(--device cpu)
@@ -28,4 +35,6 @@ fi
 
 echo "== harness"
 "$python" benchmarks/harness.py "${devices[@]}" --batch-size 1000 --batch-size 10000 --batch-size 20000 \
-  --workers 0 --workers 1 --rounds "${ROUNDS:-2}" $data_flag --out "$out/harness.md" 2>&1 | tee "$out/harness.log"
+  --workers 0 --workers 1 --rounds "${ROUNDS:-2}" $data_flag --out "$out/harness.md" 2>&1 | tee "$out/harness.log" \
+  || status=1
+exit $status

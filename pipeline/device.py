@@ -72,6 +72,22 @@ def hardware_name(device: torch.device) -> str:
     return cpu_name()
 
 
+def arithmetic_tags(device: torch.device) -> dict[str, str]:
+    """What decides a cuda run's arithmetic and speed, and which physical GPU it was: cuDNN runs
+    convolutions in TF32 by default while matmuls stay IEEE fp32, and benchmark/deterministic
+    change which kernels run. The UUID names the card whatever CUDA_VISIBLE_DEVICES renumbered."""
+    if device.type != "cuda":
+        return {}
+    return {
+        "pipeline.gpu_uuid": str(torch.cuda.get_device_properties(device).uuid),
+        "pipeline.cudnn_version": str(torch.backends.cudnn.version()),
+        "pipeline.cudnn_tf32": str(torch.backends.cudnn.allow_tf32).lower(),
+        "pipeline.matmul_tf32": str(torch.backends.cuda.matmul.allow_tf32).lower(),
+        "pipeline.cudnn_benchmark": str(torch.backends.cudnn.benchmark).lower(),
+        "pipeline.cudnn_deterministic": str(torch.backends.cudnn.deterministic).lower(),
+    }
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     name: str  # cpu, cuda:0, mps

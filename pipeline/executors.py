@@ -108,39 +108,44 @@ class RayExecutor:
             )
 
     def plan(self, planned: list[Planned]) -> list[Planned]:
-        """On Ray, a device is available when some node of the cluster has it, not this machine."""
+        """On Ray, a device is available when some node of the cluster has it, not this machine.
+        Each point runs on the kind of device planned here (`auto` as this driver resolves it), and
+        a task asks for a GPU exactly when that kind is cuda."""
         import torch
 
         result = []
         for item in planned:
             config = item.point.config
-            resources = task_resources(config)
-            reason = self.unsatisfiable(config.device, resources["num_gpus"], int(resources["num_cpus"]))
+            kind = item.device.type if item.device is not None else config.device.split(":")[0]
+            reason = self.unsatisfiable(config.device, kind, task_resources(config, kind))
             if reason:
                 result.append(Planned(item.point, None, reason))
             elif item.device is not None:
                 result.append(item)
             else:  # a device this driver lacks is known only by its kind; the run key says so
-                device = torch.device(config.device.split(":")[0])
-                result.append(Planned(item.point, device, hardware=f"ray cluster {config.device}"))
+                result.append(Planned(item.point, torch.device(kind), hardware=f"ray cluster {config.device}"))
         return result
 
-    def unsatisfiable(self, device: str, gpus: float, cpus: int) -> str:
+    def unsatisfiable(self, device: str, kind: str, resources: dict[str, float]) -> str:
         """Why no node of the cluster can run a point, or '' when one can."""
-        if device.startswith("cuda") and self.resources.get("GPU", 0) < gpus:
+        gpus, cpus = resources["num_gpus"], resources["num_cpus"]
+        if kind == "cuda" and ":" in device:
+            return (f"{device} cannot be pinned on a Ray cluster: Ray gives each task its own GPU(s) "
+                    "(CUDA_VISIBLE_DEVICES); use device: cuda")
+        if kind == "cuda" and self.resources.get("GPU", 0) < gpus:
             return (f"{device} needs {gpus:g} GPU(s) but the Ray cluster has {self.resources.get('GPU', 0):g}; "
                     "add a GPU node or drop cuda from the grid")
-        if device == "mps":
+        if kind == "mps":
             return "mps is not schedulable on a Ray cluster"
         if self.resources.get("CPU", 0) < cpus:
-            return f"needs {cpus} CPUs (1 + num_workers) but the Ray cluster has {self.resources.get('CPU', 0):g}"
+            return f"needs {cpus:g} CPUs (1 + num_workers) but the Ray cluster has {self.resources.get('CPU', 0):g}"
         return ""
 
     def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]:
         """At most as many tasks in flight as the cluster has CPUs (each needs one), so that a stop
         leaves the rest unsubmitted instead of cancelling tasks; every outcome reported as it lands."""
         ray = self.ray
-        remote = ray.remote(_run_remote)
+        tasks = self.tasks()
         window = max(1, int(self.resources.get("CPU", 1)))
         queue = list(enumerate(jobs))
         pending: dict = {}
@@ -152,8 +157,9 @@ class RayExecutor:
             while queue or pending:
                 while queue and not stop and len(pending) < window:
                     index, job = queue.pop(0)
-                    resources = task_resources(job.point.config)
-                    pending[remote.options(**resources, max_retries=0).remote(job, resources["num_cpus"])] = index
+                    resources = task_resources(job.point.config, job.device.split(":")[0])
+                    task = tasks["gpu" if resources["num_gpus"] else "cpu"]
+                    pending[task.options(**resources, max_retries=0).remote(job, resources["num_cpus"])] = index
                 if stop:
                     for index, job in queue:
                         outcomes[index] = Outcome(job.point, NOT_RUN, reason=stop)
@@ -178,6 +184,12 @@ class RayExecutor:
             raise
         return [outcomes[i] for i in range(len(jobs))]
 
+    def tasks(self) -> dict:
+        """The Ray tasks points run as. A GPU task is declared with a GPU so that Ray gives each
+        worker one task only (max_calls=1): a reused worker keeps its first CUDA context, and a
+        task assigned GPU 1 would run on GPU 0."""
+        return {"cpu": self.ray.remote(_run_remote), "gpu": self.ray.remote(num_gpus=1, max_calls=1)(_run_remote_gpu)}
+
     def _stop_tasks(self, refs: list) -> None:
         if self.started_here:
             # Tasks die with the Ray instance that owns them. (ray.cancel of a task that is just
@@ -193,9 +205,9 @@ class RayExecutor:
             self.ray.shutdown()
 
 
-def task_resources(config) -> dict[str, float]:
-    gpus = config.gpus_per_run if config.device.startswith("cuda") else 0
-    return {"num_cpus": 1 + config.num_workers, "num_gpus": gpus}
+def task_resources(config, kind: str) -> dict[str, float]:
+    """What a point's task asks Ray for, given the kind of device it runs on."""
+    return {"num_cpus": 1 + config.num_workers, "num_gpus": config.gpus_per_run if kind == "cuda" else 0}
 
 
 def _run_remote(job: PointJob, cpus: float) -> Outcome:
@@ -209,11 +221,16 @@ def _run_remote(job: PointJob, cpus: float) -> Outcome:
 
     configure_process()
     torch.set_num_threads(max(1, int(cpus)))
-    try:
-        device = resolve(job.point.config.device)
+    try:  # the planned kind; for cuda, Ray's CUDA_VISIBLE_DEVICES makes the assigned GPU cuda:0
+        device = resolve(job.device.split(":")[0])
     except DeviceUnavailable as exc:
         return Outcome(job.point, FAILED, reason=f"on node {os.uname().nodename}: {exc}")
     return run_point(dataclasses.replace(job, device=str(device)))
+
+
+def _run_remote_gpu(job: PointJob, cpus: float) -> Outcome:
+    """The same, under its own name: Ray keeps one declaration (and its max_calls) per function."""
+    return _run_remote(job, cpus)
 
 
 def open_executor(kind: str, ray_address: str | None, tracking_uri: str, reporter) -> Executor:

@@ -158,10 +158,13 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
             raise
         except Exception as exc:  # one run's failure must not stop the grid
             outcome.reason = _failure_reason(exc, job.point.config.batch_size)
-            _free_device_memory(device)
             _end_failed(tracker, run_id, exc, outcome.reason)
         finally:
             progress.epoch_done()
+    if outcome.status == FAILED:
+        # Here, not in `except`: until the exception is gone its traceback holds the model, the
+        # optimizer and the activations, and nothing could be released.
+        _free_device_memory(device)
     if outcome.trained and checkpoint is not None:
         checkpoint.unlink(missing_ok=True)  # whatever the flags: a later run must never resume a finished point
     progress.run_end(outcome)
@@ -172,7 +175,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
               resume: dict | None) -> tuple[str, dict[str, str]]:
     import torch
 
-    from pipeline.device import hardware_name
+    from pipeline.device import arithmetic_tags, hardware_name
 
     tags = {
         names.TAG_ROLE: "point" if job.parent_run_id else "single",
@@ -183,6 +186,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
         names.TAG_CONFIG_HASH: config_hash(job.point.config, **dataset.identity),
         names.TAG_RUN_KEY: job.run_key,
         names.TAG_DATA: dataset.description,
+        **arithmetic_tags(device),
     }
     if resume is not None:
         tags[names.TAG_RESUMED_FROM] = str(resume["epoch"])
@@ -300,6 +304,7 @@ def _free_device_memory(device: "torch.device") -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def with_position(job: PointJob, index: int, total: int) -> PointJob:

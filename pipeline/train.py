@@ -107,9 +107,11 @@ def _torch_threads(num_workers: int):
 
 
 def _sync(device: torch.device) -> None:
-    # Kernels run asynchronously on CUDA: wait for them before reading a clock.
+    # Kernels run asynchronously on CUDA and MPS: wait for them before reading a clock.
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 class _Clock:
@@ -174,7 +176,10 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
     `resume` is a state from Hooks.save_state: training continues after its last epoch, with the
     same weights, optimizer moments and shuffling order it would have had without the break.
     """
-    with _torch_threads(config.num_workers):
+    # On cuda:N, N is the current device for the whole fit, so that CUDA events are recorded on
+    # N's stream rather than GPU 0's.
+    on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with _torch_threads(config.num_workers), on_device:
         return _fit(config, data, device, hooks or Hooks(), resume)
 
 
@@ -226,7 +231,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             correct += (logits.argmax(dim=1) == labels).sum()
             all_finite &= torch.isfinite(loss.detach())
             finite_steps += all_finite
-            if not cuda and not all_finite:  # free to check on the CPU; on CUDA, once per epoch
+            if device.type == "cpu" and not all_finite:  # free on the CPU; a sync on CUDA/MPS: once per epoch
                 break
             clock.step(waited_s, before_copy, after_copy, clock.mark())
             hooks.step()

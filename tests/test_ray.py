@@ -99,3 +99,60 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(write_grid,
     assert f"{len(finished)} of 4 points already" in out.output
     done = [r for r in children(runs_of(tracking_uri, "ray-stop")) if r.info.status == "FINISHED"]
     assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
+
+
+def _planned(device: str, resolved=None):
+    import torch
+
+    from pipeline.config import RunConfig
+    from pipeline.executors import Planned
+    from pipeline.grid import GridPoint
+
+    config = RunConfig(device=device, gpus_per_run=0.5)
+    return Planned(GridPoint(1, config, device), torch.device(resolved) if resolved else None)
+
+
+def test_gpu_resources_follow_the_planned_device(cluster, tracking_uri):
+    """auto asks for a GPU exactly when it resolves to cuda; cuda:N cannot be pinned under Ray."""
+    from pipeline.executors import RayExecutor, task_resources
+    from pipeline.report import Reporter
+
+    executor = RayExecutor(None, tracking_uri, Reporter())
+    executor.resources = {"CPU": 4.0, "GPU": 2.0}  # as a GPU cluster reports them
+    auto_gpu, auto_cpu, cuda, pinned = executor.plan(
+        [_planned("auto", "cuda:0"), _planned("auto", "cpu"), _planned("cuda"), _planned("cuda:1")])
+    assert task_resources(auto_gpu.point.config, auto_gpu.device.type)["num_gpus"] == 0.5
+    assert task_resources(auto_cpu.point.config, auto_cpu.device.type)["num_gpus"] == 0
+    assert cuda.device.type == "cuda" and cuda.hardware == "ray cluster cuda"
+    assert pinned.device is None and "cuda:1 cannot be pinned on a Ray cluster" in pinned.reason
+
+
+def test_a_gpu_task_runs_once_per_worker(cluster, tracking_uri):
+    from pipeline.executors import RayExecutor
+    from pipeline.report import Reporter
+
+    tasks = RayExecutor(None, tracking_uri, Reporter()).tasks()
+    assert tasks["gpu"]._default_options["max_calls"] == 1
+    assert tasks["cpu"]._default_options.get("max_calls", 0) in (0, None)
+
+
+def test_a_worker_trains_on_the_gpu_ray_gave_it(monkeypatch):
+    """In a worker Ray shows only the assigned GPU (CUDA_VISIBLE_DEVICES=N makes it cuda:0): the task
+    runs on the planned kind of device there, whatever index the driver saw."""
+    import torch
+
+    import pipeline.executors as executors
+    from pipeline.point import DataRef, PointJob
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    seen = []
+    monkeypatch.setattr(executors, "run_point", lambda job: seen.append(job.device))
+    point = _planned("cuda").point
+    job = PointJob(point, "cuda:1", "key", "sqlite:///x.db", "1", "e", DataRef("/nowhere"))
+    executors._run_remote_gpu(job, 1)
+    # An auto point the driver planned on the cpu asked for no GPU: it must not take one it finds.
+    executors._run_remote(PointJob(_planned("auto").point, "cpu", "key", "sqlite:///x.db", "1", "e",
+                                   DataRef("/nowhere")), 1)
+    assert seen == ["cuda:0", "cpu"]

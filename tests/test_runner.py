@@ -133,3 +133,58 @@ def test_an_executor_that_cannot_start_leaves_no_experiment_behind(write_grid, d
         run_grid(load_grid(write_grid(THREE)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir),
                                                                    executor="ray"))
     assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("fake") is None
+
+
+def test_a_failed_point_releases_its_model_before_freeing_device_memory(write_grid, data_dir, tracking_uri,
+                                                                        monkeypatch):
+    """empty_cache() frees nothing while the traceback still holds the model and its optimizer."""
+    import gc
+    import weakref
+
+    import pipeline.point
+    from pipeline.model import Network
+
+    models, alive_at_cleanup = [], []
+
+    def forward_fails(self, x):
+        models.append(weakref.ref(self))
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    real_free = pipeline.point._free_device_memory
+
+    def free(device):
+        gc.collect()
+        alive_at_cleanup.append(any(ref() is not None for ref in models))
+        real_free(device)
+
+    monkeypatch.setattr(Network, "forward", forward_fails)
+    monkeypatch.setattr(pipeline.point, "_free_device_memory", free)
+    grid = write_grid("experiment: oom-free\ngrid:\n  device: [cpu]\n")
+    result = run_grid(load_grid(grid), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    assert [o.status for o in result.outcomes] == [FAILED]
+    assert alive_at_cleanup == [False]
+
+
+def test_a_checkpoint_loads_on_the_cpu_whatever_the_device(data_dir, tmp_path):
+    """The sampler's generator state must stay a CPU ByteTensor: loaded onto a GPU (here the meta
+    device stands in for one) Generator.set_state refuses it, and every retry would fail."""
+    from pipeline.data import load
+    from pipeline.point import _load_checkpoint
+    from pipeline.train import Hooks, fit
+
+    path = tmp_path / "point.pt"
+
+    class Save(Hooks):
+        checkpointing = True
+
+        def save_state(self, state):
+            torch.save(state, path)
+
+    from pipeline.config import RunConfig
+
+    fit(RunConfig(batch_size=128, epochs=1), load(data_dir), torch.device("cpu"), Save())
+    state = _load_checkpoint(path)
+    assert state["generator"].device.type == "cpu" and state["generator"].dtype == torch.uint8
+    with pytest.raises(TypeError):  # what loading onto the run's device did
+        torch.Generator().set_state(torch.load(path, map_location="meta", weights_only=True)["generator"])
+    torch.Generator().set_state(state["generator"])

@@ -102,3 +102,18 @@ def test_cuda_time_buckets_account_for_the_epoch(data_dir):
         assert stats.transfer_time_s > 0 and stats.compute_time_s > 0 and stats.data_time_s >= 0
         buckets = stats.data_time_s + stats.transfer_time_s + stats.compute_time_s
         assert abs(buckets - stats.epoch_duration_s) <= 0.15 * stats.epoch_duration_s, stats
+
+
+def test_cuda_runs_record_their_arithmetic(monkeypatch):
+    """TF32 convolutions, cuDNN's choices and the physical GPU are tags of every cuda run."""
+    from types import SimpleNamespace
+
+    from pipeline.device import arithmetic_tags
+
+    assert arithmetic_tags(torch.device("cpu")) == {}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(uuid="GPU-1234"))
+    tags = arithmetic_tags(torch.device("cuda", 0))
+    assert tags["pipeline.gpu_uuid"] == "GPU-1234"
+    assert tags["pipeline.cudnn_tf32"] == str(torch.backends.cudnn.allow_tf32).lower()
+    assert tags["pipeline.matmul_tf32"] == str(torch.backends.cuda.matmul.allow_tf32).lower()
+    assert {"pipeline.cudnn_version", "pipeline.cudnn_benchmark", "pipeline.cudnn_deterministic"} <= set(tags)
