@@ -7,6 +7,7 @@ Heavy imports (torch, mlflow) happen inside the commands that need them, so `pip
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -249,7 +250,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
     from pipeline.records import latest_experiment_id
-    from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri
+    from pipeline.store import absolute_store_uri, exec_mlflow, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
@@ -263,7 +264,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
     click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
-    _exec_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"])
+    exec_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"])
 
 
 @main.command()
@@ -368,29 +369,20 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
               help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
 @click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1), show_default=True,
               help="Request-handling processes (MLflow's default is 4 whatever the machine).")
-def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int) -> None:
+@click.option("--allowed-hosts", metavar="NAMES",
+              help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
+def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
+           allowed_hosts: str | None) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
-    from pipeline.store import absolute_store_uri
+    from pipeline.store import absolute_store_uri, exec_mlflow
 
     store = absolute_store_uri(backend_store_uri)
     if host in ("0.0.0.0", "::"):
         click.echo(f"warning: --host {host} lets every network this machine is on write to the store", err=True)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
     click.echo(f"MLflow tracking server for {store}, artifacts in {artifacts_destination}")
     click.echo(f"point sweeps at it with: --tracking-uri http://{shown}:{port}  (Ctrl-C stops it)")
-    _exec_mlflow(["server", "--host", host, "--port", str(port), "--backend-store-uri", store,
-                  "--artifacts-destination", artifacts_destination, "--workers", str(workers)])
+    extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
+    exec_mlflow(["server", "--host", host, "--port", str(port), "--backend-store-uri", store,
+                  "--artifacts-destination", artifacts_destination, "--workers", str(workers), *extra])
 
-
-# Starlette's deprecation notice is a UserWarning, so it is named by its text.
-_SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"
-
-
-def _exec_mlflow(args: list[str]) -> None:
-    """Become an MLflow server process, so signals (Ctrl-C, a service manager's SIGTERM) reach it
-    directly. Its GenAI job runners are off (the pipeline uses none; they start several processes)
-    and its libraries' deprecation warnings are not the user's to read."""
-    sys.stdout.flush()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
-           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS)}
-    os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)

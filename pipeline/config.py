@@ -79,14 +79,19 @@ def _number(value: Any) -> float:
     raise ValueError
 
 
-def _positive_float(value: Any) -> float:
-    try:
-        number = _number(value)
-    except ValueError:
-        raise ValueError("a positive number, e.g. 0.01 or 1.0e-3") from None
-    if not math.isfinite(number) or number <= 0:
-        raise ValueError("a positive number, e.g. 0.01 or 1.0e-3")
-    return number
+def _positive_float(examples: str) -> Callable[[Any], float]:
+    allowed = f"a positive number, e.g. {examples}"
+
+    def check(value: Any) -> float:
+        try:
+            number = _number(value)
+        except ValueError:
+            raise ValueError(allowed) from None
+        if not math.isfinite(number) or number <= 0:
+            raise ValueError(allowed)
+        return number
+
+    return check
 
 
 def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:
@@ -126,14 +131,14 @@ def _boolean(value: Any) -> bool:
 
 
 GRID_KEYS: dict[str, Callable[[Any], Any]] = {
-    "lr": _positive_float,
+    "lr": _positive_float("0.01 or 1.0e-3"),
     "batch_size": _int_between(1, 2**31 - 1),
     "num_workers": _int_between(0, 1024),
     "device": _device,
     "epochs": _int_between(1, 1_000_000),
     "seed": _int_between(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
     "shuffle": _boolean,
-    "gpus_per_run": _positive_float,
+    "gpus_per_run": _positive_float("1, or 0.5 to share a GPU between two runs"),
 }
 assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 

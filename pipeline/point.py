@@ -128,8 +128,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     try:
         run_id, tags = _open_run(tracker, job, dataset, device, resume)
     except TrackingUnavailable as exc:
-        return Outcome(job.point, NOT_RUN, device=job.device, reason=f"the tracking store went down ({exc})",
-                       store_down=True)
+        return Outcome(job.point, NOT_RUN, device=job.device, reason=str(exc), store_down=True)
     outcome = Outcome(job.point, FAILED, device=job.device, run_id=run_id, tags=tags)
     progress.run_start(job.point, job.device, *job.position)
     if resume is not None:
@@ -146,7 +145,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
             if hooks.tracking_error is None:
                 outcome.status = FINISHED
             else:  # trained, but not recorded: the results file keeps it for `pipeline relog`
-                outcome.status, outcome.reason = UNLOGGED, f"the tracking store went down ({hooks.tracking_error})"
+                outcome.status, outcome.reason = UNLOGGED, f"kept in the results file: {hooks.tracking_error}"
                 outcome.store_down = True
                 outcome.model_state = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
                 tracker.end_run(run_id, FAILED, quick=True)

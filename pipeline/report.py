@@ -137,9 +137,9 @@ class Reporter:
         self.console.print(f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: "
                            f"{_status(outcome.status)} {result}")
 
-    def tracking_down(self, error: str, results_file: "Path") -> None:
+    def tracking_down(self, results_file: "Path") -> None:
         self.console.print(
-            f"[red]The tracking store stopped answering[/] ({error}). Finished training results are in "
+            "[red]The tracking store stopped answering.[/] Finished training results are in "
             f"{results_file}. When the store is back: `pipeline relog` logs the ones marked "
             "unlogged, and running the same grid again trains only what is missing."
         )

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.names import CHECKPOINT_DIR, FAILED, FINISHED, RESULTS_FILE, TAG_RELOGGED, TAG_ROLE
+from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, TAG_KILLED_REASON, TAG_RELOGGED,
+                            TAG_ROLE)
 
 MODELS_DIR = "unlogged-models"  # under CHECKPOINT_DIR: weights of points trained during an outage
 
@@ -131,6 +132,8 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     else:
         run_id = run.info.run_id
         tracker.log_tags(run_id, tags)
+        if TAG_KILLED_REASON in run.data.tags:  # closed meanwhile as an orphan; it finished after all
+            tracker.client.delete_tag(run_id, TAG_KILLED_REASON)
         logged_steps = {m.step for m in tracker.client.get_metric_history(run_id, "epoch_duration_s")}
     tracker.log_params(run_id, entry["params"])
     epochs = [EpochStats(**e) for e in entry["epochs"] if e["epoch"] not in logged_steps]
@@ -158,8 +161,9 @@ def _log_model(tracker, run_id: str, model_file: Path) -> None:
 
 
 def _close_stale_parent(tracker, parent_id: str) -> None:
-    """A sweep that stopped on the outage is still RUNNING: close it FAILED, saying why, once its
-    process is gone (under `mlflow run`, mlflow closes its project run itself)."""
+    """A sweep that stopped on the outage is still RUNNING (or was closed KILLED as an orphan by a
+    later sweep): close it FAILED, saying why, once its process is gone (under `mlflow run`, mlflow
+    closes its project run itself)."""
     from mlflow.exceptions import MlflowException
 
     from pipeline.liveness import close, process_gone
@@ -168,7 +172,8 @@ def _close_stale_parent(tracker, parent_id: str) -> None:
         parent = tracker.client.get_run(parent_id)
     except MlflowException:
         return
-    if parent.info.status == "RUNNING" and process_gone(parent.data.tags):
+    orphaned = parent.info.status == KILLED and "ended without closing" in parent.data.tags.get(TAG_KILLED_REASON, "")
+    if (parent.info.status == "RUNNING" and process_gone(parent.data.tags)) or orphaned:
         close(tracker.client, parent_id, FAILED,
               "the tracking store went down during the sweep; its trained points were relogged from the "
               "results file, the rest were not run: run the grid again to train them")

@@ -24,7 +24,7 @@ from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor
 from pipeline.grid import GridPoint, config_hash, expand
-from pipeline.names import CHECKPOINT_DIR, TAG_DEVICE, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
+from pipeline.names import CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
                             PointJob, with_position)
 
@@ -214,11 +214,13 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     result = SweepResult([outcomes[p.point.index] for p in planned], tracker.experiment_id, parent_id, tracker.uri)
     store_down = any(o.store_down for o in ran)
     if store_down:
-        reporter.tracking_down(next(o.reason for o in ran if o.store_down), results.path_in(sweep.state_dir))
+        reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
         comparison = _log_comparison(tracker, parent_id, reporter)
         if not adopted:  # `mlflow run` ends its own run from our exit code
+            if result.exit_code:
+                tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
             tracker.end_run(parent_id, FAILED if result.exit_code else FINISHED)
     reporter.summary(spec.axes, result, tracker, comparison)
     return result
@@ -274,9 +276,9 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
             "epochs": [asdict(e) for e in outcome.epochs],
         }, model_state=outcome.model_state)
     if outcome.store_down:
-        return f"not run: the tracking store went down ({outcome.reason})"
+        return "the tracking store stopped answering"
     if outcome.status == FAILED and sweep.options.fail_fast:
-        return f"not run: --fail-fast after #{job.point.index} failed"
+        return f"--fail-fast after #{job.point.index} failed"
     return ""
 
 
@@ -346,6 +348,12 @@ def _hardware(item: Planned) -> str:
     from pipeline.device import hardware_name
 
     return item.hardware or hardware_name(item.device)
+
+
+def _why_failed(result: SweepResult) -> str:
+    """The parent's reason: which points did not finish, and why."""
+    parts = [f"#{o.point.index} {o.status}: {o.reason}" for o in result.outcomes if o.status in (FAILED, NOT_RUN, UNLOGGED)]
+    return "; ".join(parts)[:5000]
 
 
 def _require_devices(planned: Sequence[Planned]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
 import sys
 import time
@@ -35,6 +36,21 @@ _QUIET = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 class TrackingUnavailable(RuntimeError):
     """The tracking store stopped answering (after retries) in the middle of a sweep."""
 
+    @classmethod
+    def of(cls, uri: str, exc: BaseException) -> "TrackingUnavailable":
+        return cls(f"{redact(uri)} stopped answering ({short_cause(exc)})")
+
+
+def short_cause(exc: BaseException) -> str:
+    """The gist of a network or database error, not urllib3's whole retry story."""
+    text = f"{exc.__class__.__name__}: {exc}"
+    for phrase in ("Connection refused", "Connection reset", "Read timed out", "timed out", "database is locked",
+                   "Name or service not known", "No route to host"):
+        if phrase.lower() in text.lower():
+            return phrase.lower()
+    status = re.search(r"\b(429|500|502|503|504)\b", text)
+    return f"HTTP {status.group(1)}" if status else first_line(exc)[:120]
+
 
 def configure_process() -> None:
     """Process-wide settings for a `pipeline` process: short HTTP retries (ours come on top) and
@@ -46,6 +62,8 @@ def configure_process() -> None:
                  "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("mlflow.pytorch").addFilter(_DropPickleWarning())
+    # Ray announces on every start that token authentication is on when a token exists: not news.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
 
 class _DropPickleWarning(logging.Filter):
@@ -186,7 +204,7 @@ class Retrying:
                     if not is_transient(exc):
                         raise
                     if delay is None:
-                        raise TrackingUnavailable(f"{self.once.tracking_uri}: {first_line(exc)}") from exc
+                        raise TrackingUnavailable.of(self.once.tracking_uri, exc) from exc
                     time.sleep(delay)
 
         return call
@@ -231,3 +249,17 @@ def _mlflow_executable() -> str:
         return str(candidate.relative_to(Path.cwd()))
     except ValueError:
         return str(candidate)
+
+
+# Starlette's deprecation notice is a UserWarning, so it is named by its text.
+_SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"
+
+
+def exec_mlflow(args: list[str]) -> None:
+    """Become an MLflow server process, so signals (Ctrl-C, a service manager's SIGTERM) reach it
+    directly. Its GenAI job runners are off (the pipeline uses none; they start several processes)
+    and its libraries' deprecation warnings are not the user's to read."""
+    sys.stdout.flush()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
+           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS)}
+    os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)

@@ -144,7 +144,7 @@ class Tracker:
                 return log_pytorch_model(run_id, model, example)
         except Exception as exc:
             if is_transient(exc):
-                raise TrackingUnavailable(f"{self.uri}: {first_line(exc)}") from exc
+                raise TrackingUnavailable.of(self.uri, exc) from exc
             raise
 
     def system_metrics(self, run_id: str, enabled: bool):

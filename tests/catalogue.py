@@ -22,6 +22,7 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("lr quoted string", "grid:\n  lr: ['fast']\n", ("grid.lr",)),
     ("lr zero", "grid:\n  lr: [0]\n", ("grid.lr", "positive number")),
     ("lr boolean", "grid:\n  lr: [true]\n", ("grid.lr", "positive number")),
+    ("gpus_per_run zero", "grid:\n  gpus_per_run: [0]\n", ("grid.gpus_per_run", "0.5 to share a GPU")),
     ("empty device list", "grid:\n  device: []\n", ("grid.device: empty list",)),
     ("empty lr list", "grid:\n  lr: []\n", ("grid.lr", "empty list")),
     ("empty epochs list", "grid:\n  epochs: []\n", ("empty list",)),

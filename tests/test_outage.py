@@ -103,3 +103,36 @@ def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid
     (run,) = [r for r in children(runs_of(tracking_uri, "lost-model")) if r.info.status == "FINISHED"]
     assert run.outputs.model_outputs and run.data.params["batch_size"] == "128"
     assert invoke(*args).output.count("DONE") == 1  # 128 is done; only 256 trains
+
+
+def test_relog_after_the_orphans_were_reaped_tells_the_outage_story(tracking_uri, tmp_path):
+    """Run again before relog, and the next sweep closes the outage's child and parent as orphans
+    (KILLED, "process ended"). relog then finishes the child without the stale reason, and the
+    parent becomes FAILED with the outage as its reason."""
+    import json
+
+    from pipeline.names import TAG_KILLED_REASON
+    from pipeline.results import relog
+    from pipeline.tracking import Tracker
+
+    tracker = Tracker.open(tracking_uri, "reaped")
+    parent = tracker.start_run("sweep", tags={"pipeline.role": "sweep"})
+    child = tracker.start_run("batch_size=64", parent)
+    for run_id in (parent, child):
+        tracker.log_tags(run_id, {TAG_KILLED_REASON: "process 4242 on host ended without closing the run"})
+        tracker.end_run(run_id, "KILLED")
+    epoch = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
+             "epoch_duration_s": 0.5, "images_per_s": 100.0, "data_time_s": 0.1, "transfer_time_s": 0.1,
+             "compute_time_s": 0.3}
+    line = {"logged": False, "tracking_uri": tracking_uri, "experiment": "reaped", "parent_run_id": parent,
+            "run_id": child, "name": "batch_size=64", "run_key": "k", "device": "cpu",
+            "params": {"batch_size": 64}, "tags": {"pipeline.run_key": "k"}, "run_duration_s": 1.0, "epochs": [epoch]}
+    results_file = tmp_path / "results.jsonl"
+    results_file.write_text(json.dumps(line) + "\n")
+
+    assert [r.run_id for r in relog(results_file)] == [child]
+    client = mlflow.MlflowClient(tracking_uri)
+    restored, closed = client.get_run(child), client.get_run(parent)
+    assert restored.info.status == "FINISHED" and TAG_KILLED_REASON not in restored.data.tags
+    assert closed.info.status == "FAILED" and "tracking store went down" in closed.data.tags[TAG_KILLED_REASON]
+    assert json.loads(results_file.read_text())["logged"] is True

@@ -153,12 +153,13 @@ def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_p
         raise SystemExit(0)
 
     monkeypatch.setattr(os, "execve", fake_execve)
-    invoke("server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}")
+    invoke("server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}", "--allowed-hosts", "head,head:5000")
     (tmp_path / "u.db").touch()
     invoke("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'u.db'}")
     (server_argv, server_env), (ui_argv, ui_env) = calls
     assert server_argv[:3] == [sys.executable, "-m", "mlflow"] and server_argv[3] == "server"
     assert server_argv[server_argv.index("--workers") + 1] == str(min(4, os.cpu_count() or 1))
+    assert server_argv[server_argv.index("--allowed-hosts") + 1] == "head,head:5000"  # else 0.0.0.0 answers 403
     assert ui_argv[3] == "ui" and ui_argv[ui_argv.index("--workers") + 1] == "1"
     for env in (server_env, ui_env):
         assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
