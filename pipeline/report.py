@@ -138,11 +138,9 @@ class Reporter:
                            f"{_status(outcome.status)} {result}")
 
     def tracking_down(self, results_file: "Path") -> None:
-        self.console.print(
-            "[red]The tracking store stopped answering.[/] Finished training results are in "
-            f"{results_file}. When the store is back: `pipeline relog` logs the ones marked "
-            "unlogged, and running the same grid again trains only what is missing."
-        )
+        self.console.print(f"[red]The tracking store stopped answering.[/] Trained results are kept in {results_file}")
+        self.console.print("When the store is back, `pipeline relog` logs them; running the same grid again then "
+                           "trains only what is missing.")
 
     def run_end(self, outcome: "Outcome") -> None:
         if outcome.status == "FINISHED":
