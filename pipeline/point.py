@@ -194,12 +194,13 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
         run_id = tracker.adopt(job.adopt_run_id, job.point.name, tags)
     else:
         run_id = tracker.start_run(job.point.name, job.parent_run_id, tags)
-    tracker.log_params(run_id, params_of(job, dataset))
+    tracker.log_params(run_id, params_of(job))
     return run_id, tags
 
 
-def params_of(job: PointJob, dataset: "Dataset") -> dict:
-    return {**job.point.config.as_params(), "train_size": len(dataset.train), "test_size": len(dataset.test)}
+def params_of(job: PointJob) -> dict:
+    """What a point's run records as params: its settings and the data sizes it trained on."""
+    return {**job.point.config.as_params(), "train_size": job.data.train_size, "test_size": job.data.test_size}
 
 
 def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", hooks: "_PointHooks") -> None:

@@ -26,7 +26,7 @@ from pipeline.executors import Executor, Planned, open_executor
 from pipeline.grid import GridPoint, config_hash, expand
 from pipeline.names import CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
-                            PointJob, with_position)
+                            PointJob, params_of, with_position)
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
@@ -147,7 +147,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     uri, dataset = _check_inputs(options, options.data_dir, None, None)
     reporter.data(dataset.description)
     sweep = _open_sweep(uri, options.experiment or "train", dataset, reporter, options)
-    item.run_key = run_key(config, sweep.identity, _hardware(item))
+    _assign_run_keys([item], sweep.identity)
     job = sweep.job(item, parent_id=None, adopt=_project_run_id())
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
@@ -188,9 +188,7 @@ def _open_sweep(uri: str, experiment: str, dataset: "Dataset", reporter: "Report
 
 def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor) -> SweepResult:
     tracker, reporter = sweep.tracker, sweep.reporter
-    for item in planned:
-        if item.device is not None:
-            item.run_key = run_key(item.point.config, sweep.identity, _hardware(item))
+    _assign_run_keys(planned, sweep.identity)
     outcomes = _already_done(sweep, planned)
     todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
     parent_id, adopted = _open_parent(sweep, spec, len(planned)) if todo else (None, False)
@@ -233,16 +231,12 @@ def _already_done(sweep: _Sweep, planned: list[Planned]) -> dict[int, Outcome]:
 
     waiting = results.unlogged_keys(sweep.state_dir, sweep.tracker.uri)
     finished = {} if sweep.options.rerun else finished_by_key(sweep.tracker.client, sweep.tracker.experiment_id)
-    done: dict[int, Outcome] = {}
+    done = _finished_outcomes(sweep.tracker.client, [p for p in planned if p.run_key not in waiting], finished)
     for item in planned:
-        if item.device is None:
-            continue
-        if item.run_key in waiting:
+        if item.device is not None and item.run_key in waiting:
             done[item.point.index] = Outcome(
                 item.point, UNLOGGED, reason=f"trained before, waiting in {results.path_in(sweep.state_dir)}: "
                                              "run `pipeline relog`")
-        elif item.run_key in finished:
-            done[item.point.index] = _outcome_of_finished(sweep.tracker.client, item, finished[item.run_key])
     count = sum(o.status == DONE for o in done.values())
     if count:
         sweep.reporter.note(f"{count} of {len(planned)} points already have a FINISHED run here "
@@ -270,8 +264,7 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
             "logged": outcome.status == FINISHED, "tracking_uri": job.tracking_uri,
             "experiment": job.experiment_name, "parent_run_id": job.parent_run_id, "run_id": outcome.run_id,
             "name": job.point.name, "run_key": job.run_key, "device": outcome.device,
-            "params": {**job.point.config.as_params(), "train_size": job.data.train_size,
-                       "test_size": job.data.test_size},
+            "params": params_of(job),
             "tags": outcome.tags, "run_duration_s": outcome.run_duration_s,
             "epochs": [asdict(e) for e in outcome.epochs],
         }, model_state=outcome.model_state)
@@ -307,15 +300,9 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
         return {}
     from pipeline import data as data_mod
 
-    identity = data_mod.load(options.data_dir or spec.data.root, spec.data.train_size, spec.data.test_size).identity
-    done = {}
-    for item in planned:
-        if item.device is not None:
-            previous = finished.get(run_key(item.point.config, identity, _hardware(item)))
-            if previous is not None:
-                done[item.point.index] = Outcome(item.point, DONE, run_id=previous.info.run_id,
-                                                 reason=f"already FINISHED as run {previous.info.run_id}")
-    return done
+    _assign_run_keys(planned, data_mod.load(options.data_dir or spec.data.root, spec.data.train_size,
+                                            spec.data.test_size).identity)
+    return _finished_outcomes(client, planned, finished)
 
 
 def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter"):
@@ -364,6 +351,18 @@ def _require_devices(planned: Sequence[Planned]) -> None:
             f"{len(missing)} of {len(planned)} grid points need a device this machine lacks: "
             f"{'; '.join(reasons)}. Drop those devices from the grid, or run without --require-devices to skip them"
         )
+
+
+def _assign_run_keys(planned: Sequence[Planned], identity: dict) -> None:
+    for item in planned:
+        if item.device is not None:
+            item.run_key = run_key(item.point.config, identity, _hardware(item))
+
+
+def _finished_outcomes(client, planned: Sequence[Planned], finished: dict) -> dict[int, Outcome]:
+    """DONE outcomes of the planned points whose run key has a FINISHED run in `finished`."""
+    return {item.point.index: _outcome_of_finished(client, item, finished[item.run_key])
+            for item in planned if item.device is not None and item.run_key in finished}
 
 
 def _outcome_of_finished(client, item: Planned, run) -> Outcome:
