@@ -9,6 +9,8 @@ loop comparison (the GPU machine has none); `--overhead` adds the tracking measu
     python benchmarks/harness.py --device cuda --device cpu --batch-size 1000 --batch-size 10000 \\
         --workers 0 --workers 1 --synthetic                         # what gpu_check.sh runs
     python benchmarks/harness.py --overhead --accuracy-epochs 3     # the README's figures
+    python benchmarks/harness.py --device cuda --device cpu --epochs 3 --no-loops
+                                    # per-epoch times: warm-up, epoch 1, steady state, speedups
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import tutorial_loop  # noqa: E402
 from pipeline import data as data_mod  # noqa: E402
 from pipeline.config import RunConfig  # noqa: E402
 from pipeline.device import DeviceUnavailable, hardware_name, resolve  # noqa: E402
+from pipeline.timing import steady_mean, timed_label  # noqa: E402
 from pipeline.train import fit  # noqa: E402
 
 
@@ -57,9 +60,8 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
 
 
-def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
-    reference = tutorial_loop.train_set(reference_root)
-    rows = []
+def settings(args):
+    """(device, batch size, workers) for every setting asked for, on the devices this machine has."""
     for name in args.device:
         try:
             device = resolve(name)
@@ -68,30 +70,37 @@ def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
             continue
         for batch_size in args.batch_size:
             for workers in args.workers:
-                config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, device=name, epochs=1)
-                # Warm-up, untimed: first optimizer (torch imports its compiler), worker start, caches.
-                warm = data_mod.Dataset(dataset.train.head(2 * batch_size), dataset.test.head(1000),
-                                        dataset.folder, dataset.verified)
-                fit(config, warm, device)
-                tutorial_loop.epoch(torch.utils.data.Subset(reference, range(2 * batch_size)), batch_size, workers, device)
-                ref_s, ours_s, stats = [], [], []
-                for _ in range(args.rounds):
-                    ref_s.append(tutorial_loop.epoch(reference, batch_size, workers, device)[0])
-                    result = fit(config, dataset, device).final
-                    ours_s.append(result.epoch_duration_s)
-                    stats.append(result)
-                ratios = [o / r for o, r in zip(ours_s, ref_s)]
-                last = stats[-1]
-                row = {
-                    "device": str(device), "hardware": hardware_name(device), "batch_size": batch_size,
-                    "workers": workers, "tutorial_s": ref_s, "pipeline_s": ours_s, "ratio": ratios,
-                    "images_per_s": statistics.median(s.images_per_s for s in stats),
-                    "shares": [round(100 * getattr(last, k) / last.epoch_duration_s, 1)
-                               for k in ("data_time_s", "transfer_time_s", "compute_time_s")],
-                }
-                rows.append(row)
-                print(f"{row['device']:7} bs {batch_size:>5} w {workers}: tutorial {spread(ref_s)} s, "
-                      f"pipeline {spread(ours_s)} s, ratio {spread(ratios)}", flush=True)
+                yield device, batch_size, workers
+
+
+def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
+    reference = tutorial_loop.train_set(reference_root)
+    rows = []
+    for device, batch_size, workers in settings(args):
+        config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, device=str(device), epochs=1)
+        # Warm-up, untimed: first optimizer (torch imports its compiler), worker start, caches.
+        warm = data_mod.Dataset(dataset.train.head(2 * batch_size), dataset.test.head(1000),
+                                dataset.folder, dataset.verified)
+        fit(config, warm, device)
+        tutorial_loop.epoch(torch.utils.data.Subset(reference, range(2 * batch_size)), batch_size, workers, device)
+        ref_s, ours_s, stats = [], [], []
+        for _ in range(args.rounds):
+            ref_s.append(tutorial_loop.epoch(reference, batch_size, workers, device)[0])
+            result = fit(config, dataset, device).final
+            ours_s.append(result.epoch_duration_s)
+            stats.append(result)
+        ratios = [o / r for o, r in zip(ours_s, ref_s)]
+        last = stats[-1]
+        row = {
+            "device": str(device), "hardware": hardware_name(device), "batch_size": batch_size,
+            "workers": workers, "tutorial_s": ref_s, "pipeline_s": ours_s, "ratio": ratios,
+            "images_per_s": statistics.median(s.images_per_s for s in stats),
+            "shares": [round(100 * getattr(last, k) / last.epoch_duration_s, 1)
+                       for k in ("data_time_s", "transfer_time_s", "compute_time_s")],
+        }
+        rows.append(row)
+        print(f"{row['device']:7} bs {batch_size:>5} w {workers}: tutorial {spread(ref_s)} s, "
+              f"pipeline {spread(ours_s)} s, ratio {spread(ratios)}", flush=True)
     return rows
 
 
@@ -135,6 +144,33 @@ def accuracy(args, dataset, reference_root: Path) -> str:
     ours = fit(RunConfig(batch_size=bs, epochs=args.accuracy_epochs), dataset, device).final.test_accuracy
     return (f"test accuracy after {args.accuracy_epochs} epochs at bs {bs}, lr 0.01 on {device}: "
             f"tutorial {theirs:.4f}, pipeline {ours:.4f}")
+
+
+def epochs_table(args, dataset) -> str:
+    """One fit of `--epochs` epochs per device and setting: the untimed warm-up, each epoch's time,
+    and cuda/cpu speedups on the steady-state epochs (the rule `pipeline compare` uses)."""
+    rows = []
+    for device, batch_size, workers in settings(args):
+        config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, epochs=args.epochs)
+        result = fit(config, dataset, device)
+        times = [e.epoch_duration_s for e in result.epochs]
+        peak = max((e.peak_memory_mb or 0.0) for e in result.epochs)
+        rows.append({"device": str(device), "batch_size": batch_size, "workers": workers,
+                     "warmup_s": result.warmup_s, "epochs_s": times, "steady_s": steady_mean(times),
+                     "peak_mb": peak, "test_accuracy": result.final.test_accuracy})
+        print(f"{device} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, epochs "
+              f"{', '.join(f'{t:.3f}' for t in times)} s", flush=True)
+    cpu = {(r["batch_size"], r["workers"]): r["steady_s"] for r in rows if r["device"] == "cpu"}
+    lines = [f"per-epoch seconds, {args.epochs} epochs; steady state = {timed_label(args.epochs)}", "",
+             "| device | batch | workers | warm-up s | epoch s (1, 2, ...) | steady s | speedup vs cpu | peak MiB | test acc |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        reference = cpu.get((r["batch_size"], r["workers"]))
+        speedup = f"x{reference / r['steady_s']:.2f}" if reference and r["device"] != "cpu" else ""
+        lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {r['warmup_s']:.3f} | "
+                     f"{', '.join(f'{t:.3f}' for t in r['epochs_s'])} | {r['steady_s']:.3f} | {speedup} | "
+                     f"{r['peak_mb']:,.0f} | {r['test_accuracy']:.4f} |")
+    return "\n".join(lines)
 
 
 # --- tracking overhead (needs mlflow) ------------------------------------------------------------------
@@ -211,6 +247,8 @@ def report(args, tmp: Path) -> str:
              f"data: {dataset.description}; {args.rounds} alternating rounds per setting", ""]
     if not args.no_loops:
         lines += [loops_table(compare_loops(args, dataset, reference_root)), ""]
+    if args.epochs:
+        lines += [epochs_table(args, dataset), ""]
     if args.accuracy_epochs:
         lines += [accuracy(args, dataset, reference_root), ""]
     lines.append(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
@@ -228,6 +266,7 @@ def main() -> None:
     parser.add_argument("--data-dir", help="Fashion-MNIST folder (default: the pipeline's search)")
     parser.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape")
     parser.add_argument("--accuracy-epochs", type=int, default=0, help="also compare accuracy after N epochs")
+    parser.add_argument("--epochs", type=int, default=0, help="also time N epochs per setting, warm-up shown")
     parser.add_argument("--overhead", action="store_true", help="also measure start-up and tracking overhead")
     parser.add_argument("--no-loops", action="store_true", help="skip the loop comparison")
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")

@@ -37,8 +37,14 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _timed(comparison: "Comparison") -> str:
+    """Which epochs the chart's times average, as the table's `timed` column says."""
+    labels = comparison.table["timed"].unique()
+    return labels[0] if len(labels) == 1 else "steady state where a run had 2+ epochs"
+
+
 def epoch_duration(comparison: "Comparison", path: Path) -> Path:
-    """Mean epoch duration for each (batch size, workers), one bar per device."""
+    """Steady-state epoch duration (timing.steady) for each (batch size, workers), one bar per device."""
     plt = _pyplot()
     t = comparison.table
     means = t.groupby(["batch_size", "num_workers", "device"], sort=False)["epoch_duration_s"].mean()
@@ -56,7 +62,7 @@ def epoch_duration(comparison: "Comparison", path: Path) -> Path:
         ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
     ax.set_xticks(range(len(categories)), [f"bs {b}\n{w} worker{'s' if w != 1 else ''}" for b, w in categories])
     ax.set_xlabel("batch size / DataLoader workers")
-    ax.set_ylabel("mean epoch duration (s)")
+    ax.set_ylabel("epoch duration (s), " + _timed(comparison))
     ax.legend(title="device")
     ax.margins(y=0.15)
     return _save(_finish(fig, ax, f"Epoch duration by batch size and workers\n{comparison.sweep.name}"), path)
@@ -98,7 +104,7 @@ def time_breakdown_figure(comparison: "Comparison") -> Figure:
         ax.barh(labels, seconds, left=left, color=colour, label=share.replace("_share", ""))
         left = [a + b for a, b in zip(left, seconds)]
     ax.invert_yaxis()
-    ax.set_xlabel("seconds per epoch (mean)")
+    ax.set_xlabel("seconds per epoch, " + _timed(comparison))
     # Right of the axes: the bars span the plot's whole width, so any legend inside covers one.
     ax.legend(title="time spent on", fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return _finish(fig, ax, f"Where each epoch's time goes\n{comparison.sweep.name}")

@@ -1,6 +1,8 @@
 """Compare a sweep's runs: one row per finished run, device speedups, and where the time went.
 
-Works on plain RunRecords (tracking.read_sweep), so it needs no MLflow calls of its own.
+Works on plain RunRecords (tracking.read_sweep), so it needs no MLflow calls of its own. Speed
+figures (epoch time, images/s, time shares, speedups) use the steady-state epochs (timing.steady);
+the first epoch is shown on its own, and the `timed` column says which epochs were used.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pipeline.errors import UserError
-from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TIME_BUCKETS
+from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TIME_BUCKETS, WARMUP
+from pipeline.timing import steady, timed_label
 
 if TYPE_CHECKING:
     from pipeline.records import SweepRecord
@@ -22,11 +25,12 @@ if TYPE_CHECKING:
 TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "train_size", "test_size")
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup")
-HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", *TIME_BUCKETS)
+HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", *TIME_BUCKETS)
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
 LABELS = {
     "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
     "epoch_duration_s": "epoch_s", "images_per_s": "img/s", "run_duration_s": "run_s",
+    "first_epoch_s": "epoch1_s", "warmup_s": "warmup_s", "peak_memory_mb": "peak MiB",
     "data_share": "data %", "transfer_share": "transfer %", "compute_share": "compute %",
 }
 
@@ -71,12 +75,18 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         for key in FINAL:
             row[key] = run.metrics.get(key, math.nan)
         epochs = run.histories.get("epoch_duration_s") or [run.metrics.get("epoch_duration_s", math.nan)]
-        row["epoch_duration_s"] = _mean(epochs)
-        row["images_per_s"] = _mean(run.histories.get("images_per_s") or [run.metrics.get("images_per_s", math.nan)])
+        row["epoch_duration_s"] = _mean(steady(epochs))
+        row["images_per_s"] = _mean(steady(run.histories.get("images_per_s")
+                                           or [run.metrics.get("images_per_s", math.nan)]))
+        row["timed"] = timed_label(len(epochs))
+        row["first_epoch_s"] = epochs[0]
+        row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
+        memory = run.histories.get("peak_memory_mb") or [run.metrics.get("peak_memory_mb", math.nan)]
+        row["peak_memory_mb"] = max(memory)
         row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
-        total = sum(epochs)
+        total = sum(steady(epochs))
         for bucket in TIME_BUCKETS:
-            spent = run.histories.get(bucket)
+            spent = steady(run.histories.get(bucket) or [])
             share = bucket.replace("_time_s", "_share")
             row[share] = sum(spent) / total if spent and total > 0 else math.nan
         rows.append(row)
@@ -112,7 +122,8 @@ def _speedups(table: pd.DataFrame) -> tuple[list[float], list[str], list[str]]:
             speedup[index], versus[index] = ratio, reference["run_id"]
             parts.append(f"{row['device']} x{ratio:.2f} ({row['epoch_duration_s']:.3f} s/epoch)")
         speedup[cpu.index[0]] = 1.0
-        lines.append(f"{label}: {', '.join(parts)} vs cpu ({reference['epoch_duration_s']:.3f} s/epoch)")
+        lines.append(f"{label}: {', '.join(parts)} vs cpu ({reference['epoch_duration_s']:.3f} s/epoch)"
+                     f", timed on {reference['timed']}")
     return speedup, versus, lines
 
 
@@ -137,7 +148,10 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     for key in FINAL:
         out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
     out[LABELS["epoch_duration_s"]] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
+    out["timed"] = t["timed"]
+    out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
     out[LABELS["images_per_s"]] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
+    out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")

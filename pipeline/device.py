@@ -128,3 +128,47 @@ def survey() -> tuple[list[DeviceInfo], list[str]]:
         error = _smoke(torch.device("mps"))
         devices.append(DeviceInfo("mps", hardware_name(torch.device("mps")), "unified memory", not error, error))
     return devices, notes
+
+
+class PeakMemory:
+    """The peak memory one training pass used on its device, in MiB, or None where it cannot be told.
+
+    cuda: the peak torch allocated (torch.cuda.max_memory_allocated), reset at start().
+    cpu: this process's peak resident set growth. start() resets the kernel's high-water mark
+    (writing 5 to /proc/self/clear_refs, Linux 4.0+) and notes the resident set; read() is the
+    high-water mark (VmHWM) minus that. Exact, not sampled; DataLoader worker processes not included.
+    mps and other systems: None.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.baseline = device, None
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.baseline = 0
+        elif self.device.type == "cpu":
+            try:
+                with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+                    f.write("5")
+                self.baseline = _proc_status_kib("VmRSS")
+            except OSError:
+                self.baseline = None
+
+    def read(self) -> float | None:
+        if self.baseline is None:
+            return None
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            return max(_proc_status_kib("VmHWM") - self.baseline, 0) / 1024
+        except OSError:
+            return None
+
+
+def _proc_status_kib(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"/proc/self/status has no {field}")

@@ -58,12 +58,20 @@ class LocalExecutor:
         return planned
 
     def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]:
-        outcomes, stop = [], ""
+        outcomes, stop, cuda_lost = [], "", ""
         for job in jobs:
             if stop:
                 outcomes.append(Outcome(job.point, NOT_RUN, reason=stop))
                 continue
-            outcome = self.point_function(job, self.progress)
+            if cuda_lost and job.device.startswith("cuda"):
+                # After a sticky CUDA error every CUDA call here fails: the cpu points go on.
+                outcome = Outcome(job.point, NOT_RUN, device=job.device, reason=cuda_lost)
+                self.progress.run_end(outcome)
+            else:
+                outcome = self.point_function(job, self.progress)
+            if outcome.device_lost and not cuda_lost:
+                cuda_lost = (f"not run: CUDA became unusable in this process after #{job.point.index} failed "
+                             "(a sticky CUDA error); run the grid again to train these points")
             outcomes.append(outcome)
             stop = on_outcome(job, outcome)
         return outcomes

@@ -9,10 +9,11 @@ from __future__ import annotations
 # Per-epoch metrics use step = epoch (from 1).
 EPOCH_METRICS = (
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epoch_duration_s", "images_per_s",
-    "data_time_s", "transfer_time_s", "compute_time_s",
+    "data_time_s", "transfer_time_s", "compute_time_s", "enqueue_time_s", "peak_memory_mb",
 )
-TIME_BUCKETS = ("data_time_s", "transfer_time_s", "compute_time_s")
+TIME_BUCKETS = ("data_time_s", "transfer_time_s", "compute_time_s")  # together: the epoch
 RUN_DURATION = "run_duration_s"
+WARMUP = "warmup_s"  # the untimed warm-up before epoch 1 (run-level, step 0)
 MODEL_NAME = "model"
 
 # Statuses MLflow stores (a run's end).

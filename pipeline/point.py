@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,16 +73,21 @@ class Outcome:
     run_id: str | None = None
     epochs: list["EpochStats"] = field(default_factory=list)
     run_duration_s: float | None = None
+    warmup_s: float | None = None
     stored_mean_epoch_s: float | None = None  # DONE runs: the mean of their stored history
     model_state: dict | None = None  # UNLOGGED only: the trained weights, for the results file
     store_down: bool = False  # the tracking store stopped answering: the sweep stops here
+    device_lost: bool = False  # a sticky CUDA error: this process cannot use CUDA any more
     tags: dict[str, str] = field(default_factory=dict)  # the run's tags, for the results file
 
     @property
     def mean_epoch_s(self) -> float | None:
+        """Seconds per epoch in steady state (timing.steady: after the first, when there are two)."""
+        from pipeline.timing import steady_mean
+
         if self.stored_mean_epoch_s is not None:
             return self.stored_mean_epoch_s
-        return statistics.fmean(e.epoch_duration_s for e in self.epochs) if self.epochs else None
+        return steady_mean([e.epoch_duration_s for e in self.epochs])
 
     @property
     def final(self) -> "EpochStats | None":
@@ -139,7 +143,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
         try:
             with tracker.system_metrics(run_id, job.system_metrics):
                 result = fit(job.point.config, dataset, device, hooks, resume=resume)
-            outcome.run_duration_s = result.duration_s
+            outcome.run_duration_s, outcome.warmup_s = result.duration_s, result.warmup_s
             if hooks.tracking_error is None:
                 _record_result(tracker, run_id, result, dataset, hooks)
             if hooks.tracking_error is None:
@@ -157,6 +161,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
             raise
         except Exception as exc:  # one run's failure must not stop the grid
             outcome.reason = _failure_reason(exc, job.point.config.batch_size)
+            outcome.device_lost = device.type == "cuda" and cuda_context_lost(exc)
             _end_failed(tracker, run_id, exc, outcome.reason)
         finally:
             progress.epoch_done()
@@ -207,7 +212,7 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
     from pipeline.store import TrackingUnavailable
 
     try:
-        tracker.log_run_duration(run_id, result.duration_s)
+        tracker.log_run_metrics(run_id, {names.RUN_DURATION: result.duration_s})
         tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy())
         tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
@@ -256,6 +261,9 @@ class _PointHooks:
         if self.outcome.epochs:  # epochs restored from a checkpoint: log them again in this run
             self._track(self.tracker.log_epochs, self.run_id, self.outcome.epochs)
 
+    def warmed_up(self, seconds: float) -> None:
+        self._track(self.tracker.log_run_metrics, self.run_id, {names.WARMUP: seconds})
+
     def epoch_start(self, epoch: int, steps: int) -> None:
         self.progress.epoch_start(epoch, self.job.point.config.epochs, steps)
 
@@ -296,6 +304,16 @@ def _failure_reason(exc: BaseException, batch_size: int) -> str:
         return (f"CUDA out of memory at batch_size {batch_size}: lower batch_size (or free the GPU) "
                 f"and run again ({str(exc).splitlines()[0][:200]})")
     return f"{exc.__class__.__name__}: {exc}"
+
+
+# CUDA errors after which every later CUDA call in the process fails the same way.
+STICKY_CUDA_ERRORS = ("illegal memory access", "device-side assert", "unspecified launch failure",
+                      "illegal instruction", "misaligned address", "uncorrectable ECC")
+
+
+def cuda_context_lost(exc: BaseException) -> bool:
+    """Whether `exc` left this process's CUDA context unusable (unlike out-of-memory, which is not)."""
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in STICKY_CUDA_ERRORS)
 
 
 def _free_device_memory(device: "torch.device") -> None:

@@ -265,7 +265,7 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
             "experiment": job.experiment_name, "parent_run_id": job.parent_run_id, "run_id": outcome.run_id,
             "name": job.point.name, "run_key": job.run_key, "device": outcome.device,
             "params": params_of(job),
-            "tags": outcome.tags, "run_duration_s": outcome.run_duration_s,
+            "tags": outcome.tags, "run_duration_s": outcome.run_duration_s, "warmup_s": outcome.warmup_s,
             "epochs": [asdict(e) for e in outcome.epochs],
         }, model_state=outcome.model_state)
     if outcome.store_down:
@@ -366,15 +366,17 @@ def _finished_outcomes(client, planned: Sequence[Planned], finished: dict) -> di
 
 
 def _outcome_of_finished(client, item: Planned, run) -> Outcome:
-    """A DONE point as the summary shows it: final metrics, and the mean epoch time of its history."""
-    from pipeline.names import EPOCH_METRICS, RUN_DURATION
+    """A DONE point as the summary shows it: final metrics, and the steady-state epoch time of its history."""
+    from pipeline.names import EPOCH_METRICS, RUN_DURATION, WARMUP
+    from pipeline.timing import steady_mean
     from pipeline.train import EpochStats
 
     metrics = run.data.metrics
     fields = {name: metrics.get(name, float("nan")) for name in EPOCH_METRICS}
     stats = EpochStats(epoch=item.point.config.epochs, **fields)
-    history = [m.value for m in client.get_metric_history(run.info.run_id, "epoch_duration_s")]
+    steps = sorted(client.get_metric_history(run.info.run_id, "epoch_duration_s"), key=lambda m: m.step)
+    history = [m.value for m in steps]
     return Outcome(item.point, DONE, device=run.data.tags.get(TAG_DEVICE, ""), run_id=run.info.run_id,
                    reason=f"already FINISHED as run {run.info.run_id}", epochs=[stats],
-                   run_duration_s=metrics.get(RUN_DURATION),
-                   stored_mean_epoch_s=sum(history) / len(history) if history else None)
+                   run_duration_s=metrics.get(RUN_DURATION), warmup_s=metrics.get(WARMUP),
+                   stored_mean_epoch_s=steady_mean(history))

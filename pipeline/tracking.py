@@ -19,7 +19,7 @@ from typing import Any
 from pipeline.errors import UserError
 from pipeline.interrupts import critical
 from pipeline.liveness import process_tags
-from pipeline.names import EPOCH_METRICS, MODEL_NAME, RUN_DURATION, TAG_ERROR, ARTIFACT_TRACEBACK
+from pipeline.names import EPOCH_METRICS, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
 from pipeline.store import TrackingUnavailable, first_line, fluent_target, is_transient, open_client, ui_hint
 
 
@@ -104,20 +104,21 @@ class Tracker:
         """One batch call per epoch with every per-epoch metric at step = epoch."""
         self.log_epochs(run_id, [stats])
 
-    def log_epochs(self, run_id: str, epochs: list[Any], duration_s: float | None = None) -> None:
-        """Several epochs' metrics (and the run's duration) in one batch call."""
+    def log_epochs(self, run_id: str, epochs: list[Any], run_metrics: dict[str, float | None] | None = None) -> None:
+        """Several epochs' metrics (and run-level ones, at step 0) in one batch call. A metric that
+        is None (peak memory where it cannot be told) is left out, never logged as zero."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(name, float(asdict(stats)[name]), now, stats.epoch)
-                   for stats in epochs for name in EPOCH_METRICS]
-        if duration_s is not None:
-            metrics.append(Metric(RUN_DURATION, float(duration_s), now, 0))
+        values = [(name, asdict(stats)[name], stats.epoch) for stats in epochs for name in EPOCH_METRICS]
+        values += [(name, value, 0) for name, value in (run_metrics or {}).items()]
+        metrics = [Metric(name, float(value), now, step) for name, value, step in values if value is not None]
         if metrics:
             self.client.log_batch(run_id, metrics=metrics)
 
-    def log_run_duration(self, run_id: str, seconds: float) -> None:
-        self.client.log_metric(run_id, RUN_DURATION, seconds)
+    def log_run_metrics(self, run_id: str, metrics: dict[str, float | None]) -> None:
+        """Run-level metrics (run duration, warm-up) at step 0."""
+        self.log_epochs(run_id, [], metrics)
 
     def log_image(self, run_id: str, image: Any, path: str) -> None:
         self.client.log_image(run_id, image, path)

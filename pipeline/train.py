@@ -7,7 +7,9 @@ step. Batches arrive as uint8 and are normalised on the device, so a CUDA copy m
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 
 from pipeline.config import RunConfig
 from pipeline.data import Dataset, Split, batches
+from pipeline.device import PeakMemory
 from pipeline.model import Network
 
 EVAL_BATCH_SIZE = 1000  # evaluation batch size does not change results, only speed
@@ -39,13 +42,16 @@ class EpochStats:
     data_time_s: float = 0.0
     transfer_time_s: float = 0.0
     compute_time_s: float = 0.0
+    enqueue_time_s: float = 0.0  # host time in the compute calls (on CUDA: launching kernels)
+    peak_memory_mb: float | None = None  # see device.PeakMemory; None where it cannot be told
 
 
 @dataclass
 class FitResult:
     model: Network
     epochs: list[EpochStats] = field(default_factory=list)
-    duration_s: float = 0.0  # every epoch's training and evaluation
+    duration_s: float = 0.0  # every epoch's training and evaluation (the warm-up excluded)
+    warmup_s: float = 0.0  # the untimed warm-up before epoch 1
 
     @property
     def final(self) -> EpochStats:
@@ -57,6 +63,9 @@ class Hooks:
 
     def model_ready(self, model: Network) -> None:
         """Called once the network is on its device, before the first epoch."""
+
+    def warmed_up(self, seconds: float) -> None:
+        """Called after the untimed warm-up, before the first epoch."""
 
     def epoch_start(self, epoch: int, steps: int) -> None: ...
 
@@ -78,8 +87,13 @@ def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device,
 
 
 def _normalise(images: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
-    images = images.float().div_(255)
+    images = torch.div(images, 255)  # uint8 in, float32 out, in one kernel
     return images.contiguous(memory_format=torch.channels_last) if channels_last else images
+
+
+def _optimizer(model: Network, lr: float, device: torch.device) -> torch.optim.Adam:
+    # Fused Adam on CUDA: one kernel for every parameter's update instead of several per tensor.
+    return torch.optim.Adam(model.parameters(), lr=lr, fused=device.type == "cuda")
 
 
 def uses_channels_last(device: torch.device) -> bool:
@@ -122,28 +136,31 @@ class _Clock:
     the optimizer step. On the CPU these are perf_counter intervals. On CUDA the work is
     asynchronous, so transfer and compute are GPU times from CUDA events recorded around them (read
     once, after the epoch's final synchronisation; no sync per step), and data is the rest of the
-    epoch: the time the GPU sat waiting for the host.
+    epoch: the time the GPU sat waiting for the host. enqueue is the host's own time in the compute
+    calls: on CUDA the time spent launching kernels (when it nears compute, the GPU waits on Python);
+    on the CPU, where nothing is asynchronous, it equals compute.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.data = self.transfer = self.compute = 0.0
+        self.data = self.transfer = self.compute = self.enqueue = 0.0
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event, torch.cuda.Event]] = []
 
-    def mark(self):
+    def mark(self) -> tuple[float, "torch.cuda.Event | None"]:
+        event = None
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            return event
-        return time.perf_counter()
+        return time.perf_counter(), event
 
     def step(self, waited_s: float, before_copy, after_copy, after_compute) -> None:
         self.data += waited_s
+        self.enqueue += after_compute[0] - after_copy[0]
         if self.cuda:
-            self._events.append((before_copy, after_copy, after_compute))
+            self._events.append((before_copy[1], after_copy[1], after_compute[1]))
         else:
-            self.transfer += after_copy - before_copy
-            self.compute += after_compute - after_copy
+            self.transfer += after_copy[0] - before_copy[0]
+            self.compute += after_compute[0] - after_copy[0]
 
     def finish(self, epoch_s: float) -> None:
         """Call after the epoch's synchronisation."""
@@ -183,14 +200,46 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
         return _fit(config, data, device, hooks or Hooks(), resume)
 
 
+def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.device) -> float:
+    """One untimed training step and one evaluation batch at the run's shapes, on a copy of the
+    model, so that epoch 1 does not time loading the device's libraries, choosing kernels, or the
+    allocator's first growth. The run's own weights, optimizer and random streams are untouched
+    (zero images: nothing drawn). Returns its duration."""
+    start = time.perf_counter()
+    shadow = copy.deepcopy(model)
+    optimizer = _optimizer(shadow, config.lr, device)
+    channels_last, pin = uses_channels_last(device), device.type == "cuda"
+    shapes = [(min(config.batch_size, len(data.train)), True), (min(EVAL_BATCH_SIZE, len(data.test)), False)]
+    for size, training in shapes:
+        images = torch.zeros((max(size, 1), 1, 28, 28), dtype=torch.uint8)
+        labels = torch.zeros(max(size, 1), dtype=torch.long)
+        if pin:
+            images, labels = images.pin_memory(), labels.pin_memory()
+        images, labels = _to_device(images, labels, device, pin)
+        shadow.train(training)
+        with torch.set_grad_enabled(training):
+            loss = F.cross_entropy(shadow(_normalise(images, channels_last)), labels)
+            if training:
+                loss.backward()
+                optimizer.step()
+    _sync(device)
+    del shadow, optimizer
+    return time.perf_counter() - start
+
+
+def _diverged(epoch: int, step: int | None = None) -> Diverged:
+    where = f"epoch {epoch}" + (f", step {step}" if step is not None else "")
+    return Diverged(f"diverged at {where}: the training loss became NaN or inf; try a lower lr")
+
+
 def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None) -> FitResult:
     torch.manual_seed(config.seed)
     model = Network().to(device)  # initialised on the CPU by the seed, then moved: same weights anywhere
     channels_last = uses_channels_last(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    cuda = device.type == "cuda"
+    optimizer = _optimizer(model, config.lr, device)
+    cuda, cpu = device.type == "cuda", device.type == "cpu"
     loader = batches(
         data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
         num_workers=config.num_workers, pin_memory=cuda,
@@ -204,20 +253,21 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         result.epochs = [EpochStats(**e) for e in resume["epochs"]]
         first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
     hooks.model_ready(model)
+    result.warmup_s = _warm_up(model, config, data, device)
+    hooks.warmed_up(result.warmup_s)
+    memory = PeakMemory(device)
     run_start = time.perf_counter()
     for epoch in range(first_epoch, config.epochs + 1):
         hooks.epoch_start(epoch, len(loader))
         model.train()
         clock = _Clock(device)
+        memory.start()
         # Accumulate on the device; reading them once per epoch avoids a host sync per step.
+        # Cross-entropy is never negative, so a NaN or inf loss stays in the sum: one check per epoch.
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), dtype=torch.long, device=device)
-        # Divergence is tracked on the device too: all_finite stays True until the first NaN/inf
-        # loss, and finite_steps counts the steps before it.
-        all_finite = torch.ones((), dtype=torch.bool, device=device)
-        finite_steps = torch.zeros((), dtype=torch.long, device=device)
         epoch_start = waiting_since = time.perf_counter()
-        for images, labels in loader:
+        for step, (images, labels) in enumerate(loader, start=1):
             waited_s = time.perf_counter() - waiting_since
             before_copy = clock.mark()
             images, labels = _to_device(images, labels, device, cuda)
@@ -229,21 +279,19 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             optimizer.step()
             loss_sum += loss.detach() * labels.size(0)
             correct += (logits.argmax(dim=1) == labels).sum()
-            all_finite &= torch.isfinite(loss.detach())
-            finite_steps += all_finite
-            if device.type == "cpu" and not all_finite:  # free on the CPU; a sync on CUDA/MPS: once per epoch
-                break
+            if cpu and not math.isfinite(loss.item()):  # free on the CPU: stop at the step it happened
+                raise _diverged(epoch, step)
             clock.step(waited_s, before_copy, after_copy, clock.mark())
             hooks.step()
             waiting_since = time.perf_counter()
         _sync(device)
         epoch_s = time.perf_counter() - epoch_start
         clock.finish(epoch_s)
+        peak_mb = memory.read()
         n = len(data.train)
-        if not all_finite.item():
-            raise Diverged(f"diverged at epoch {epoch}, step {finite_steps.item() + 1}: "
-                           "the training loss became NaN or inf; try a lower lr")
         train_loss = loss_sum.item() / n
+        if not math.isfinite(train_loss):
+            raise _diverged(epoch)
         test_loss, test_accuracy = evaluate(model, data.test, device)
         stats = EpochStats(
             epoch=epoch,
@@ -256,6 +304,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             data_time_s=clock.data,
             transfer_time_s=clock.transfer,
             compute_time_s=clock.compute,
+            enqueue_time_s=clock.enqueue,
+            peak_memory_mb=peak_mb,
         )
         result.epochs.append(stats)
         hooks.epoch_end(stats)

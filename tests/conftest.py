@@ -52,15 +52,19 @@ def make_idx(folder: Path, n_train: int = 512, n_test: int = 256, gz: bool = Tru
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
-    """No test sees the caller's MLflow or data settings, and each runs in its own folder."""
-    import mlflow
-
+    """No test sees the caller's MLflow or data settings, and each runs in its own folder.
+    (Without mlflow, as on the GPU machine for tests/test_gpu.py, only the folder part applies.)"""
+    try:
+        import mlflow
+    except ImportError:
+        mlflow = None
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID",
                  "MLFLOW_EXPERIMENT_NAME", "PIPELINE_DATA_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     yield
-    mlflow.set_tracking_uri(None)  # a test that aimed MLflow's fluent API somewhere leaves it unset
+    if mlflow is not None:
+        mlflow.set_tracking_uri(None)  # a test that aimed MLflow's fluent API somewhere leaves it unset
 
 
 @pytest.fixture(scope="session")

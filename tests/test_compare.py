@@ -29,7 +29,8 @@ GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epo
 @pytest.fixture
 def sweep_store(write_grid, data_dir, tracking_uri):
     """A real 2-point cpu sweep, plus a fake 'cuda:0' twin of the batch_size=128 run logged by hand
-    (this machine has no GPU), whose epochs take a quarter of the cpu twin's time."""
+    (this machine has no GPU), whose steady-state epoch takes a quarter of the cpu twin's time and
+    whose cold first epoch takes ten times as long."""
     result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     client = mlflow.MlflowClient(tracking_uri)
     cpu = next(r for r in client.search_runs([result.experiment_id], "params.batch_size = '128'"))
@@ -39,7 +40,7 @@ def sweep_store(write_grid, data_dir, tracking_uri):
     metrics = []
     for name in HISTORIES + ("train_loss", "train_accuracy", "test_loss"):
         for m in client.get_metric_history(cpu.info.run_id, name):
-            value = m.value / 4 if name in ("epoch_duration_s", *names.TIME_BUCKETS) else m.value
+            value = m.value * (10 if m.step == 1 else 1 / 4) if name in ("epoch_duration_s", *names.TIME_BUCKETS) else m.value
             metrics.append(Metric(name, value, m.timestamp, m.step))
     metrics.append(Metric("run_duration_s", 1.0, 0, 0))
     client.log_batch(twin.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
@@ -58,12 +59,16 @@ def test_rows_speedups_and_shares(sweep_store):
     lone = table[table["batch_size"] == 256].iloc[0]
     assert gpu["speedup"] == pytest.approx(4.0) and gpu["speedup_vs"] == ref["run_id"]
     assert ref["speedup"] == 1.0 and math.isnan(lone["speedup"])  # no twin on another device
-    history = [m.value for m in client.get_metric_history(cpu.info.run_id, "epoch_duration_s")]
-    assert ref["epoch_duration_s"] == pytest.approx(sum(history) / len(history))
+    history = sorted(client.get_metric_history(cpu.info.run_id, "epoch_duration_s"), key=lambda m: m.step)
+    # Speed is the steady state: epoch 2 of 2; epoch 1 is shown on its own.
+    assert ref["epoch_duration_s"] == pytest.approx(history[1].value) and ref["timed"] == "epoch 2"
+    assert ref["first_epoch_s"] == pytest.approx(history[0].value)
+    assert gpu["first_epoch_s"] == pytest.approx(10 * history[0].value)
+    assert ref["warmup_s"] > 0 and ref["peak_memory_mb"] >= 0
     shares = ref[["data_share", "transfer_share", "compute_share"]].sum()
     assert 0.85 <= shares <= 1.15
     (line,) = comparison.speedups
-    assert line.startswith("batch_size=128: cuda:0 x4.00") and "vs cpu" in line
+    assert line.startswith("batch_size=128: cuda:0 x4.00") and "vs cpu" in line and line.endswith("timed on epoch 2")
 
 
 def test_formats_and_sort(sweep_store):

@@ -189,3 +189,29 @@ def test_a_checkpoint_loads_on_the_cpu_whatever_the_device(data_dir, tmp_path):
     with pytest.raises(TypeError):  # what loading onto the run's device did
         torch.Generator().set_state(torch.load(path, map_location="meta", weights_only=True)["generator"])
     torch.Generator().set_state(state["generator"])
+
+
+def test_after_a_sticky_cuda_error_the_other_cuda_points_are_not_run(data_dir):
+    """An illegal memory access poisons the process's CUDA context: the cuda points after it are
+    NOT RUN with the reason, the cpu points go on. Out of memory is not sticky."""
+    from pipeline.grid import GridPoint
+    from pipeline.config import RunConfig
+    from pipeline.point import DataRef, cuda_context_lost
+
+    assert cuda_context_lost(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
+    assert not cuda_context_lost(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    devices = ["cuda:0", "cuda:0", "cpu", "cuda:0"]
+    jobs = [PointJob(GridPoint(i, RunConfig(device=d), f"p{i}"), d, f"key{i}", "sqlite:///x.db", "1", "x",
+                     DataRef(str(data_dir))) for i, d in enumerate(devices, start=1)]
+    ran = []
+
+    def point(job, progress):
+        ran.append(job.point.index)
+        outcome = Outcome(job.point, FINISHED if job.point.index > 1 else FAILED, device=job.device)
+        outcome.device_lost = job.point.index == 1
+        return outcome
+
+    seen = []
+    outcomes = LocalExecutor(point_function=point).run(jobs, lambda job, o: seen.append(o.status) or "")
+    assert ran == [1, 3] and seen == [FAILED, NOT_RUN, FINISHED, NOT_RUN]
+    assert "CUDA became unusable in this process after #1 failed" in outcomes[1].reason

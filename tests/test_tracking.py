@@ -169,9 +169,11 @@ def test_outcome_statistics():
     from pipeline.config import RunConfig
     from pipeline.train import EpochStats
 
-    epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i), 10) for i in (1, 3)]
+    epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i * i), 10) for i in (1, 2, 3)]
     outcome = point.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
-    assert outcome.mean_epoch_s == 2.0 and outcome.final is epochs[-1]
+    assert outcome.mean_epoch_s == 6.5 and outcome.final is epochs[-1]  # steady state: epochs 2 and 3
+    one = point.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs[:1])
+    assert one.mean_epoch_s == 1.0  # a one-epoch run can only be timed cold
 
 
 def test_logged_model_loads_where_pipeline_is_not_installed(data_dir, tracking_uri):

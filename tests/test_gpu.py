@@ -1,0 +1,120 @@
+"""The CUDA paths on a real GPU. Skipped without CUDA; `benchmarks/gpu_check.sh` runs them on a lent
+GPU machine, which has torch and pytest but no mlflow: nothing here may need a tracking store."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from pipeline.config import RunConfig
+from pipeline.data import load
+from pipeline.device import PeakMemory, resolve
+from pipeline.train import Hooks, _normalise, _warm_up, fit
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def test_cuda_matches_cpu(data_dir):
+    dataset = load(data_dir)
+    config = RunConfig(batch_size=64, epochs=2, seed=1)
+    cpu = fit(config, dataset, torch.device("cpu"))
+    gpu = fit(config, dataset, resolve("cuda"))
+    assert next(gpu.model.parameters()).device.type == "cuda"
+    assert gpu.final.test_accuracy == pytest.approx(cpu.final.test_accuracy, abs=0.05)
+
+
+def test_cuda_time_buckets_fit_in_the_epoch(data_dir):
+    """transfer and compute are GPU times from events; data is the rest of the epoch."""
+    result = fit(RunConfig(batch_size=32, epochs=2, num_workers=1), load(data_dir), resolve("cuda"))
+    for stats in result.epochs:
+        assert stats.transfer_time_s > 0 and stats.compute_time_s > 0 and stats.data_time_s >= 0
+        assert stats.transfer_time_s + stats.compute_time_s <= stats.epoch_duration_s
+        assert 0 < stats.enqueue_time_s <= stats.epoch_duration_s
+        assert stats.peak_memory_mb is not None and stats.peak_memory_mb > 0
+
+
+def test_resume_on_cuda_continues_where_it_stopped(data_dir, tmp_path):
+    """The checkpoint loads on the CPU (generator state stays a CPU ByteTensor) and the run goes on."""
+    from pipeline.point import _load_checkpoint
+
+    path, dataset, device = tmp_path / "point.pt", load(data_dir), resolve("cuda")
+
+    class Save(Hooks):
+        checkpointing = True
+
+        def save_state(self, state):
+            torch.save(state, path)
+
+    fit(RunConfig(batch_size=128, epochs=1, seed=2), dataset, device, Save())
+    resumed = fit(RunConfig(batch_size=128, epochs=2, seed=2), dataset, device, resume=_load_checkpoint(path))
+    straight = fit(RunConfig(batch_size=128, epochs=2, seed=2), dataset, device)
+    assert [e.epoch for e in resumed.epochs] == [1, 2]
+    assert resumed.final.train_loss == pytest.approx(straight.final.train_loss, rel=1e-3)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_cuda_n_is_timed_on_its_own_device(data_dir):
+    """Events on cuda:1 are recorded on cuda:1's stream; the current device is restored after."""
+    before = torch.cuda.current_device()
+    result = fit(RunConfig(batch_size=64), load(data_dir), torch.device("cuda", 1))
+    assert next(result.model.parameters()).device == torch.device("cuda", 1)
+    assert result.final.compute_time_s > 0 and torch.cuda.current_device() == before
+
+
+def test_warm_up_leaves_the_model_and_streams_untouched(data_dir):
+    from pipeline.model import Network
+
+    device = resolve("cuda")
+    torch.manual_seed(0)
+    model = Network().to(device)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.cuda.get_rng_state(device), torch.get_rng_state()
+    seconds = _warm_up(model, RunConfig(batch_size=256), load(data_dir), device)
+    assert seconds > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(rng[0], torch.cuda.get_rng_state(device)) and torch.equal(rng[1], torch.get_rng_state())
+
+
+def test_out_of_memory_fails_the_run_and_the_next_one_trains(data_dir):
+    """After the exception is gone, the failed run's model and activations are released."""
+    from pipeline.point import _failure_reason, _free_device_memory
+
+    device, dataset = resolve("cuda"), load(data_dir)
+    baseline = torch.cuda.memory_allocated(device)
+    torch.cuda.set_per_process_memory_fraction(0.0001, device)
+    try:
+        with pytest.raises(torch.OutOfMemoryError) as caught:
+            fit(RunConfig(batch_size=512), dataset, device)
+        reason = _failure_reason(caught.value, 512)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+    del caught
+    _free_device_memory(device)
+    assert reason.startswith("CUDA out of memory at batch_size 512")
+    assert torch.cuda.memory_allocated(device) == baseline
+    assert fit(RunConfig(batch_size=64), dataset, device).final.test_accuracy > 0
+
+
+def test_normalising_on_cuda_launches_one_kernel():
+    from torch.profiler import ProfilerActivity, profile
+
+    images = torch.randint(0, 256, (8, 1, 28, 28), dtype=torch.uint8, device="cuda")
+    _normalise(images)  # load the kernel outside the profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        out = _normalise(images)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert sum(e.count for e in kernels) == 1, [(e.key, e.count) for e in kernels]
+    assert torch.equal(out.cpu(), images.cpu().float() / 255)
+
+
+def test_peak_memory_on_cuda_is_what_torch_allocated():
+    device = resolve("cuda")
+    memory = PeakMemory(device)
+    memory.start()
+    block = torch.ones(64 * 2**20 // 4, device=device)
+    del block
+    gc.collect()
+    assert 64 <= memory.read() < 1024
