@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from pipeline.config import LATER_KEYS, RunConfig
 from pipeline.errors import UserError
 from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TIME_BUCKETS, WARMUP
 from pipeline.timing import steady, timed_label
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
     from pipeline.records import SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices.
-TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "train_size", "test_size")
+TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "data_on_device", "train_size",
+             "test_size")
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+_LATER_DEFAULTS = {key: str(getattr(RunConfig(), key)) for key in LATER_KEYS}
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup")
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", *TIME_BUCKETS)
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
@@ -70,8 +73,8 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         row["device"] = run.tags.get(TAG_DEVICE) or run.params.get("device")
         row["requested_device"] = run.params.get("device")
         row["hardware"] = run.tags.get(TAG_HARDWARE, "")
-        for key in TWIN_KEYS:
-            row[key] = _number(run.params.get(key))
+        for key in TWIN_KEYS:  # a setting added later is at its default in runs made before it
+            row[key] = _number(run.params.get(key, _LATER_DEFAULTS.get(key)))
         for key in FINAL:
             row[key] = run.metrics.get(key, math.nan)
         epochs = run.histories.get("epoch_duration_s") or [run.metrics.get("epoch_duration_s", math.nan)]
@@ -145,6 +148,9 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     settings = ["device"] + [k for k in ("batch_size", "num_workers", "lr", "epochs")
                              if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle")]
     out = t[settings].copy()
+    if "data_on_device" in t and (t["data_on_device"].astype(str) == "True").any():
+        out["data path"] = ["on device (no host data path)" if str(v) == "True" else "host"
+                            for v in t["data_on_device"]]
     for key in FINAL:
         out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
     out[LABELS["epoch_duration_s"]] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")

@@ -40,9 +40,21 @@ class RunConfig:
     seed: int = 0
     shuffle: bool = True
     gpus_per_run: float = 1.0  # with --executor ray: the GPU share a cuda point asks for
+    # Settings added after runs were recorded: a run key includes them only when they are not at
+    # their default, so runs made before they existed are still recognised as done.
+    data_on_device: bool = False  # upload the data once, index batches on the device (num_workers 0)
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """What a run key hashes: every setting, the later ones only when set."""
+        defaults = RunConfig()
+        return {k: v for k, v in self.as_params().items()
+                if k not in LATER_KEYS or v != getattr(defaults, k)}
+
+
+LATER_KEYS = ("data_on_device",)
 
 
 @dataclass(frozen=True)
@@ -139,6 +151,7 @@ GRID_KEYS: dict[str, Callable[[Any], Any]] = {
     "seed": _int_between(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
     "shuffle": _boolean,
     "gpus_per_run": _positive_float("1, or 0.5 to share a GPU between two runs"),
+    "data_on_device": _boolean,
 }
 assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 
@@ -261,6 +274,10 @@ def load_grid(path: str | Path) -> GridSpec:
         if len(set(checked)) != len(checked):
             raise UserError(f"{where}grid.{key}: repeated value in {list(checked)}; list each once")
         axes.append((key, checked))
+    values_of = dict(axes)
+    if True in values_of.get("data_on_device", ()) and any(n > 0 for n in values_of.get("num_workers", ())):
+        raise UserError(f"{where}grid.data_on_device: true indexes batches on the device, without DataLoader "
+                        "workers; set num_workers: [0], or put the data_on_device points in a grid of their own")
 
     checkpoint = raw.get("checkpoint", False)
     if not isinstance(checkpoint, bool):

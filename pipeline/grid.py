@@ -51,5 +51,5 @@ def expand(spec: GridSpec) -> list[GridPoint]:
 
 def config_hash(config: RunConfig, **identity: Any) -> str:
     """Stable short hash of a run's resolved settings plus any extra identity (e.g. data sizes)."""
-    payload = json.dumps({"config": config.as_params(), **identity}, sort_keys=True, default=str)
+    payload = json.dumps({"config": config.identity(), **identity}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -73,7 +73,7 @@ class Outcome:
     run_id: str | None = None
     epochs: list["EpochStats"] = field(default_factory=list)
     run_duration_s: float | None = None
-    warmup_s: float | None = None
+    one_off: dict[str, float] = field(default_factory=dict)  # warm-up, upload: costs paid once per run
     stored_mean_epoch_s: float | None = None  # DONE runs: the mean of their stored history
     model_state: dict | None = None  # UNLOGGED only: the trained weights, for the results file
     store_down: bool = False  # the tracking store stopped answering: the sweep stops here
@@ -143,7 +143,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
         try:
             with tracker.system_metrics(run_id, job.system_metrics):
                 result = fit(job.point.config, dataset, device, hooks, resume=resume)
-            outcome.run_duration_s, outcome.warmup_s = result.duration_s, result.warmup_s
+            outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
             if hooks.tracking_error is None:
                 _record_result(tracker, run_id, result, dataset, hooks)
             if hooks.tracking_error is None:
@@ -204,8 +204,12 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
 
 
 def params_of(job: PointJob) -> dict:
-    """What a point's run records as params: its settings and the data sizes it trained on."""
-    return {**job.point.config.as_params(), "train_size": job.data.train_size, "test_size": job.data.test_size}
+    """What a point's run records as params: its settings and the data sizes it trained on.
+    gpus_per_run only on a cuda point, the one place it means something."""
+    params = job.point.config.as_params()
+    if not job.device.startswith("cuda"):
+        del params["gpus_per_run"]
+    return {**params, "train_size": job.data.train_size, "test_size": job.data.test_size}
 
 
 def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", hooks: "_PointHooks") -> None:
@@ -261,8 +265,8 @@ class _PointHooks:
         if self.outcome.epochs:  # epochs restored from a checkpoint: log them again in this run
             self._track(self.tracker.log_epochs, self.run_id, self.outcome.epochs)
 
-    def warmed_up(self, seconds: float) -> None:
-        self._track(self.tracker.log_run_metrics, self.run_id, {names.WARMUP: seconds})
+    def before_training(self, one_off: dict[str, float]) -> None:
+        self._track(self.tracker.log_run_metrics, self.run_id, one_off)
 
     def epoch_start(self, epoch: int, steps: int) -> None:
         self.progress.epoch_start(epoch, self.job.point.config.epochs, steps)

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION, TAG_KILLED_REASON,
-                            TAG_RELOGGED, TAG_ROLE, WARMUP)
+                            TAG_RELOGGED, TAG_ROLE)
 
 MODELS_DIR = "unlogged-models"  # under CHECKPOINT_DIR: weights of points trained during an outage
 
@@ -137,7 +137,7 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
         logged_steps = {m.step for m in tracker.client.get_metric_history(run_id, "epoch_duration_s")}
     tracker.log_params(run_id, entry["params"])
     epochs = [EpochStats(**e) for e in entry["epochs"] if e["epoch"] not in logged_steps]
-    tracker.log_epochs(run_id, epochs, {RUN_DURATION: entry.get("run_duration_s"), WARMUP: entry.get("warmup_s")})
+    tracker.log_epochs(run_id, epochs, {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})})
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
         _log_model(tracker, run_id, Path(entry["model_file"]))
     tracker.end_run(run_id, FINISHED)

@@ -265,7 +265,7 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
             "experiment": job.experiment_name, "parent_run_id": job.parent_run_id, "run_id": outcome.run_id,
             "name": job.point.name, "run_key": job.run_key, "device": outcome.device,
             "params": params_of(job),
-            "tags": outcome.tags, "run_duration_s": outcome.run_duration_s, "warmup_s": outcome.warmup_s,
+            "tags": outcome.tags, "run_duration_s": outcome.run_duration_s, "one_off": outcome.one_off,
             "epochs": [asdict(e) for e in outcome.epochs],
         }, model_state=outcome.model_state)
     if outcome.store_down:
@@ -367,7 +367,7 @@ def _finished_outcomes(client, planned: Sequence[Planned], finished: dict) -> di
 
 def _outcome_of_finished(client, item: Planned, run) -> Outcome:
     """A DONE point as the summary shows it: final metrics, and the steady-state epoch time of its history."""
-    from pipeline.names import EPOCH_METRICS, RUN_DURATION, WARMUP
+    from pipeline.names import EPOCH_METRICS, RUN_DURATION
     from pipeline.timing import steady_mean
     from pipeline.train import EpochStats
 
@@ -378,5 +378,5 @@ def _outcome_of_finished(client, item: Planned, run) -> Outcome:
     history = [m.value for m in steps]
     return Outcome(item.point, DONE, device=run.data.tags.get(TAG_DEVICE, ""), run_id=run.info.run_id,
                    reason=f"already FINISHED as run {run.info.run_id}", epochs=[stats],
-                   run_duration_s=metrics.get(RUN_DURATION), warmup_s=metrics.get(WARMUP),
+                   run_duration_s=metrics.get(RUN_DURATION),
                    stored_mean_epoch_s=steady_mean(history))

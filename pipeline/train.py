@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.config import RunConfig
-from pipeline.data import Dataset, Split, batches
+from pipeline.data import Dataset, DeviceBatches, Split, batches
 from pipeline.device import PeakMemory
 from pipeline.model import Network
+from pipeline.names import UPLOAD, WARMUP
 
 EVAL_BATCH_SIZE = 1000  # evaluation batch size does not change results, only speed
 
@@ -51,7 +52,12 @@ class FitResult:
     model: Network
     epochs: list[EpochStats] = field(default_factory=list)
     duration_s: float = 0.0  # every epoch's training and evaluation (the warm-up excluded)
-    warmup_s: float = 0.0  # the untimed warm-up before epoch 1
+    # Costs paid once per run before epoch 1, by metric name: warmup_s, and upload_s with data_on_device.
+    one_off: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def warmup_s(self) -> float:
+        return self.one_off.get(WARMUP, 0.0)
 
     @property
     def final(self) -> EpochStats:
@@ -64,8 +70,8 @@ class Hooks:
     def model_ready(self, model: Network) -> None:
         """Called once the network is on its device, before the first epoch."""
 
-    def warmed_up(self, seconds: float) -> None:
-        """Called after the untimed warm-up, before the first epoch."""
+    def before_training(self, one_off: dict[str, float]) -> None:
+        """Called before the first epoch with the run's one-off costs (FitResult.one_off)."""
 
     def epoch_start(self, epoch: int, steps: int) -> None: ...
 
@@ -240,11 +246,15 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         model = model.to(memory_format=torch.channels_last)
     optimizer = _optimizer(model, config.lr, device)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
-    loader = batches(
-        data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
-        num_workers=config.num_workers, pin_memory=cuda,
-    )
     result = FitResult(model=model)
+    if config.data_on_device:
+        upload_start = time.perf_counter()
+        loader = DeviceBatches(data.train, config.batch_size, config.shuffle, config.seed, device)
+        _sync(device)
+        result.one_off[UPLOAD] = time.perf_counter() - upload_start
+    else:
+        loader = batches(data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
+                         num_workers=config.num_workers, pin_memory=cuda)
     first_epoch, earlier_s = 1, 0.0
     if resume is not None:
         model.load_state_dict(resume["model"])
@@ -253,8 +263,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         result.epochs = [EpochStats(**e) for e in resume["epochs"]]
         first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
     hooks.model_ready(model)
-    result.warmup_s = _warm_up(model, config, data, device)
-    hooks.warmed_up(result.warmup_s)
+    result.one_off[WARMUP] = _warm_up(model, config, data, device)
+    hooks.before_training(result.one_off)
     memory = PeakMemory(device)
     run_start = time.perf_counter()
     for epoch in range(first_epoch, config.epochs + 1):

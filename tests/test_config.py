@@ -82,6 +82,15 @@ def test_missing_file(tmp_path):
         load_grid(tmp_path / "nope.yaml")
 
 
+def test_settings_added_later_keep_the_run_keys_of_older_grids():
+    """Hashes computed by the code before data_on_device existed: a grid that does not set it must
+    keep its run keys, or every earlier run would be trained again."""
+    assert config_hash(RunConfig(), train_size=None, test_size=None, host="h", hardware="cpu") == "af5240294045b60d"
+    old = RunConfig(lr=0.001, batch_size=1000, device="cuda", epochs=3)
+    assert config_hash(old, host="h") == "7d77702e1518721c"
+    assert config_hash(RunConfig(data_on_device=True)) != config_hash(RunConfig())
+
+
 def test_config_hash_is_stable_and_sensitive():
     a = config_hash(RunConfig(lr=0.01), train_size=10)
     assert a == config_hash(RunConfig(lr=0.01), train_size=10)

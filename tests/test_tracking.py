@@ -52,8 +52,8 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     run = by_name["batch_size=64 device=cpu"]
     assert run.info.status == "FINISHED"
     assert run.data.params == {"lr": "0.01", "batch_size": "64", "num_workers": "0", "device": "cpu",
-                               "epochs": "2", "seed": "0", "shuffle": "true", "gpus_per_run": "1.0",
-                               "train_size": "512", "test_size": "256"}
+                               "epochs": "2", "seed": "0", "shuffle": "true", "data_on_device": "false",
+                               "train_size": "512", "test_size": "256"}  # gpus_per_run: cuda points only
     for name in names.EPOCH_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
         assert [m.step for m in history] == [1, 2], name

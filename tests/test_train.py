@@ -209,3 +209,13 @@ def test_cuda_uses_fused_adam_and_the_cpu_does_not():
     model = Network()
     assert _optimizer(model, 0.01, torch.device("cuda")).defaults["fused"] is True
     assert not _optimizer(model, 0.01, torch.device("cpu")).defaults["fused"]
+
+
+def test_data_on_device_learns_the_same_numbers_and_times_its_upload(data_dir):
+    """The same sampler gives the same batches in the same order, without a DataLoader."""
+    dataset = load(data_dir)
+    host = fit(RunConfig(batch_size=128, epochs=2, seed=4), dataset, torch.device("cpu"))
+    on_device = fit(RunConfig(batch_size=128, epochs=2, seed=4, data_on_device=True), dataset, torch.device("cpu"))
+    assert [e.train_loss for e in on_device.epochs] == [e.train_loss for e in host.epochs]
+    assert on_device.final.test_accuracy == host.final.test_accuracy
+    assert on_device.one_off["upload_s"] >= 0 and "upload_s" not in host.one_off
