@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data run test clean
+.PHONY: setup data browser run test clean
 
 setup: $(STAMP) data
 
@@ -45,7 +45,18 @@ run: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/mlflow run . --env-manager local \
 	  --experiment-name $(EXPERIMENT) -P grid=$(GRID)
 
-test: setup
+# The UI tests open MLflow in Debian's chromium through Playwright (never a downloaded browser).
+browser:
+	@if command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "chromium missing: installing Debian's chromium for the UI tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    || echo "warning: apt-get could not install chromium; the browser tests will be skipped"; \
+	else \
+	  echo "chromium not found: the browser tests will be skipped (sudo apt-get install chromium)"; \
+	fi
+
+test: setup browser
 	$(BIN)/python -m pytest
 
 clean:

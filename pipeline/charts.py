@@ -68,15 +68,24 @@ def epoch_duration(comparison: "Comparison", path: Path) -> Path:
     return _save(_finish(fig, ax, f"Epoch duration by batch size and workers\n{comparison.sweep.name}"), path)
 
 
+_DASHES = ("-", "--", "-.", ":")
+_MARKERS = "osD^vP<>X"
+
+
 def test_accuracy(comparison: "Comparison", path: Path) -> Path:
     """Test accuracy after each epoch, one line per run."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    longest = 1
-    for run in comparison.sweep.children:
+    longest, runs = 1, comparison.sweep.children
+    for i, run in enumerate(runs):
         values = run.histories.get("test_accuracy") or []
         if values:
-            ax.plot(range(1, len(values) + 1), values, marker="o", label=run.name)
+            # Runs that learn the same numbers (same seed, 0 or 1 workers) draw the same line: each
+            # later line is thinner, with its own dashes and marker, so none hides under another.
+            fade = i / max(len(runs) - 1, 1)
+            ax.plot(range(1, len(values) + 1), values, label=run.name, linestyle=_DASHES[i % len(_DASHES)],
+                    marker=_MARKERS[i % len(_MARKERS)], linewidth=3.5 - 2.5 * fade, markersize=9 - 5 * fade,
+                    alpha=0.85)
             longest = max(longest, len(values))
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (fraction correct)")

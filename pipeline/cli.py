@@ -118,7 +118,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
-                      ray_address=ray_address)
+                      ray_address=ray_address, register=register_name)
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry
@@ -240,6 +240,9 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
     if out:
         for path in write_report(comparison, Path(out)):
             click.echo(f"wrote {path}", err=True)
+    from pipeline import view
+
+    click.echo(f"In the MLflow UI: {view.link(client, comparison)}", err=fmt != "table")
 
 
 @main.command()
@@ -256,8 +259,14 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     if uri.startswith(("http://", "https://")):
         click.echo(f"{uri} is a tracking server; its UI is at {uri}")
         return
-    experiment_id = latest_experiment_id(open_client(uri, must_exist=True))
-    page = f"#/experiments/{experiment_id}/runs" if experiment_id else ""
+    from pipeline import view
+    from pipeline.store import RUNS_PAGE
+
+    client = open_client(uri, must_exist=True)
+    experiment_id = latest_experiment_id(client)
+    page = RUNS_PAGE.format(experiment_id=experiment_id) if experiment_id else ""
+    parent = view.latest(client, experiment_id) if experiment_id else None
+    page = view.page(page, parent) if parent else page
     if host in ("0.0.0.0", "::"):
         click.echo(f"warning: --host {host} exposes the UI, without authentication, to every network "
                    "this machine is on", err=True)

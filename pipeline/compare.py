@@ -29,6 +29,9 @@ FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 _LATER_DEFAULTS = {key: str(getattr(RunConfig(), key)) for key in LATER_KEYS}
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup")
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", *TIME_BUCKETS)
+# The data's first columns (csv, json): which run, its settings, the results people compare.
+KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "epoch_duration_s", "timed", "images_per_s", "test_accuracy",
+               "speedup", "peak_memory_mb")
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
 LABELS = {
     "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
@@ -97,6 +100,8 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
     lines: list[str] = []
     if not table.empty:
         table["speedup"], table["speedup_vs"], lines = _speedups(table)
+        first = [c for c in KEY_COLUMNS if c in table]
+        table = table[first + [c for c in table.columns if c not in first]]
     if sort:
         sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
         if sort not in table.columns:

@@ -20,7 +20,7 @@ from pipeline.config import GridSpec, RunConfig
 class GridPoint:
     index: int  # 1-based position in the grid
     config: RunConfig
-    name: str  # e.g. "batch_size=1000 num_workers=0 device=cpu"
+    name: str  # what varies, device first: e.g. "cpu bs1000 w0"
 
 
 def grid_size(spec: GridSpec) -> int:
@@ -36,15 +36,33 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+# Run names: short enough to read where the MLflow UI cuts them (about 16 characters).
+_PREFIX = {"batch_size": "bs", "num_workers": "w", "lr": "lr", "epochs": "ep", "seed": "seed", "gpus_per_run": "gpu"}
+_FLAGS = {"shuffle": ("shuffle", "noshuffle"), "data_on_device": ("ondevice", "hostdata")}
+
+
+def short(key: str, value: Any) -> str:
+    """One setting as a run name shows it: cpu, bs1000, w0, lr0.01, noshuffle."""
+    if key == "device":
+        return str(value)
+    if key in _FLAGS:
+        return _FLAGS[key][0 if value else 1]
+    return f"{_PREFIX[key]}{format_value(value)}"
+
+
 def expand(spec: GridSpec) -> list[GridPoint]:
     """Every grid point, in deterministic file order."""
     keys = [key for key, _ in spec.axes]
-    # Names show what varies; a one-point grid names itself after the keys it sets.
-    named = [key for key, values in spec.axes if len(values) > 1] or keys
+    # Names show what varies, led by the device whenever the grid names one (what this tool
+    # compares); a one-point grid names itself after the keys it sets. Every setting is also a param.
+    named = [key for key, values in spec.axes if len(values) > 1] or list(keys)
+    if "device" in keys and "device" not in named:
+        named.append("device")
+    named.sort(key=lambda key: key != "device")  # stable: the others keep file order
     points = []
     for index, combo in enumerate(itertools.product(*(values for _, values in spec.axes)), start=1):
         values = dict(zip(keys, combo))
-        name = " ".join(f"{key}={format_value(values[key])}" for key in named) or "defaults"
+        name = " ".join(short(key, values[key]) for key in named) or "defaults"
         points.append(GridPoint(index=index, config=RunConfig(**values), name=name))
     return points
 

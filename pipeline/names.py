@@ -30,6 +30,7 @@ TAG_ERROR = "pipeline.error"
 TAG_PARAM_DEVICES = "pipeline.param_devices"  # where every parameter lives after the move
 TAG_GRID_FILE = "pipeline.grid_file"
 TAG_GRID_SIZE = "pipeline.grid_size"
+TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
 TAG_HOST = "pipeline.host"

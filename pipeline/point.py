@@ -217,7 +217,7 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
 
     try:
         tracker.log_run_metrics(run_id, {names.RUN_DURATION: result.duration_s})
-        tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy())
+        tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch)
         tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
         hooks.tracking_error = exc

@@ -185,7 +185,8 @@ class Reporter:
             self.speedups(comparison)
             self.console.print("Charts and tables: the parent run's comparison/ artifacts; "
                                "or `pipeline compare --out DIR`")
-        command, url = tracker.ui()
+        published = comparison is not None and not comparison.table.empty
+        command, url = tracker.ui(result.parent_run_id if published else None)
         if command:
             self.console.print(f"Open the MLflow UI:  {command}")
         self.console.print(f"then browse to       {url}")

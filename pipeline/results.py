@@ -139,7 +139,7 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     epochs = [EpochStats(**e) for e in entry["epochs"] if e["epoch"] not in logged_steps]
     tracker.log_epochs(run_id, epochs, {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})})
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
-        _log_model(tracker, run_id, Path(entry["model_file"]))
+        _log_model(tracker, run_id, Path(entry["model_file"]), entry["epochs"][-1]["epoch"] if entry["epochs"] else 0)
     tracker.end_run(run_id, FINISHED)
     return run_id
 
@@ -148,7 +148,7 @@ def _has_model(run) -> bool:
     return bool(run is not None and run.outputs and run.outputs.model_outputs)
 
 
-def _log_model(tracker, run_id: str, model_file: Path) -> None:
+def _log_model(tracker, run_id: str, model_file: Path, step: int) -> None:
     import numpy as np
     import torch
 
@@ -156,7 +156,7 @@ def _log_model(tracker, run_id: str, model_file: Path) -> None:
 
     network = Network()
     network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
-    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32))
+    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step)
     model_file.unlink(missing_ok=True)
 
 

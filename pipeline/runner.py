@@ -24,7 +24,8 @@ from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor
 from pipeline.grid import GridPoint, config_hash, expand
-from pipeline.names import CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_ROLE
+from pipeline.names import (CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
+                            TAG_ROLE)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
                             PointJob, params_of, with_position)
 
@@ -49,6 +50,16 @@ class Options:
     checkpoint: bool = False
     executor: str = "local"  # or "ray"
     ray_address: str | None = None  # with ray: None starts Ray here; "auto" or "ray://..." joins a cluster
+    register: str | None = None  # the CLI registers the best run under this name afterwards
+
+    def flags(self) -> str:
+        """The sweep-wide options that were set, as flags (the parent run's tag, not params:
+        no child has them)."""
+        set_ = [f"--{name.replace('_', '-')}" for name in ("system_metrics", "rerun", "fail_fast", "checkpoint")
+                if getattr(self, name)]
+        set_ += [f"--executor {self.executor}"] if self.executor != "local" else []
+        set_ += [f"--register {self.register}"] if self.register else []
+        return " ".join(set_)
 
 
 @dataclass
@@ -215,7 +226,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
-        comparison = _log_comparison(tracker, parent_id, reporter)
+        comparison = _log_comparison(tracker, parent_id, reporter, spec)
         if not adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
@@ -248,7 +259,8 @@ def _open_parent(sweep: _Sweep, spec: GridSpec, size: int) -> tuple[str, bool]:
     """The sweep's parent run: `mlflow run`'s project run when there is one (adopted), else a new run."""
     tracker = sweep.tracker
     name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
-    tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path), TAG_GRID_SIZE: str(size)}
+    tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path), TAG_GRID_SIZE: str(size),
+            TAG_OPTIONS: sweep.options.flags() or "none"}
     project_run = _project_run_id()
     parent_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
     with contextlib.suppress(OSError):
@@ -305,8 +317,10 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter"):
-    """The comparison table and charts, as artifacts of the parent run (under comparison/)."""
+def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec):
+    """The comparison table and charts, as artifacts of the parent run (under comparison/), and what
+    the MLflow UI opens on (view.py): the sweep's saved view and the descriptions."""
+    from pipeline import view
     from pipeline.compare import HISTORIES, build, write_report
     from pipeline.records import read_sweep
 
@@ -317,6 +331,7 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter"):
         with tempfile.TemporaryDirectory() as tmp:
             write_report(comparison, Path(tmp))
             tracker.log_artifacts(parent_id, Path(tmp), "comparison")
+        view.publish(tracker.client, comparison, spec.axes)
         return comparison
     except Exception as exc:  # a report must never cost the user their sweep
         reporter.note(f"could not build the comparison charts ({exc.__class__.__name__}: {exc})")

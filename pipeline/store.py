@@ -231,13 +231,17 @@ def fluent_target(uri: str, experiment_id: str):
             os.environ["MLFLOW_EXPERIMENT_ID"] = previous_experiment
 
 
+# The runs page in MLflow's Model training mode (a new browser would otherwise open the GenAI mode).
+RUNS_PAGE = "#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
 def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
     """The command that opens the MLflow UI on this store, and the experiment's training-runs page."""
     uri = absolute_store_uri(uri)
+    page = RUNS_PAGE.format(experiment_id=experiment_id)
     if uri.startswith(("http://", "https://")):
-        return "", f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
-    return (f"{_mlflow_executable()} ui --backend-store-uri {uri} --port 5000",
-            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs")
+        return "", f"{uri.rstrip('/')}/{page}"
+    return (f"{_mlflow_executable()} ui --backend-store-uri {uri} --port 5000", f"http://127.0.0.1:5000/{page}")
 
 
 def _mlflow_executable() -> str:

@@ -136,13 +136,14 @@ class Tracker:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.client.log_text(run_id, text, ARTIFACT_TRACEBACK)
 
-    def log_model(self, run_id: str, model: Any, example: Any) -> str:
+    def log_model(self, run_id: str, model: Any, example: Any, step: int = 0) -> str:
         """Log a CPU copy of `model` with a signature as the run's `model`; returns the model URI.
+        `step` (the final epoch) links that step's metrics to the logged model.
         It goes through MLflow's own client, not the retrying one: a store that stops answering
         here is TrackingUnavailable all the same."""
         try:
             with fluent_target(self.uri, self.experiment_id):
-                return log_pytorch_model(run_id, model, example)
+                return log_pytorch_model(run_id, model, example, step)
         except Exception as exc:
             if is_transient(exc):
                 raise TrackingUnavailable.of(self.uri, exc) from exc
@@ -152,11 +153,16 @@ class Tracker:
         """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling for one run."""
         return sample_system_metrics(self.uri, run_id) if enabled else contextlib.nullcontext()
 
-    def ui(self) -> tuple[str, str]:
-        return ui_hint(self.uri, self.experiment_id)
+    def ui(self, parent_run_id: str | None = None) -> tuple[str, str]:
+        """The command that starts the UI on this store, and the page to open: the sweep's saved
+        view when `parent_run_id` has one, else the experiment's runs."""
+        from pipeline import view
+
+        command, url = ui_hint(self.uri, self.experiment_id)
+        return command, view.page(url, parent_run_id) if parent_run_id else url
 
 
-def log_pytorch_model(run_id: str, model: Any, example: Any) -> str:
+def log_pytorch_model(run_id: str, model: Any, example: Any, step: int = 0) -> str:
     """Log a CPU copy of `model` with a signature through MLflow's fluent target; returns the URI.
 
     Pickle serialization keeps the Network class (pt2 would load back as a GraphModule, and its
@@ -191,6 +197,7 @@ def log_pytorch_model(run_id: str, model: Any, example: Any) -> str:
             signature=infer_signature(example, output),
             input_example=example,
             serialization_format="pickle",
+            step=step,
             code_paths=[str(package)],
             pip_requirements=[
                 f"torch=={torch.__version__.split('+')[0]}",

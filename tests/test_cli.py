@@ -32,7 +32,7 @@ def cli():
 def test_validate_prints_the_expanded_grid(cli):
     result = cli("validate", str(REPO / "experiments" / "devices.yaml"))
     assert result.exit_code == 0, result.output
-    assert "12 grid points" in result.output and "batch_size=20000 num_workers=1 device=cpu" in result.output
+    assert "12 grid points" in result.output and "cpu bs20000 w1" in result.output
 
 
 @pytest.mark.parametrize("text, fragments", [(text, fragments) for _, text, fragments in BAD_GRIDS],

@@ -29,7 +29,7 @@ def test_tutorial_grid_expands_in_file_key_order(write_grid):
     # itertools.product order: the last key (device) varies fastest.
     combos = [(p.config.batch_size, p.config.num_workers, p.config.device) for p in points[:4]]
     assert combos == [(1000, 0, "cuda"), (1000, 0, "cpu"), (1000, 1, "cuda"), (1000, 1, "cpu")]
-    assert points[0].name == "batch_size=1000 num_workers=0 device=cuda"
+    assert points[0].name == "cuda bs1000 w0"
     assert all(p.config.lr == 0.01 and p.config.epochs == 1 for p in points)
     # Keys the file leaves out take the defaults.
     assert points[0].config.seed == RunConfig().seed and points[0].config.shuffle is True
@@ -48,7 +48,7 @@ def test_scalars_numbers_and_defaults(write_grid):
     assert point.config.lr == pytest.approx(0.001)
     assert point.config.batch_size == 64 and point.config.shuffle is False and point.config.device == "cuda:1"
     assert spec.experiment == "grid"  # default: the file's stem
-    assert point.name == "lr=0.001 batch_size=64 shuffle=false device=cuda:1"
+    assert point.name == "cuda:1 lr0.001 bs64 noshuffle"
 
 
 def test_empty_grid_is_one_point_of_defaults(write_grid):

@@ -70,9 +70,9 @@ def test_register_when_every_point_is_done_registers_the_best(trained, tracking_
 
 
 def test_compare_sorts_by_the_labels_it_shows(trained, tracking_uri):
-    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "epoch_s", "--format", "json").output)
+    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "epoch_s", "--format", "json").stdout)
     assert [r["epoch_duration_s"] for r in rows] == sorted(r["epoch_duration_s"] for r in rows)
-    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "test acc", "--format", "json").output)
+    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "test acc", "--format", "json").stdout)
     assert [r["test_accuracy"] for r in rows] == sorted((r["test_accuracy"] for r in rows), reverse=True)
 
 

@@ -49,7 +49,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     runs = children(client, result.parent_run_id)
     assert len(runs) == (4 if cuda else 2)
     by_name = {r.info.run_name: r for r in runs}
-    run = by_name["batch_size=64 device=cpu"]
+    run = by_name["cpu bs64"]
     assert run.info.status == "FINISHED"
     assert run.data.params == {"lr": "0.01", "batch_size": "64", "num_workers": "0", "device": "cpu",
                                "epochs": "2", "seed": "0", "shuffle": "true", "data_on_device": "false",
@@ -160,8 +160,9 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
 def test_ui_hint_points_at_the_training_runs_page(tmp_path):
     command, url = store.ui_hint("sqlite:///mlflow.db", "7")
     assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000")
-    assert url.endswith("/#/experiments/7/runs")
-    assert store.ui_hint("http://host:5000/", "3") == ("", "http://host:5000/#/experiments/3/runs")
+    assert url.endswith("/#/experiments/7/runs?workflowType=machine_learning")  # not the GenAI mode
+    assert store.ui_hint("http://host:5000/", "3") == (
+        "", "http://host:5000/#/experiments/3/runs?workflowType=machine_learning")
 
 
 def test_outcome_statistics():

@@ -1,0 +1,166 @@
+"""What the MLflow UI opens on: a saved view of each sweep, and markdown descriptions.
+
+MLflow 3.17's runs page loads a saved view from the experiment tag `mlflow.sharedViewState.<id>`
+when its URL carries `viewStateShareKey=<id>`: an envelope {name, createdAt, updatedAt, state} whose
+state is the runs page's JSON (search facets and UI state), here zlib-deflated and base64-encoded
+behind "deflate;" as the UI itself writes it. The view lists the sweep's children flat (filtered by
+parent, sorted by epoch time: a start-time sort would fold them under the parent), shows device, the
+settings that vary, epoch time, images/s and test accuracy as columns, and puts a comparison section
+first in the charts. `mlflow.note.content` on the experiment and on the parent run is shown as their
+markdown description. Facts checked against MLflow 3.17.2's UI bundle; see README section 6.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import zlib
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from pipeline.names import TAG_GRID_FILE, TAG_GRID_SIZE
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pipeline.compare import Comparison
+
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+NOTE_TAG = "mlflow.note.content"
+# Added to a runs page URL (store.RUNS_PAGE, in Model training mode): the view, on the charts.
+_VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=CHART"
+COLUMN_METRICS = ("epoch_duration_s", "images_per_s", "test_accuracy")
+SECTION = "pipeline-comparison"
+EPOCH_CHART = "comparison/epoch_duration.png"
+
+
+def view_id(parent_run_id: str) -> str:
+    return f"sweep-{parent_run_id}"
+
+
+def page(runs_page: str, parent_run_id: str) -> str:
+    """The link that opens a sweep's view, from the experiment's runs page (store.ui_hint)."""
+    return runs_page + _VIEW_QUERY.format(view=view_id(parent_run_id))
+
+
+def latest(client, experiment_id: str) -> str | None:
+    """The parent run id of the experiment's most recently written sweep view, if any."""
+    views = []
+    for key, value in client.get_experiment(experiment_id).tags.items():
+        if key.startswith(VIEW_TAG_PREFIX + "sweep-"):
+            try:
+                views.append((json.loads(value).get("updatedAt", 0), key[len(VIEW_TAG_PREFIX + "sweep-"):]))
+            except (ValueError, AttributeError):
+                continue
+    return max(views)[1] if views else None
+
+
+def _card(uuid: str, kind: str, **fields: Any) -> dict:
+    return {"uuid": uuid, "type": kind, "runsCountToCompare": 100, "metricSectionId": SECTION,
+            "deleted": False, "isGenerated": False, **fields}
+
+
+def state(parent_run_id: str, settings: list[str]) -> dict:
+    """The runs page of one sweep: its children flat and fastest first, the comparison charts first.
+    `settings` are the params shown and plotted: device first, then those that vary."""
+    metric, param = "METRIC", "PARAM"
+    x = "batch_size" if "batch_size" in settings or len(settings) < 2 else settings[1]
+    return {
+        "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        "orderByKey": "metrics.`epoch_duration_s`", "orderByAsc": True,
+        "selectedColumns": [f"params.`{k}`" for k in settings] + [f"metrics.`{m}`" for m in COLUMN_METRICS],
+        "runsHiddenMode": "SHOW_ALL",  # else the charts show the first 10 runs only
+        "isAccordionReordered": True,  # keep the comparison section first
+        "hideEmptyCharts": True,
+        "compareRunSections": [{"uuid": SECTION, "name": "Comparison", "display": True, "isReordered": True,
+                                "columns": 2, "deleted": False, "isGenerated": False}],
+        "compareRunCharts": [
+            _card("epoch-time", "BAR", metricKey="epoch_duration_s"),
+            _card("test-accuracy", "BAR", metricKey="test_accuracy"),
+            _card("time-vs-setting", "SCATTER", xaxis={"key": x, "type": param},
+                  yaxis={"key": "epoch_duration_s", "type": metric}),
+            _card("settings", "PARALLEL", selectedParams=settings,
+                  selectedMetrics=["epoch_duration_s", "test_accuracy"], showAllRuns=True),
+        ],
+    }
+
+
+def envelope(name: str, view_state: dict) -> str:
+    """The tag value the UI reads: a named view whose state is deflated as the UI writes it."""
+    text = json.dumps(view_state, separators=(",", ":"))
+    now = int(time.time() * 1000)
+    packed = "deflate;" + base64.b64encode(zlib.compress(text.encode("utf-8"))).decode("ascii")
+    return json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": packed})
+
+
+def read_envelope(value: str) -> dict:
+    """The state of a view tag (tests, and anyone checking what the UI will load)."""
+    packed = json.loads(value)["state"]
+    if packed.startswith("deflate;"):
+        packed = zlib.decompress(base64.b64decode(packed[len("deflate;"):])).decode("utf-8")
+    return json.loads(packed)
+
+
+def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> str:
+    """The parent run's description: what happened, a compact results table, the epoch-time chart."""
+    from pipeline.compare import markdown
+
+    t = comparison.table
+    lines = [summary, ""]
+    if not t.empty:
+        settings = ["device"] + comparison.varying
+        frame = t[settings].copy()
+        frame["epoch s"] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
+        frame["speedup"] = [("ref" if d == "cpu" else f"x{v:.2f}") if v == v else ""
+                            for v, d in zip(t["speedup"], t["device"])]
+        frame["test acc"] = t["test_accuracy"].map(lambda v: f"{v:.4f}")
+        if len(t) > 1:
+            lines += [f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]
+        lines += [f"Epoch time: {t['timed'].iloc[0]} (steady state when a run had 2+ epochs).", "",
+                  markdown(frame.sort_values("epoch s", key=lambda s: s.astype(float)))]
+    return "\n".join(lines) + "\n"
+
+
+def artifact_url(run_id: str, path: str) -> str:
+    """A run artifact as the UI fetches it; relative to the UI's base, so it works on any host."""
+    return f"get-artifact?path={quote(path, safe='')}&run_uuid={quote(run_id, safe='')}"
+
+
+def experiment_note(grid_file: str, axes: list[tuple[str, tuple]]) -> str:
+    """The experiment's description: what its grid sweeps and how to run it again."""
+    swept = ", ".join(f"`{key}` {list(values)}" for key, values in axes) or "the default settings"
+    return (f"Fashion-MNIST CNN runs made by `pipeline` from `{grid_file}`, sweeping {swept}.\n\n"
+            f"One parent run per sweep, one child per grid point. Run again with `pipeline run {grid_file}` "
+            "(points already FINISHED on this host and hardware are skipped; `--rerun` trains them again), "
+            "and compare with `pipeline compare`.\n")
+
+
+def link(client, comparison: "Comparison") -> str:
+    """The sweep's link, its view written (or rewritten) now so that older sweeps have one too;
+    with the command that starts the UI on a local store."""
+    from pipeline.store import ui_hint
+
+    try:
+        publish(client, comparison)
+    except Exception as exc:  # a read-only store still gets its comparison
+        return f"(no saved view: {exc.__class__.__name__}: {str(exc).splitlines()[0][:120]})"
+    command, url = ui_hint(client.tracking_uri, comparison.sweep.experiment_id)
+    return page(url, comparison.sweep.run_id) + (f"  (start the UI with: {command})" if command else "")
+
+
+def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]] | None" = None) -> None:
+    """Write the sweep's saved view and the parent's description, and with `axes` (a sweep that just
+    ran) the experiment's description; an older sweep compared later leaves that one as it is."""
+    sweep = comparison.sweep
+    tags = client.get_run(sweep.run_id).data.tags
+    grid_file = tags.get(TAG_GRID_FILE, "the grid file")
+    size = tags.get(TAG_GRID_SIZE, "?")
+    summary = (f"Sweep of `{grid_file}`: {len(comparison.table)} of {size} grid points FINISHED "
+               f"(`pipeline compare --parent-run {sweep.run_id}` prints the full comparison).")
+    settings = ["device"] + comparison.varying
+    client.set_experiment_tag(sweep.experiment_id, VIEW_TAG_PREFIX + view_id(sweep.run_id),
+                              envelope(sweep.name, state(sweep.run_id, settings)))
+    client.set_tag(sweep.run_id, NOTE_TAG, parent_note(comparison, sweep.run_id, summary))
+    if axes is not None:
+        client.set_experiment_tag(sweep.experiment_id, NOTE_TAG, experiment_note(grid_file, list(axes)))

@@ -1,0 +1,119 @@
+"""What the MLflow UI is given to open on: the saved view, the descriptions, the names, the model step.
+(tests/test_ui.py opens the same thing in a real browser.)"""
+
+from __future__ import annotations
+
+import re
+
+import mlflow
+import pytest
+
+from conftest import invoke
+from pipeline import view
+
+GRID = "experiment: ui\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+@pytest.fixture
+def swept(write_grid, data_dir, tracking_uri):
+    out = invoke("run", str(write_grid(GRID)), "--tracking-uri", tracking_uri, "--data-dir", str(data_dir))
+    assert out.exit_code == 0, out.output
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("ui")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`pipeline.role` = 'sweep'")
+    return out.output, client, experiment.experiment_id, parent.info.run_id
+
+
+def test_the_printed_link_opens_the_sweeps_saved_view(swept):
+    output, client, experiment_id, parent_id = swept
+    words = " ".join(output.split())  # as printed, whatever the console wrapped
+    link = re.search(r"http://127\.0\.0\.1:5000/#/experiments/(\d+)/runs\?\S+", words).group(0)
+    assert f"viewStateShareKey=sweep-{parent_id}" in link and "workflowType=machine_learning" in link
+    assert "compareRunsMode=CHART" in link
+    tags = client.get_experiment(experiment_id).tags
+    state = view.read_envelope(tags[f"mlflow.sharedViewState.sweep-{parent_id}"])
+    assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent_id}'"
+    assert state["orderByKey"] == "metrics.`epoch_duration_s`" and state["orderByAsc"] is True
+    assert state["selectedColumns"] == ["params.`device`", "params.`batch_size`", "metrics.`epoch_duration_s`",
+                                        "metrics.`images_per_s`", "metrics.`test_accuracy`"]
+    charts = {c["uuid"]: c for c in state["compareRunCharts"]}
+    assert [c["type"] for c in charts.values()] == ["BAR", "BAR", "SCATTER", "PARALLEL"]
+    assert charts["time-vs-setting"]["xaxis"] == {"key": "batch_size", "type": "PARAM"}
+    assert charts["settings"]["selectedParams"] == ["device", "batch_size"]
+    assert {c["metricSectionId"] for c in charts.values()} == {s["uuid"] for s in state["compareRunSections"]}
+    # What the filter promises is what the store answers: the sweep's two children, nothing else.
+    found = client.search_runs([experiment_id], state["searchFilter"])
+    assert sorted(r.info.run_name for r in found) == ["cpu bs128", "cpu bs64"]
+
+
+def test_descriptions_say_what_was_swept_and_show_the_results(swept):
+    _, client, experiment_id, parent_id = swept
+    note = client.get_experiment(experiment_id).tags["mlflow.note.content"]
+    assert "`batch_size` [64, 128]" in note and "pipeline run" in note and ".yaml" in note
+    parent = client.get_run(parent_id).data.tags["mlflow.note.content"]
+    assert "| device | batch_size | epoch s | speedup | test acc |" in parent
+    assert parent.count("| cpu |") == 2 and "epoch 2" in parent
+    image = f"get-artifact?path=comparison%2Fepoch_duration.png&run_uuid={parent_id}"
+    assert f"![epoch time]({image})" in parent
+    assert "comparison/epoch_duration.png" in [a.path for a in client.list_artifacts(parent_id, "comparison")]
+
+
+def test_children_lead_with_what_varies_and_link_the_model_to_the_last_epoch(swept):
+    _, client, experiment_id, parent_id = swept
+    children = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    for run in children:
+        assert run.info.run_name in ("cpu bs64", "cpu bs128")
+        assert run.data.params["batch_size"] in run.info.run_name  # every setting stays in params
+        assert "gpus_per_run" not in run.data.params  # it means something on cuda points only
+        (output,) = run.outputs.model_outputs
+        assert output.step == 2  # the final epoch: the model shows that epoch's metrics
+        metrics = {m.key: m.step for m in client.get_logged_model(output.model_id).metrics}
+        assert metrics["test_accuracy"] == 2
+
+
+def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_dir, tracking_uri):
+    out = invoke("run", str(write_grid(GRID)), "--tracking-uri", tracking_uri, "--data-dir", str(data_dir),
+                 "--rerun", "--fail-fast", "--register", "ui-model")
+    assert out.exit_code == 0, out.output
+    client = mlflow.MlflowClient(tracking_uri)
+    (parent,) = client.search_runs([client.get_experiment_by_name("ui").experiment_id],
+                                   "tags.`pipeline.role` = 'sweep'")
+    assert parent.data.tags["pipeline.options"] == "--rerun --fail-fast --register ui-model"
+    assert parent.data.params == {}
+
+
+def test_compare_writes_the_view_of_an_older_sweep_and_prints_its_link(swept, tracking_uri):
+    _, client, experiment_id, parent_id = swept
+    key = f"mlflow.sharedViewState.sweep-{parent_id}"
+    client.delete_experiment_tag(experiment_id, key)
+    out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    assert f"viewStateShareKey=sweep-{parent_id}" in " ".join(out.output.split())
+    assert key in client.get_experiment(experiment_id).tags
+
+
+def test_envelope_round_trip_and_size():
+    state = view.state("abc", ["device", "batch_size", "num_workers"])
+    value = view.envelope("sweep", state)
+    assert view.read_envelope(value) == state
+    assert len(value) < 20000  # the UI and the server refuse longer tag values
+
+
+@pytest.mark.parametrize("axes, expected", [
+    ((("device", ("cuda", "cpu")), ("batch_size", (1000, 10000)), ("num_workers", (0, 1))),
+     ["cuda bs1000 w0", "cuda bs1000 w1", "cuda bs10000 w0"]),
+    ((("lr", (0.01, 0.001)), ("device", ("cpu",))), ["cpu lr0.01", "cpu lr0.001"]),
+    ((("lr", (0.01, 0.001)),), ["lr0.01", "lr0.001"]),
+    ((("seed", (0, 1)), ("shuffle", (True, False))), ["seed0 shuffle", "seed0 noshuffle"]),
+    ((("device", ("cpu",)),), ["cpu"]),
+    ((), ["defaults"]),
+])
+def test_point_names_are_short_and_lead_with_what_varies(axes, expected):
+    from pathlib import Path
+
+    from pipeline.config import GridSpec
+    from pipeline.grid import expand
+
+    names = [p.name for p in expand(GridSpec(Path("g.yaml"), "g", axes=axes))]
+    assert names[:len(expected)] == expected
+    assert all(len(n) <= 24 for n in names)
