@@ -151,15 +151,20 @@ def epochs_table(args, dataset) -> str:
     and cuda/cpu speedups on the steady-state epochs (the rule `pipeline compare` uses)."""
     rows = []
     for device, batch_size, workers in settings(args):
-        config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, epochs=args.epochs)
-        result = fit(config, dataset, device)
-        times = [e.epoch_duration_s for e in result.epochs]
-        peak = max((e.peak_memory_mb or 0.0) for e in result.epochs)
-        rows.append({"device": str(device), "batch_size": batch_size, "workers": workers,
-                     "warmup_s": result.warmup_s, "epochs_s": times, "steady_s": steady_mean(times),
-                     "peak_mb": peak, "test_accuracy": result.final.test_accuracy})
-        print(f"{device} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, epochs "
-              f"{', '.join(f'{t:.3f}' for t in times)} s", flush=True)
+        variants = [{}]
+        if args.cuda_variants and device.type == "cuda" and workers == 0:
+            variants += [{"cuda_graph": True}, {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True}]
+        for extra in variants:
+            config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, epochs=args.epochs, **extra)
+            result = fit(config, dataset, device)
+            times = [e.epoch_duration_s for e in result.epochs]
+            peak = max((e.peak_memory_mb or 0.0) for e in result.epochs)
+            label = str(device) + "".join(f" +{k}" for k in extra)
+            rows.append({"device": label, "batch_size": batch_size, "workers": workers,
+                         "warmup_s": result.warmup_s, "epochs_s": times, "steady_s": steady_mean(times),
+                         "peak_mb": peak, "test_accuracy": result.final.test_accuracy})
+            print(f"{label} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, one-off {result.one_off}, "
+                  f"epochs {', '.join(f'{t:.3f}' for t in times)} s", flush=True)
     cpu = {(r["batch_size"], r["workers"]): r["steady_s"] for r in rows if r["device"] == "cpu"}
     lines = [f"per-epoch seconds, {args.epochs} epochs; steady state = {timed_label(args.epochs)}", "",
              "| device | batch | workers | warm-up s | epoch s (1, 2, ...) | steady s | speedup vs cpu | peak MiB | test acc |",
@@ -267,6 +272,8 @@ def main() -> None:
     parser.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape")
     parser.add_argument("--accuracy-epochs", type=int, default=0, help="also compare accuracy after N epochs")
     parser.add_argument("--epochs", type=int, default=0, help="also time N epochs per setting, warm-up shown")
+    parser.add_argument("--cuda-variants", action="store_true",
+                        help="with --epochs, also time cuda_graph and data_on_device on cuda (0 workers)")
     parser.add_argument("--overhead", action="store_true", help="also measure start-up and tracking overhead")
     parser.add_argument("--no-loops", action="store_true", help="skip the loop comparison")
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")

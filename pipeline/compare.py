@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from pipeline.records import SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices.
-TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "data_on_device", "train_size",
-             "test_size")
+TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "data_on_device", "cuda_graph",
+             "train_size", "test_size")
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 _LATER_DEFAULTS = {key: str(getattr(RunConfig(), key)) for key in LATER_KEYS}
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup")

@@ -43,6 +43,7 @@ class RunConfig:
     # Settings added after runs were recorded: a run key includes them only when they are not at
     # their default, so runs made before they existed are still recognised as done.
     data_on_device: bool = False  # upload the data once, index batches on the device (num_workers 0)
+    cuda_graph: bool = False  # replay the training step as a CUDA graph (cuda points only)
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -54,7 +55,7 @@ class RunConfig:
                 if k not in LATER_KEYS or v != getattr(defaults, k)}
 
 
-LATER_KEYS = ("data_on_device",)
+LATER_KEYS = ("data_on_device", "cuda_graph")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ GRID_KEYS: dict[str, Callable[[Any], Any]] = {
     "shuffle": _boolean,
     "gpus_per_run": _positive_float("1, or 0.5 to share a GPU between two runs"),
     "data_on_device": _boolean,
+    "cuda_graph": _boolean,
 }
 assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 

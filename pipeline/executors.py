@@ -1,5 +1,6 @@
 """Executors: where a sweep's point jobs run. Peers behind one small interface; none imports the runner.
 
+    plan(points)                      -> each point's device resolved here, or why it cannot run
     executor.plan(planned)            -> which points can run there (a device on some node)
     executor.run(jobs, on_outcome)    -> one Outcome per job, in job order
 
@@ -38,6 +39,24 @@ class Planned:
     reason: str = ""  # why the device is unavailable
     hardware: str = ""  # what the run key names as the hardware (empty: the device's own name)
     run_key: str = ""  # set by the runner once the data is known
+
+
+def plan(points: Sequence["GridPoint"]) -> list[Planned]:
+    """Resolve every point's device once; unavailable ones carry the reason."""
+    from pipeline.device import DeviceUnavailable, resolve
+
+    planned = []
+    for point in points:
+        try:
+            device = resolve(point.config.device)
+        except DeviceUnavailable as exc:
+            planned.append(Planned(point, None, str(exc)))
+            continue
+        if point.config.cuda_graph and device.type != "cuda":
+            planned.append(Planned(point, None, f"cuda_graph needs a CUDA device, and this point runs on {device}"))
+        else:
+            planned.append(Planned(point, device))
+    return planned
 
 
 class Executor(Protocol):

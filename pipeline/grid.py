@@ -38,7 +38,8 @@ def format_value(value: Any) -> str:
 
 # Run names: short enough to read where the MLflow UI cuts them (about 16 characters).
 _PREFIX = {"batch_size": "bs", "num_workers": "w", "lr": "lr", "epochs": "ep", "seed": "seed", "gpus_per_run": "gpu"}
-_FLAGS = {"shuffle": ("shuffle", "noshuffle"), "data_on_device": ("ondevice", "hostdata")}
+_FLAGS = {"shuffle": ("shuffle", "noshuffle"), "data_on_device": ("ondevice", "hostdata"),
+          "cuda_graph": ("graph", "eager")}
 
 
 def short(key: str, value: Any) -> str:

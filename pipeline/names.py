@@ -15,6 +15,7 @@ TIME_BUCKETS = ("data_time_s", "transfer_time_s", "compute_time_s")  # together:
 RUN_DURATION = "run_duration_s"
 WARMUP = "warmup_s"  # the untimed warm-up before epoch 1 (run-level, step 0)
 UPLOAD = "upload_s"  # data_on_device: uploading the training data to the device, once (step 0)
+CAPTURE = "capture_s"  # cuda_graph: warming up and capturing the training step, once (step 0)
 MODEL_NAME = "model"
 
 # Statuses MLflow stores (a run's end).

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 from pipeline import interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
-from pipeline.executors import Executor, Planned, open_executor
+from pipeline.executors import Executor, Planned, open_executor, plan
 from pipeline.grid import GridPoint, config_hash, expand
 from pipeline.names import (CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
                             TAG_ROLE)
@@ -99,19 +99,6 @@ class _Sweep:
             save_checkpoints=self.options.checkpoint, resume=self.options.checkpoint and not self.options.rerun,
             system_metrics=self.options.system_metrics,
         )
-
-
-def plan(points: Sequence[GridPoint]) -> list[Planned]:
-    """Resolve every point's device once; unavailable ones carry the reason."""
-    from pipeline.device import DeviceUnavailable, resolve
-
-    planned = []
-    for point in points:
-        try:
-            planned.append(Planned(point, resolve(point.config.device)))
-        except DeviceUnavailable as exc:
-            planned.append(Planned(point, None, str(exc)))
-    return planned
 
 
 def run_key(config: RunConfig, identity: dict, hardware: str) -> str:

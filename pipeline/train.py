@@ -21,7 +21,7 @@ from pipeline.config import RunConfig
 from pipeline.data import Dataset, DeviceBatches, Split, batches
 from pipeline.device import PeakMemory
 from pipeline.model import Network
-from pipeline.names import UPLOAD, WARMUP
+from pipeline.names import CAPTURE, UPLOAD, WARMUP
 
 EVAL_BATCH_SIZE = 1000  # evaluation batch size does not change results, only speed
 
@@ -97,9 +97,11 @@ def _normalise(images: torch.Tensor, channels_last: bool = False) -> torch.Tenso
     return images.contiguous(memory_format=torch.channels_last) if channels_last else images
 
 
-def _optimizer(model: Network, lr: float, device: torch.device) -> torch.optim.Adam:
+def _optimizer(model: Network, lr: float, device: torch.device, capturable: bool = False) -> torch.optim.Adam:
     # Fused Adam on CUDA: one kernel for every parameter's update instead of several per tensor.
-    return torch.optim.Adam(model.parameters(), lr=lr, fused=device.type == "cuda")
+    # capturable (its step counter on the GPU) when a CUDA graph replays the step.
+    cuda = device.type == "cuda"
+    return torch.optim.Adam(model.parameters(), lr=lr, fused=cuda, capturable=cuda and capturable)
 
 
 def uses_channels_last(device: torch.device) -> bool:
@@ -244,7 +246,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     channels_last = uses_channels_last(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = _optimizer(model, config.lr, device)
+    optimizer = _optimizer(model, config.lr, device, capturable=config.cuda_graph)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
     result = FitResult(model=model)
     if config.data_on_device:
@@ -264,6 +266,15 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
     hooks.model_ready(model)
     result.one_off[WARMUP] = _warm_up(model, config, data, device)
+    graph = None
+    if config.cuda_graph:  # the planner only lets cuda points through
+        from pipeline.cuda_graph import GraphStep
+
+        capture_start = time.perf_counter()
+        graph = GraphStep(model, optimizer, min(config.batch_size, len(data.train)), device,
+                          lambda images: _normalise(images, channels_last))
+        _sync(device)
+        result.one_off[CAPTURE] = time.perf_counter() - capture_start
     hooks.before_training(result.one_off)
     memory = PeakMemory(device)
     run_start = time.perf_counter()
@@ -280,13 +291,16 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         for step, (images, labels) in enumerate(loader, start=1):
             waited_s = time.perf_counter() - waiting_since
             before_copy = clock.mark()
-            images, labels = _to_device(images, labels, device, cuda)
+            images, labels = graph.feed(images, labels) if graph else _to_device(images, labels, device, cuda)
             after_copy = clock.mark()
-            logits = model(_normalise(images, channels_last))
-            loss = F.cross_entropy(logits, labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            if graph is not None and images is graph.images:
+                logits, loss = graph.replay()
+            else:
+                logits = model(_normalise(images, channels_last))
+                loss = F.cross_entropy(logits, labels)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
             loss_sum += loss.detach() * labels.size(0)
             correct += (logits.argmax(dim=1) == labels).sum()
             if cpu and not math.isfinite(loss.item()):  # free on the CPU: stop at the step it happened

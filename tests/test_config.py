@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from catalogue import BAD_GRIDS
-from pipeline.config import RunConfig, load_grid
+from pipeline.config import GridSpec, RunConfig, load_grid
 from pipeline.errors import UserError
 from pipeline.grid import config_hash, expand, grid_size
 
@@ -106,3 +108,12 @@ def test_shipped_grids_are_valid():
     devices = expand(load_grid(REPO / "experiments" / "devices.yaml"))
     assert {(p.config.lr, p.config.batch_size, p.config.num_workers, p.config.device) for p in devices} == {
         (0.01, b, w, d) for b in (1000, 10000, 20000) for w in (0, 1) for d in ("cuda", "cpu")}
+
+
+def test_a_cuda_graph_point_needs_a_cuda_device():
+    from pipeline.executors import plan
+
+    spec = GridSpec(Path("g.yaml"), "g", axes=(("cuda_graph", (True, False)), ("device", ("cpu",))))
+    graph, eager = plan(expand(spec))
+    assert graph.device is None and graph.reason == "cuda_graph needs a CUDA device, and this point runs on cpu"
+    assert eager.device is not None and [graph.point.name, eager.point.name] == ["cpu graph", "cpu eager"]
