@@ -60,6 +60,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UserError as exc:
             click.echo(f"error: {exc}", err=True)
+            from pipeline.store import tell_project_run
+
+            tell_project_run(str(exc))
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             click.echo("interrupted: the current run and its parent are marked KILLED", err=True)

@@ -23,15 +23,17 @@ if TYPE_CHECKING:
     from pipeline.records import SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices.
-TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "data_on_device", "cuda_graph",
-             "train_size", "test_size")
+TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "precision", "data_on_device",
+             "cuda_graph", "train_size", "test_size")
+# The axes whose twins get a speedup: the column, its reference value, the speedup column.
+TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_speedup"))
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 _LATER_DEFAULTS = {key: str(getattr(RunConfig(), key)) for key in LATER_KEYS}
-HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup")
+HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup", "precision_speedup")
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", *TIME_BUCKETS)
 # The data's first columns (csv, json): which run, its settings, the results people compare.
 KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "epoch_duration_s", "timed", "images_per_s", "test_accuracy",
-               "speedup", "peak_memory_mb")
+               "speedup", "precision_speedup", "peak_memory_mb")
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
 LABELS = {
     "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
@@ -99,7 +101,9 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
     table = pd.DataFrame(rows)
     lines: list[str] = []
     if not table.empty:
-        table["speedup"], table["speedup_vs"], lines = _speedups(table)
+        for axis, reference, column in TWIN_AXES:
+            table[column], table[f"{column}_vs"], found = _speedups(table, axis, reference)
+            lines += found
         first = [c for c in KEY_COLUMNS if c in table]
         table = table[first + [c for c in table.columns if c not in first]]
     if sort:
@@ -110,28 +114,30 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
     return Comparison(sweep, table.reset_index(drop=True), lines)
 
 
-def _speedups(table: pd.DataFrame) -> tuple[list[float], list[str], list[str]]:
-    """Each non-cpu run's epoch-time speedup over its cpu twin, and one summary line per group."""
+def _speedups(table: pd.DataFrame, axis: str, reference_value: str) -> tuple[list[float], list[str], list[str]]:
+    """Each run's epoch-time speedup over its twin that differs only in `axis`, where that twin has
+    `reference_value` (the cpu run for devices, the fp32 run for precisions), and one summary line
+    per group of twins."""
     speedup = [math.nan] * len(table)
     versus = [""] * len(table)
     lines = []
-    keys = [k for k in TWIN_KEYS if k in table]
+    keys = [k for k in (*TWIN_KEYS, "device") if k in table and k != axis]
     varying = [k for k in keys if table[k].nunique() > 1]
     for _, group in table.groupby(keys, dropna=False, sort=False):
-        cpu = group[group["device"] == "cpu"]
-        others = group[group["device"] != "cpu"]
-        if cpu.empty or others.empty:
+        base = group[group[axis] == reference_value]
+        others = group[group[axis] != reference_value]
+        if base.empty or others.empty:
             continue
-        reference = cpu.iloc[0]
+        reference = base.iloc[0]
         label = " ".join(f"{k}={reference[k]}" for k in varying) or "all settings equal"
         parts = []
         for index, row in others.iterrows():
             ratio = reference["epoch_duration_s"] / row["epoch_duration_s"]
             speedup[index], versus[index] = ratio, reference["run_id"]
-            parts.append(f"{row['device']} x{ratio:.2f} ({row['epoch_duration_s']:.3f} s/epoch)")
-        speedup[cpu.index[0]] = 1.0
-        lines.append(f"{label}: {', '.join(parts)} vs cpu ({reference['epoch_duration_s']:.3f} s/epoch)"
-                     f", timed on {reference['timed']}")
+            parts.append(f"{row[axis]} x{ratio:.2f} ({row['epoch_duration_s']:.3f} s/epoch)")
+        speedup[base.index[0]] = 1.0
+        lines.append(f"{label}: {', '.join(parts)} vs {reference_value} ({reference['epoch_duration_s']:.3f} "
+                     f"s/epoch), timed on {reference['timed']}")
     return speedup, versus, lines
 
 
@@ -151,7 +157,8 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     """The human view: varying settings, results, time shares and speedups, formatted."""
     t = comparison.table
     settings = ["device"] + [k for k in ("batch_size", "num_workers", "lr", "epochs")
-                             if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle")]
+                             if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle", "precision",
+                                                                                   "cuda_graph")]
     out = t[settings].copy()
     if "data_on_device" in t and (t["data_on_device"].astype(str) == "True").any():
         out["data path"] = ["on device (no host data path)" if str(v) == "True" else "host"
@@ -166,10 +173,11 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
-    out["speedup"] = [
-        f"x{v:.2f}" if not math.isnan(v) and d != "cpu" else ("ref" if not math.isnan(v) else "")
-        for v, d in zip(t.get("speedup", [math.nan] * len(t)), t["device"])
-    ]
+    for axis, reference, column in TWIN_AXES:
+        values = t.get(column, pd.Series([math.nan] * len(t)))
+        if column == "speedup" or values.notna().any():
+            out[column.replace("_", " ")] = [
+                "" if math.isnan(v) else ("ref" if a == reference else f"x{v:.2f}") for v, a in zip(values, t[axis])]
     return out
 
 

@@ -44,6 +44,7 @@ class RunConfig:
     # their default, so runs made before they existed are still recognised as done.
     data_on_device: bool = False  # upload the data once, index batches on the device (num_workers 0)
     cuda_graph: bool = False  # replay the training step as a CUDA graph (cuda points only)
+    precision: str = "fp32"  # fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA)
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -55,7 +56,8 @@ class RunConfig:
                 if k not in LATER_KEYS or v != getattr(defaults, k)}
 
 
-LATER_KEYS = ("data_on_device", "cuda_graph")
+LATER_KEYS = ("data_on_device", "cuda_graph", "precision")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,13 @@ def _device(value: Any) -> str:
     return value.strip().lower()
 
 
+def _precision(value: Any) -> str:
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text not in PRECISIONS:
+        raise ValueError(", ".join(PRECISIONS))
+    return text
+
+
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("true or false")
@@ -154,6 +163,7 @@ GRID_KEYS: dict[str, Callable[[Any], Any]] = {
     "gpus_per_run": _positive_float("1, or 0.5 to share a GPU between two runs"),
     "data_on_device": _boolean,
     "cuda_graph": _boolean,
+    "precision": _precision,
 }
 assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 

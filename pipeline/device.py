@@ -63,6 +63,15 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def precision_missing(device: torch.device, precision: str) -> str:
+    """Why `device` cannot train at `precision` ('' when it can)."""
+    if precision == "fp16" and device.type == "cpu":
+        return "precision fp16 is for GPUs (the CPU has no fast fp16 arithmetic); use bf16 or fp32 on the CPU"
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return f"precision bf16: {torch.cuda.get_device_name(device)} has no bf16 arithmetic; use fp16 or fp32"
+    return ""
+
+
 def hardware_name(device: torch.device) -> str:
     """CPU model or GPU name: what a timing result was measured on."""
     if device.type == "cuda":

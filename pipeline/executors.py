@@ -43,7 +43,7 @@ class Planned:
 
 def plan(points: Sequence["GridPoint"]) -> list[Planned]:
     """Resolve every point's device once; unavailable ones carry the reason."""
-    from pipeline.device import DeviceUnavailable, resolve
+    from pipeline.device import DeviceUnavailable, precision_missing, resolve
 
     planned = []
     for point in points:
@@ -52,10 +52,12 @@ def plan(points: Sequence["GridPoint"]) -> list[Planned]:
         except DeviceUnavailable as exc:
             planned.append(Planned(point, None, str(exc)))
             continue
+        reason = precision_missing(device, point.config.precision)
         if point.config.cuda_graph and device.type != "cuda":
-            planned.append(Planned(point, None, f"cuda_graph needs a CUDA device, and this point runs on {device}"))
-        else:
-            planned.append(Planned(point, device))
+            reason = f"cuda_graph needs a CUDA device, and this point runs on {device}"
+        elif point.config.cuda_graph and point.config.precision != "fp32":
+            reason = f"cuda_graph replays fp32 steps; precision {point.config.precision} runs without it"
+        planned.append(Planned(point, None, reason) if reason else Planned(point, device))
     return planned
 
 

@@ -48,6 +48,8 @@ def short(key: str, value: Any) -> str:
         return str(value)
     if key in _FLAGS:
         return _FLAGS[key][0 if value else 1]
+    if key == "precision":
+        return str(value)
     return f"{_PREFIX[key]}{format_value(value)}"
 
 

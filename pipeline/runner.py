@@ -350,8 +350,8 @@ def _require_devices(planned: Sequence[Planned]) -> None:
     if missing:
         reasons = sorted({p.reason for p in missing})
         raise UserError(
-            f"{len(missing)} of {len(planned)} grid points need a device this machine lacks: "
-            f"{'; '.join(reasons)}. Drop those devices from the grid, or run without --require-devices to skip them"
+            f"{len(missing)} of {len(planned)} grid points cannot run here: "
+            f"{'; '.join(reasons)}. Drop those values from the grid, or run without --require-devices to skip them"
         )
 
 

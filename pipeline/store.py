@@ -267,3 +267,16 @@ def exec_mlflow(args: list[str]) -> None:
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
            "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS)}
     os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)
+
+
+def tell_project_run(message: str) -> None:
+    """Under `mlflow run` the project run exists before the input is read, and mlflow marks it
+    FAILED when we exit: record why on it (best effort; the message is printed either way)."""
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if run_id:
+        with contextlib.suppress(Exception):
+            from mlflow import MlflowClient
+
+            from pipeline.names import TAG_ERROR
+
+            MlflowClient().set_tag(run_id, TAG_ERROR, message)

@@ -97,6 +97,17 @@ def _normalise(images: torch.Tensor, channels_last: bool = False) -> torch.Tenso
     return images.contiguous(memory_format=torch.channels_last) if channels_last else images
 
 
+_LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: str):
+    """Forward and loss at `precision`: fp32 as written, bf16/fp16 through torch.autocast (weights,
+    gradients and Adam stay fp32; autocast picks which ops run low)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=_LOW[precision])
+
+
 def _optimizer(model: Network, lr: float, device: torch.device, capturable: bool = False) -> torch.optim.Adam:
     # Fused Adam on CUDA: one kernel for every parameter's update instead of several per tensor.
     # capturable (its step counter on the GPU) when a CUDA graph replays the step.
@@ -179,16 +190,17 @@ class _Clock:
 
 
 @torch.no_grad()
-def evaluate(model: Network, split: Split, device: torch.device) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy over `split`, in eval mode."""
+def evaluate(model: Network, split: Split, device: torch.device, precision: str = "fp32") -> tuple[float, float]:
+    """Mean cross-entropy and accuracy over `split`, in eval mode, at the run's precision."""
     model.eval()
     cuda, channels_last = device.type == "cuda", uses_channels_last(device)
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     for images, labels in batches(split, EVAL_BATCH_SIZE, pin_memory=cuda):
         images, labels = _to_device(images, labels, device, cuda)
-        logits = model(_normalise(images, channels_last))
-        loss_sum += F.cross_entropy(logits, labels, reduction="sum")
+        with autocast(device, precision):
+            logits = model(_normalise(images, channels_last))
+        loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
         correct += (logits.argmax(dim=1) == labels).sum()
     n = max(len(split), 1)
     return loss_sum.item() / n, correct.item() / n
@@ -225,7 +237,7 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
             images, labels = images.pin_memory(), labels.pin_memory()
         images, labels = _to_device(images, labels, device, pin)
         shadow.train(training)
-        with torch.set_grad_enabled(training):
+        with torch.set_grad_enabled(training), autocast(device, config.precision):
             loss = F.cross_entropy(shadow(_normalise(images, channels_last)), labels)
             if training:
                 loss.backward()
@@ -248,6 +260,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         model = model.to(memory_format=torch.channels_last)
     optimizer = _optimizer(model, config.lr, device, capturable=config.cuda_graph)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
+    # fp16 has too few exponent bits for small gradients: scale the loss up, unscale before the step.
+    scaler = torch.amp.GradScaler("cuda") if cuda and config.precision == "fp16" else None
     result = FitResult(model=model)
     if config.data_on_device:
         upload_start = time.perf_counter()
@@ -262,6 +276,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         loader.sampler.generator.set_state(resume["generator"])
+        if scaler is not None and "scaler" in resume:
+            scaler.load_state_dict(resume["scaler"])
         result.epochs = [EpochStats(**e) for e in resume["epochs"]]
         first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
     hooks.model_ready(model)
@@ -296,11 +312,17 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             if graph is not None and images is graph.images:
                 logits, loss = graph.replay()
             else:
-                logits = model(_normalise(images, channels_last))
-                loss = F.cross_entropy(logits, labels)
+                with autocast(device, config.precision):
+                    logits = model(_normalise(images, channels_last))
+                    loss = F.cross_entropy(logits, labels)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                if scaler is None:
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
             loss_sum += loss.detach() * labels.size(0)
             correct += (logits.argmax(dim=1) == labels).sum()
             if cpu and not math.isfinite(loss.item()):  # free on the CPU: stop at the step it happened
@@ -316,7 +338,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         train_loss = loss_sum.item() / n
         if not math.isfinite(train_loss):
             raise _diverged(epoch)
-        test_loss, test_accuracy = evaluate(model, data.test, device)
+        test_loss, test_accuracy = evaluate(model, data.test, device, config.precision)
         stats = EpochStats(
             epoch=epoch,
             train_loss=train_loss,
@@ -337,6 +359,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             hooks.save_state({
                 "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "generator": loader.sampler.generator.get_state(),
+                **({"scaler": scaler.state_dict()} if scaler is not None else {}),
                 "epochs": [dataclasses.asdict(e) for e in result.epochs],
                 "elapsed_s": earlier_s + time.perf_counter() - run_start,
             })

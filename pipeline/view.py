@@ -112,8 +112,9 @@ def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> s
         settings = ["device"] + comparison.varying
         frame = t[settings].copy()
         frame["epoch s"] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
-        frame["speedup"] = [("ref" if d == "cpu" else f"x{v:.2f}") if v == v else ""
-                            for v, d in zip(t["speedup"], t["device"])]
+        if t["speedup"].notna().any():  # a sweep with a cpu run and its twin on another device
+            frame["speedup"] = [("ref" if d == "cpu" else f"x{v:.2f}") if v == v else ""
+                                for v, d in zip(t["speedup"], t["device"])]
         frame["test acc"] = t["test_accuracy"].map(lambda v: f"{v:.4f}")
         if len(t) > 1:
             lines += [f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]

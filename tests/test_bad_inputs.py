@@ -155,3 +155,15 @@ def test_bad_input(name, world, monkeypatch):
     for leftover in ("mlruns", "fs", "no"):
         if leftover != "mlruns":
             assert not (world["tmp"] / leftover).exists(), f"{name} left {leftover}"
+
+
+def test_under_mlflow_run_a_bad_grid_says_why_on_the_project_run(write_grid, tracking_uri, monkeypatch):
+    """`mlflow run` opens the project run before the grid is read and marks it FAILED when we exit 2:
+    the run must say why."""
+    client = mlflow.MlflowClient(tracking_uri)
+    project_run = client.create_run(client.create_experiment("project"))
+    monkeypatch.setenv("MLFLOW_RUN_ID", project_run.info.run_id)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+    out = CliRunner().invoke(main, ["run", str(write_grid("grid:\n  batch_size: [0]\n"))])
+    assert out.exit_code == 2
+    assert "grid.batch_size: got 0" in client.get_run(project_run.info.run_id).data.tags["pipeline.error"]

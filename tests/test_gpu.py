@@ -131,3 +131,11 @@ def test_the_cuda_graph_step_learns_what_the_eager_step_learns(data_dir):
         assert b.train_loss == pytest.approx(a.train_loss, rel=1e-3)
         assert b.test_accuracy == pytest.approx(a.test_accuracy, abs=0.01)
     assert graph.one_off["capture_s"] > 0 and "capture_s" not in eager.one_off
+
+
+def test_fp16_trains_with_a_gradient_scaler(data_dir):
+    dataset, device = load(data_dir), resolve("cuda")
+    fp32 = fit(RunConfig(batch_size=64, epochs=2, seed=1), dataset, device)
+    fp16 = fit(RunConfig(batch_size=64, epochs=2, seed=1, precision="fp16"), dataset, device)
+    assert next(fp16.model.parameters()).dtype == torch.float32
+    assert fp16.final.test_accuracy == pytest.approx(fp32.final.test_accuracy, abs=0.05)

@@ -53,6 +53,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     assert run.info.status == "FINISHED"
     assert run.data.params == {"lr": "0.01", "batch_size": "64", "num_workers": "0", "device": "cpu",
                                "epochs": "2", "seed": "0", "shuffle": "true", "data_on_device": "false",
+                               "cuda_graph": "false", "precision": "fp32",
                                "train_size": "512", "test_size": "256"}  # gpus_per_run: cuda points only
     for name in names.EPOCH_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
@@ -121,7 +122,7 @@ def test_require_devices_fails_before_any_run(write_grid, data_dir, tracking_uri
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     spec = load_grid(write_grid(GRID))
-    with pytest.raises(UserError, match="2 of 4 grid points need a device this machine lacks"):
+    with pytest.raises(UserError, match="2 of 4 grid points cannot run here"):
         run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir), require_devices=True))
     assert mlflow.MlflowClient(tracking_uri).search_runs(["0"]) == []
     assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("sweep-test") is None
