@@ -6,15 +6,12 @@ import csv
 import io
 import json
 import math
-import os
-import sys
 
 import mlflow
 import pytest
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
 
-from conftest import free_port, service_output, start_service, stop_service, wait_for
 from pipeline import charts, names
 from pipeline.cli import main
 from pipeline.compare import HISTORIES, build, render
@@ -162,15 +159,3 @@ def test_against_a_real_tracking_server(tracking_server, tmp_path, write_grid, d
     assert out.exit_code == 0, out.output
     assert sorted(r["batch_size"] for r in json.loads(out.stdout)) == [128, 256]
     assert not (tmp_path / "mlflow.db").exists()
-
-
-def test_ui_serves_the_store(tmp_path, tracking_uri):
-    port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
-    ui = start_service([sys.executable, "-m", "pipeline", "ui", "--port", str(port)], env=env)
-    try:
-        wait_for(f"http://127.0.0.1:{port}/health", ui)
-        first = service_output(ui).splitlines()[0]
-        assert f"http://127.0.0.1:{port}/" in first and "mlflow.db" in first
-    finally:
-        stop_service(ui)

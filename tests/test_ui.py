@@ -15,15 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, invoke, start_service, stop_service, wait_for
+from conftest import free_port, invoke, service_output, start_service, stop_service, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium: sudo apt-get install chromium "
-                                                           "(make test installs it when run as root)"),
-]
+NO_BROWSER = "needs Debian's chromium: sudo apt-get install chromium (make test installs it when run as root)"
 
 GRID = "experiment: ui-walk\ngrid:\n  batch_size: [64, 128]\n  num_workers: [0, 1]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -43,13 +38,23 @@ def ui(tmp_path_factory, data_dir, _store_template):
                            cwd=folder)
     try:
         wait_for(f"http://127.0.0.1:{port}/health", server)
-        yield f"http://127.0.0.1:{port}/", link
+        yield f"http://127.0.0.1:{port}/", link, service_output(server)
     finally:
         stop_service(server)
 
 
+def test_pipeline_ui_serves_the_store_and_prints_the_latest_sweeps_view(ui):
+    base, link, output = ui
+    first = output.splitlines()[0]
+    assert first.startswith("MLflow UI for sqlite:///") and "mlflow.db" in first
+    assert f"{base}{link}" in first  # the same view `pipeline run` printed, on the UI's own port
+
+
 @pytest.fixture(scope="module")
 def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(NO_BROWSER)
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
     with playwright.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
@@ -70,10 +75,12 @@ def _keep(page, name: str) -> None:
         page.screenshot(path=str(Path(folder) / name))
 
 
+@pytest.mark.browser
 def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
-    base, link = ui
+    base, link, _ = ui
     page = _page(browser, base + link)
-    expect = playwright.expect
+    from playwright.sync_api import expect
+
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
     for name in ("cpu bs64 w0", "cpu bs64 w1", "cpu bs128 w0", "cpu bs128 w1"):
         expect(page.get_by_text(name, exact=True).first).to_be_visible()
@@ -89,10 +96,12 @@ def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
     page.close()
 
 
+@pytest.mark.browser
 def test_the_table_shows_the_settings_and_results_as_columns(ui, browser):
-    base, link = ui
+    base, link, _ = ui
     page = _page(browser, base + link.replace("compareRunsMode=CHART", "compareRunsMode=TABLE"))
-    expect = playwright.expect
+    from playwright.sync_api import expect
+
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
     for column in ("device", "batch_size", "num_workers", "epoch_duration_s", "images_per_s", "test_accuracy"):
         expect(page.get_by_role("columnheader", name=re.compile(column)).first).to_be_visible()
@@ -101,16 +110,18 @@ def test_the_table_shows_the_settings_and_results_as_columns(ui, browser):
     page.close()
 
 
+@pytest.mark.browser
 def test_the_parent_run_describes_the_sweep_with_its_chart(ui, browser):
     import mlflow
 
-    base, link = ui
+    base, link, _ = ui
     experiment_id = re.search(r"experiments/(\d+)", link).group(1)
     store = ui_store(base)
     client = mlflow.MlflowClient(store)
     (parent,) = client.search_runs([experiment_id], "tags.`pipeline.role` = 'sweep'")
     page = _page(browser, f"{base}#/experiments/{experiment_id}/runs/{parent.info.run_id}?workflowType=machine_learning")
-    expect = playwright.expect
+    from playwright.sync_api import expect
+
     expect(page.get_by_text("Sweep of")).to_be_visible(timeout=60_000)
     more = page.get_by_role("button", name="Expand description")
     if more.count():
@@ -118,7 +129,7 @@ def test_the_parent_run_describes_the_sweep_with_its_chart(ui, browser):
     image = page.locator("img[src*='get-artifact']")
     expect(image).to_be_visible()
     assert image.evaluate("img => img.complete && img.naturalWidth > 0")  # the chart loaded, not a broken image
-    expect(page.get_by_text("speedup").first).to_be_visible()
+    expect(page.get_by_text("test acc").first).to_be_visible()  # the results table under the chart
     _keep(page, "ui-parent.png")
     page.close()
 
