@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from pipeline.config import LATER_KEYS, RunConfig
 from pipeline.errors import UserError
-from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TIME_BUCKETS, WARMUP
+from pipeline.names import TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TIME_BUCKETS, WARMUP
 from pipeline.timing import steady, timed_label
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_spee
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 _LATER_DEFAULTS = {key: str(getattr(RunConfig(), key)) for key in LATER_KEYS}
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup", "precision_speedup")
-HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", *TIME_BUCKETS)
+HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", "energy_j", *TIME_BUCKETS)
 # The data's first columns (csv, json): which run, its settings, the results people compare.
 KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "epoch_duration_s", "timed", "images_per_s", "test_accuracy",
                "speedup", "precision_speedup", "peak_memory_mb")
@@ -48,6 +48,7 @@ class Comparison:
     sweep: "SweepRecord"
     table: pd.DataFrame  # one row per finished run; columns below
     speedups: list[str]  # one summary line per twin group with a cpu run and another device
+    notes: list[str] = field(default_factory=list)  # why a figure is missing
 
     @property
     def varying(self) -> list[str]:
@@ -91,6 +92,10 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
         memory = run.histories.get("peak_memory_mb") or [run.metrics.get("peak_memory_mb", math.nan)]
         row["peak_memory_mb"] = max(memory)
+        joules = steady(run.histories.get("energy_j") or [])
+        row["energy_j"] = _mean(joules)
+        row["images_per_j"] = int(run.params.get("train_size") or 0) / row["energy_j"] if joules else math.nan
+        row["energy_source"] = run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
         row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
         total = sum(steady(epochs))
         for bucket in TIME_BUCKETS:
@@ -100,6 +105,11 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         rows.append(row)
     table = pd.DataFrame(rows)
     lines: list[str] = []
+    notes = []  # why a figure is missing (energy where no counter was readable)
+    if not table.empty and table["energy_j"].isna().any():
+        for source, group in table[table["energy_j"].isna()].groupby("energy_source", sort=False):
+            runs = "every run" if len(group) == len(table) else ", ".join(group["run_name"])
+            notes.append(f"energy of {runs}: {source}")
     if not table.empty:
         for axis, reference, column in TWIN_AXES:
             table[column], table[f"{column}_vs"], found = _speedups(table, axis, reference)
@@ -111,7 +121,7 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         if sort not in table.columns:
             raise UserError(f"--sort {sort}: no such column; choose one of {', '.join(table.columns)}")
         table = table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
-    return Comparison(sweep, table.reset_index(drop=True), lines)
+    return Comparison(sweep, table.reset_index(drop=True), lines, notes)
 
 
 def _speedups(table: pd.DataFrame, axis: str, reference_value: str) -> tuple[list[float], list[str], list[str]]:
@@ -170,6 +180,9 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
     out[LABELS["images_per_s"]] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
     out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
+    if t["energy_j"].notna().any():
+        out["J/epoch"] = t["energy_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.1f}")
+        out["img/J"] = t["images_per_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
@@ -199,7 +212,7 @@ def write_report(comparison: Comparison, folder) -> list:
     # Charts compare runs; a one-run sweep has nothing to compare (and matplotlib costs ~1 s).
     paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
     (folder / "results.csv").write_text(render(comparison, "csv"))
-    speedups = "".join(f"- {line}\n" for line in comparison.speedups)
+    speedups = "".join(f"- {line}\n" for line in comparison.speedups + comparison.notes)
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
     (folder / "results.md").write_text(title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
     return [*paths, folder / "results.csv", folder / "results.md"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 # Per-epoch metrics use step = epoch (from 1).
 EPOCH_METRICS = (
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epoch_duration_s", "images_per_s",
-    "data_time_s", "transfer_time_s", "compute_time_s", "enqueue_time_s", "peak_memory_mb",
+    "data_time_s", "transfer_time_s", "compute_time_s", "enqueue_time_s", "peak_memory_mb", "energy_j",
 )
 TIME_BUCKETS = ("data_time_s", "transfer_time_s", "compute_time_s")  # together: the epoch
 RUN_DURATION = "run_duration_s"
@@ -27,6 +27,7 @@ TAG_TORCH = "pipeline.torch_version"
 TAG_CUDA = "pipeline.cuda_version"
 TAG_CONFIG_HASH = "pipeline.config_hash"
 TAG_DATA = "pipeline.data"
+TAG_ENERGY = "pipeline.energy"  # where energy_j comes from, or why there is none
 TAG_ERROR = "pipeline.error"
 TAG_PARAM_DEVICES = "pipeline.param_devices"  # where every parameter lives after the move
 TAG_GRID_FILE = "pipeline.grid_file"

@@ -180,6 +180,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
     import torch
 
     from pipeline.device import arithmetic_tags, hardware_name
+    from pipeline.energy import energy_source
 
     tags = {
         names.TAG_ROLE: "point" if job.parent_run_id else "single",
@@ -190,6 +191,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
         names.TAG_CONFIG_HASH: config_hash(job.point.config, **dataset.identity),
         names.TAG_RUN_KEY: job.run_key,
         names.TAG_DATA: dataset.description,
+        names.TAG_ENERGY: energy_source(device),
         **arithmetic_tags(device),
     }
     if resume is not None:

@@ -167,6 +167,8 @@ class Reporter:
     def speedups(self, comparison: "Comparison") -> None:
         for line in comparison.speedups:
             self.console.print(f"speedup  {line}")
+        for line in comparison.notes:
+            self.console.print(f"note     {line}")
 
     def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker",
                 comparison: "Comparison | None" = None) -> None:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from pipeline.config import RunConfig
 from pipeline.data import Dataset, DeviceBatches, Split, batches
 from pipeline.device import PeakMemory
+from pipeline.energy import EnergyMeter
 from pipeline.model import Network
 from pipeline.names import CAPTURE, UPLOAD, WARMUP
 
@@ -45,6 +46,7 @@ class EpochStats:
     compute_time_s: float = 0.0
     enqueue_time_s: float = 0.0  # host time in the compute calls (on CUDA: launching kernels)
     peak_memory_mb: float | None = None  # see device.PeakMemory; None where it cannot be told
+    energy_j: float | None = None  # the training pass, from hardware counters (energy.py); None: no counter
 
 
 @dataclass
@@ -292,13 +294,14 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         _sync(device)
         result.one_off[CAPTURE] = time.perf_counter() - capture_start
     hooks.before_training(result.one_off)
-    memory = PeakMemory(device)
+    memory, meter = PeakMemory(device), EnergyMeter(device)
     run_start = time.perf_counter()
     for epoch in range(first_epoch, config.epochs + 1):
         hooks.epoch_start(epoch, len(loader))
         model.train()
         clock = _Clock(device)
         memory.start()
+        meter.start()
         # Accumulate on the device; reading them once per epoch avoids a host sync per step.
         # Cross-entropy is never negative, so a NaN or inf loss stays in the sum: one check per epoch.
         loss_sum = torch.zeros((), device=device)
@@ -333,7 +336,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         _sync(device)
         epoch_s = time.perf_counter() - epoch_start
         clock.finish(epoch_s)
-        peak_mb = memory.read()
+        peak_mb, joules = memory.read(), meter.joules()
         n = len(data.train)
         train_loss = loss_sum.item() / n
         if not math.isfinite(train_loss):
@@ -352,6 +355,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             compute_time_s=clock.compute,
             enqueue_time_s=clock.enqueue,
             peak_memory_mb=peak_mb,
+            energy_j=joules,
         )
         result.epochs.append(stats)
         hooks.epoch_end(stats)

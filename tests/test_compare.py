@@ -159,3 +159,21 @@ def test_against_a_real_tracking_server(tracking_server, tmp_path, write_grid, d
     assert out.exit_code == 0, out.output
     assert sorted(r["batch_size"] for r in json.loads(out.stdout)) == [128, 256]
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_energy_is_measured_or_absent_with_the_reason(sweep_store):
+    """Never a zero that means 'unknown': where no counter is readable the metric is missing and
+    the comparison says why; where one is (RAPL readable), every epoch has a positive energy."""
+    import torch
+
+    from pipeline.energy import energy_source
+
+    result, client, cpu = sweep_store
+    comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
+    source = energy_source(torch.device("cpu"))
+    history = client.get_metric_history(cpu.info.run_id, "energy_j")
+    assert cpu.data.tags["pipeline.energy"] == source
+    if source.startswith("not measured"):
+        assert history == [] and any(source in note for note in comparison.notes)
+    else:
+        assert len(history) == 2 and all(m.value > 0 for m in history)

@@ -139,3 +139,16 @@ def test_fp16_trains_with_a_gradient_scaler(data_dir):
     fp16 = fit(RunConfig(batch_size=64, epochs=2, seed=1, precision="fp16"), dataset, device)
     assert next(fp16.model.parameters()).dtype == torch.float32
     assert fp16.final.test_accuracy == pytest.approx(fp32.final.test_accuracy, abs=0.05)
+
+
+def test_nvml_counts_the_energy_of_a_busy_gpu():
+    from pipeline import energy
+
+    meter = energy.EnergyMeter(torch.device("cuda", 0))
+    assert meter.why_not == ""
+    meter.start()
+    x = torch.randn(8192, 8192, device="cuda")
+    for _ in range(50):
+        x = x @ x / 8192
+    torch.cuda.synchronize()
+    assert meter.joules() > 0
