@@ -49,6 +49,9 @@ class Comparison:
     table: pd.DataFrame  # one row per finished run; columns below
     speedups: list[str]  # one summary line per twin group with a cpu run and another device
     notes: list[str] = field(default_factory=list)  # why a figure is missing
+    # Points that differ only in seed, one row per group (empty unless seed varies): n, the median
+    # and min-max of epoch time and test accuracy, and speedups on the medians.
+    repeats: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def varying(self) -> list[str]:
@@ -121,7 +124,29 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         if sort not in table.columns:
             raise UserError(f"--sort {sort}: no such column; choose one of {', '.join(table.columns)}")
         table = table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
-    return Comparison(sweep, table.reset_index(drop=True), lines, notes)
+    repeats, repeat_lines = _repeats(table)
+    return Comparison(sweep, table.reset_index(drop=True), lines + repeat_lines, notes, repeats)
+
+
+def _repeats(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Runs equal in everything but the seed are repeats of one point: aggregate each group."""
+    if table.empty or "seed" not in table or table["seed"].nunique() < 2:
+        return pd.DataFrame(), []
+    keys = [k for k in ("device", *TWIN_KEYS) if k in table and k != "seed"]
+    rows = []
+    for values, group in table.groupby(keys, dropna=False, sort=False):
+        row = {**dict(zip(keys, values)), "n": len(group), "timed": group["timed"].iloc[0],
+               "run_id": ",".join(group["run_id"])}
+        for column in ("epoch_duration_s", "test_accuracy"):
+            row[column] = group[column].median()
+            row[f"{column}_min"], row[f"{column}_max"] = group[column].min(), group[column].max()
+        rows.append(row)
+    repeats = pd.DataFrame(rows)
+    lines = []
+    for axis, reference, column in TWIN_AXES:
+        repeats[column], _, found = _speedups(repeats, axis, reference)
+        lines += [f"median of repeats, {line}" for line in found]
+    return repeats.drop(columns=["run_id"]), lines
 
 
 def _speedups(table: pd.DataFrame, axis: str, reference_value: str) -> tuple[list[float], list[str], list[str]]:
@@ -194,6 +219,22 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     return out
 
 
+def repeats_frame(comparison: Comparison) -> pd.DataFrame:
+    """The human view of the repeats: settings, n, median [min-max] of epoch time and accuracy."""
+    r = comparison.repeats
+    settings = ["device"] + [k for k in comparison.varying if k != "seed" and k in r]
+    out = r[settings].copy()
+    out["n"] = r["n"]
+    for column, label, digits in (("epoch_duration_s", "epoch_s", 3), ("test_accuracy", "test acc", 4)):
+        out[label] = [f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
+                      for m, lo, hi in zip(r[column], r[f"{column}_min"], r[f"{column}_max"])]
+    for axis, reference, column in TWIN_AXES:
+        if r[column].notna().any():
+            out[column.replace("_", " ")] = ["" if math.isnan(v) else ("ref" if a == reference else f"x{v:.2f}")
+                                             for v, a in zip(r[column], r[axis])]
+    return out
+
+
 def markdown(frame: pd.DataFrame) -> str:
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
@@ -212,7 +253,10 @@ def write_report(comparison: Comparison, folder) -> list:
     # Charts compare runs; a one-run sweep has nothing to compare (and matplotlib costs ~1 s).
     paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
     (folder / "results.csv").write_text(render(comparison, "csv"))
+    if not comparison.repeats.empty:
+        (folder / "repeats.csv").write_text(comparison.repeats.to_csv(index=False))
     speedups = "".join(f"- {line}\n" for line in comparison.speedups + comparison.notes)
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
     (folder / "results.md").write_text(title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
-    return [*paths, folder / "results.csv", folder / "results.md"]
+    written = [folder / "results.csv", folder / "results.md"]
+    return [*paths, *written, *([folder / "repeats.csv"] if not comparison.repeats.empty else [])]

@@ -155,13 +155,13 @@ class Reporter:
         from pipeline.compare import display_frame
 
         sweep = comparison.sweep
-        table = Table(title=f"{sweep.name} ({sweep.experiment_name}): {len(comparison.table)} finished runs")
-        frame = display_frame(comparison)
-        for column in frame.columns:
-            table.add_column(column, justify="left" if column == "device" else "right")
-        for row in frame.itertuples(index=False):
-            table.add_row(*(str(v) for v in row))
-        self.console.print(table)
+        title = f"{sweep.name} ({sweep.experiment_name}): {len(comparison.table)} finished runs"
+        self.console.print(_frame_table(title, display_frame(comparison)))
+        if not comparison.repeats.empty:
+            from pipeline.compare import repeats_frame
+
+            title = "Repeats (runs equal but for the seed): median [min-max]"
+            self.console.print(_frame_table(title, repeats_frame(comparison)))
         self.speedups(comparison)
 
     def speedups(self, comparison: "Comparison") -> None:
@@ -246,3 +246,13 @@ def _status(status: str) -> str:
     colour = {"FINISHED": "green", "DONE": "green", "FAILED": "red", "NOT RUN": "red", "KILLED": "yellow",
               "SKIPPED": "yellow", "UNLOGGED": "yellow"}.get(status, "")
     return f"[{colour}]{status}[/]" if colour else status
+
+
+def _frame_table(title: str, frame) -> Table:
+    """A rich table of a display frame: text left, numbers right."""
+    table = Table(title=title)
+    for column in frame.columns:
+        table.add_column(column, justify="left" if column == "device" else "right")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(str(v) for v in row))
+    return table

@@ -177,3 +177,28 @@ def test_energy_is_measured_or_absent_with_the_reason(sweep_store):
         assert history == [] and any(source in note for note in comparison.notes)
     else:
         assert len(history) == 2 and all(m.value > 0 for m in history)
+
+
+def test_repeats_are_aggregated_and_speedups_use_their_medians():
+    """Points that differ only in seed: n, median and min-max; the device speedup is median/median."""
+    from pipeline.records import RunRecord, SweepRecord
+
+    def run(run_id, device, seed, seconds, accuracy):
+        return RunRecord(run_id, run_id, {"batch_size": "64", "seed": str(seed)}, {"test_accuracy": accuracy},
+                         {"pipeline.device": device}, histories={"epoch_duration_s": [99.0, seconds]})
+
+    runs = [run("c0", "cpu", 0, 4.0, 0.80), run("c1", "cpu", 1, 6.0, 0.82), run("c2", "cpu", 2, 5.0, 0.84),
+            run("g0", "cuda:0", 0, 1.0, 0.81), run("g1", "cuda:0", 1, 3.0, 0.83)]
+    comparison = build(SweepRecord("p", "p", "1", "x", runs))
+    repeats = comparison.repeats.set_index("device")
+    assert repeats.loc["cpu", "n"] == 3 and repeats.loc["cuda:0", "n"] == 2
+    assert repeats.loc["cpu", "epoch_duration_s"] == 5.0  # the median, not epoch 1's 99 s
+    assert (repeats.loc["cpu", "epoch_duration_s_min"], repeats.loc["cpu", "epoch_duration_s_max"]) == (4.0, 6.0)
+    assert repeats.loc["cpu", "test_accuracy"] == pytest.approx(0.82)
+    assert repeats.loc["cuda:0", "speedup"] == pytest.approx(5.0 / 2.0)
+    assert any(line.startswith("median of repeats, all settings equal: cuda:0 x2.50") for line in comparison.speedups)
+    output = io.StringIO()
+    from rich.console import Console
+
+    Reporter(Console(file=output, width=200)).comparison(comparison)
+    assert "Repeats" in output.getvalue() and "5.000 [4.000-6.000]" in output.getvalue()
