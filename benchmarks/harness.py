@@ -153,28 +153,31 @@ def epochs_table(args, dataset) -> str:
     for device, batch_size, workers in settings(args):
         variants = [{}]
         if args.cuda_variants and device.type == "cuda" and workers == 0:
-            variants += [{"cuda_graph": True}, {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True}]
+            variants += [{"cuda_graph": True}, {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True},
+                         {"precision": "bf16"}, {"precision": "fp16"}]
         for extra in variants:
             config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, epochs=args.epochs, **extra)
             result = fit(config, dataset, device)
             times = [e.epoch_duration_s for e in result.epochs]
             peak = max((e.peak_memory_mb or 0.0) for e in result.epochs)
-            label = str(device) + "".join(f" +{k}" for k in extra)
+            joules = steady_mean([e.energy_j for e in result.epochs]) if result.final.energy_j is not None else None
+            label = str(device) + "".join(f" +{k}" if v is True else f" {v}" for k, v in extra.items())
             rows.append({"device": label, "batch_size": batch_size, "workers": workers,
                          "warmup_s": result.warmup_s, "epochs_s": times, "steady_s": steady_mean(times),
-                         "peak_mb": peak, "test_accuracy": result.final.test_accuracy})
+                         "peak_mb": peak, "joules": joules, "test_accuracy": result.final.test_accuracy})
             print(f"{label} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, one-off {result.one_off}, "
                   f"epochs {', '.join(f'{t:.3f}' for t in times)} s", flush=True)
     cpu = {(r["batch_size"], r["workers"]): r["steady_s"] for r in rows if r["device"] == "cpu"}
     lines = [f"per-epoch seconds, {args.epochs} epochs; steady state = {timed_label(args.epochs)}", "",
-             "| device | batch | workers | warm-up s | epoch s (1, 2, ...) | steady s | speedup vs cpu | peak MiB | test acc |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| device | batch | workers | warm-up s | epoch s (1, 2, ...) | steady s | speedup vs cpu | peak MiB | J/epoch "
+             "| test acc |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         reference = cpu.get((r["batch_size"], r["workers"]))
         speedup = f"x{reference / r['steady_s']:.2f}" if reference and r["device"] != "cpu" else ""
+        energy = "-" if r["joules"] is None else f"{r['joules']:.1f}"
         lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {r['warmup_s']:.3f} | "
                      f"{', '.join(f'{t:.3f}' for t in r['epochs_s'])} | {r['steady_s']:.3f} | {speedup} | "
-                     f"{r['peak_mb']:,.0f} | {r['test_accuracy']:.4f} |")
+                     f"{r['peak_mb']:,.0f} | {energy} | {r['test_accuracy']:.4f} |")
     return "\n".join(lines)
 
 
@@ -273,7 +276,7 @@ def main() -> None:
     parser.add_argument("--accuracy-epochs", type=int, default=0, help="also compare accuracy after N epochs")
     parser.add_argument("--epochs", type=int, default=0, help="also time N epochs per setting, warm-up shown")
     parser.add_argument("--cuda-variants", action="store_true",
-                        help="with --epochs, also time cuda_graph and data_on_device on cuda (0 workers)")
+                        help="with --epochs, also time cuda_graph, data_on_device, bf16 and fp16 on cuda (0 workers)")
     parser.add_argument("--overhead", action="store_true", help="also measure start-up and tracking overhead")
     parser.add_argument("--no-loops", action="store_true", help="skip the loop comparison")
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")
