@@ -56,8 +56,9 @@ browser:
 	  echo "chromium not found: the browser tests will be skipped (sudo apt-get install chromium)"; \
 	fi
 
+# Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
 test: setup browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) mlflow.db mlruns mlartifacts .pytest_cache

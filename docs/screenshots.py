@@ -16,10 +16,14 @@ def main(link: str, out: Path) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
-        page.goto(link)
-        page.get_by_text("You're viewing a shared view").wait_for(timeout=60_000)
-        page.wait_for_timeout(3000)  # the charts draw after the data arrives
-        page.screenshot(path=str(out / "ui-charts.png"))
+        for mode, name in (("TABLE", "ui-table.png"), ("CHART", "ui-charts.png")):
+            page.goto(link.replace("compareRunsMode=TABLE", f"compareRunsMode={mode}"))
+            page.get_by_text("You're viewing a shared view").wait_for(timeout=60_000)
+            close = page.get_by_role("button", name="Close")  # MLflow's assistant panel, shown on a first visit
+            if close.count():
+                close.first.click()
+            page.wait_for_timeout(3000)  # the charts draw after the data arrives
+            page.screenshot(path=str(out / name))
         browser.close()
 
 

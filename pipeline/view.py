@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 NOTE_TAG = "mlflow.note.content"
-# Added to a runs page URL (store.RUNS_PAGE, in Model training mode): the view, on the charts.
-_VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=CHART"
+# Added to a runs page URL (store.RUNS_PAGE, in Model training mode): the view, as a table (the
+# columns side by side); its charts are the chart icon away.
+_VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=TABLE"
 COLUMN_METRICS = ("epoch_duration_s", "images_per_s", "test_accuracy")
 SECTION = "pipeline-comparison"
 EPOCH_CHART = "comparison/epoch_duration.png"
@@ -65,11 +66,14 @@ def state(parent_run_id: str, settings: list[str]) -> dict:
     """The runs page of one sweep: its children flat and fastest first, the comparison charts first.
     `settings` are the params shown and plotted: device first, then those that vary."""
     metric, param = "METRIC", "PARAM"
+    columns = [f"params.`{k}`" for k in settings] + [f"metrics.`{m}`" for m in COLUMN_METRICS]
     x = "batch_size" if "batch_size" in settings or len(settings) < 2 else settings[1]
     return {
         "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
         "orderByKey": "metrics.`epoch_duration_s`", "orderByAsc": True,
-        "selectedColumns": [f"params.`{k}`" for k in settings] + [f"metrics.`{m}`" for m in COLUMN_METRICS],
+        "selectedColumns": columns,
+        "columnOrder": columns,  # the settings first: what a run is, then how it did
+        "columnWidths": {column: 130 for column in columns},
         "runsHiddenMode": "SHOW_ALL",  # else the charts show the first 10 runs only
         "isAccordionReordered": True,  # keep the comparison section first
         "hideEmptyCharts": True,

@@ -77,36 +77,36 @@ def _keep(page, name: str) -> None:
 
 @pytest.mark.browser
 def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
-    base, link, _ = ui
-    page = _page(browser, base + link)
+    """The issue's acceptance: no GenAI sidebar, the four children by name, the columns, a saved view."""
     from playwright.sync_api import expect
 
+    base, link, _ = ui
+    page = _page(browser, base + link)
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
     for name in ("cpu bs64 w0", "cpu bs64 w1", "cpu bs128 w0", "cpu bs128 w1"):
-        expect(page.get_by_text(name, exact=True).first).to_be_visible()
-    expect(page.get_by_text("Comparison", exact=True).first).to_be_visible()
-    expect(page.get_by_text("Parallel Coordinates").first).to_be_visible()
-    for title in ("epoch_duration_s", "test_accuracy"):
-        expect(page.get_by_text(title, exact=True).first).to_be_visible()
+        expect(page.get_by_text(name, exact=True)).to_be_visible()  # flat: not folded under the parent
+    for column in ("device", "batch_size", "num_workers", "epoch_duration_s", "images_per_s", "test_accuracy"):
+        expect(page.get_by_role("columnheader", name=re.compile(column)).first).to_be_visible()
     expect(page.get_by_text("4 matching runs")).to_be_visible()
     assert "workflowType=machine_learning" in page.url
     for genai in ("Judges", "Playground"):  # the GenAI sidebar's entries: not this mode
         expect(page.get_by_text(genai, exact=True)).to_have_count(0)
-    _keep(page, "ui-charts.png")
+    _keep(page, "ui-table.png")
     page.close()
 
 
 @pytest.mark.browser
-def test_the_table_shows_the_settings_and_results_as_columns(ui, browser):
-    base, link, _ = ui
-    page = _page(browser, base + link.replace("compareRunsMode=CHART", "compareRunsMode=TABLE"))
+def test_the_charts_are_one_click_away(ui, browser):
     from playwright.sync_api import expect
 
+    base, link, _ = ui
+    page = _page(browser, base + link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART"))
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
-    for column in ("device", "batch_size", "num_workers", "epoch_duration_s", "images_per_s", "test_accuracy"):
-        expect(page.get_by_role("columnheader", name=re.compile(column)).first).to_be_visible()
-    expect(page.get_by_text("cpu bs64 w0", exact=True)).to_be_visible()  # flat: not folded under the parent
-    _keep(page, "ui-table.png")
+    expect(page.get_by_text("Comparison", exact=True).first).to_be_visible()
+    expect(page.get_by_text("Parallel Coordinates").first).to_be_visible()
+    for title in ("epoch_duration_s", "test_accuracy"):
+        expect(page.get_by_text(title, exact=True).first).to_be_visible()
+    _keep(page, "ui-charts.png")
     page.close()
 
 

@@ -29,7 +29,7 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     words = " ".join(output.split())  # as printed, whatever the console wrapped
     link = re.search(r"http://127\.0\.0\.1:5000/#/experiments/(\d+)/runs\?\S+", words).group(0)
     assert f"viewStateShareKey=sweep-{parent_id}" in link and "workflowType=machine_learning" in link
-    assert "compareRunsMode=CHART" in link
+    assert "compareRunsMode=TABLE" in link
     tags = client.get_experiment(experiment_id).tags
     state = view.read_envelope(tags[f"mlflow.sharedViewState.sweep-{parent_id}"])
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent_id}'"
