@@ -67,10 +67,11 @@ class Reporter:
     def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path",
              done: dict[int, "Outcome"]) -> None:
         """--dry-run: where each point would run, or why it would not."""
-        rows = []
+        rows, reasons = [], {}  # each reason once, under the table: a row names it by number
         for item in planned:
             if item.device is None:
-                where = f"[yellow]skipped[/]: {item.reason}"
+                number = reasons.setdefault(item.reason, len(reasons) + 1)
+                where = f"[yellow]skipped[/] ({number})"
             elif item.point.index in done:
                 where = f"[green]DONE[/]: {done[item.point.index].reason}"
             else:
@@ -78,6 +79,9 @@ class Reporter:
             rows.append((item.point, where))
         title = f"{spec.path}: {plural(len(planned), 'grid point')} (dry run, nothing trained)"
         self.console.print(grid_table(spec, rows, title, "runs on"))
+        for reason, number in reasons.items():
+            count = sum(item.reason == reason for item in planned if item.device is None)
+            self.console.print(f"({number}) {plural(count, 'point')} would be skipped: {reason}")
         if done:
             self.console.print(f"{len(done)} of {len(planned)} already FINISHED here would be skipped; "
                                "--rerun trains them again")
