@@ -108,13 +108,16 @@ requires_real_data = pytest.mark.skipif(
 def start_service(args: list[str], **kwargs):
     """Start a server (mlflow server/ui, models serve) in its own process group, so that
     stop_service ends its workers too: MLflow's servers leave uvicorn and huey children behind.
+    tests/service_guard.py takes the group down if this test process dies without stopping it.
     Its output goes to a file (`service_output` reads it): a pipe nobody drains fills up after a few
     hundred access-log lines and then blocks every request."""
     import subprocess
+    import sys
     import tempfile
 
     log = tempfile.NamedTemporaryFile("w+", prefix="service-", suffix=".log", delete=False)  # noqa: SIM115
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    guarded = [sys.executable, str(REPO / "tests" / "service_guard.py"), *args]  # dies with this process
+    process = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                                **kwargs)
     process.log_path = log.name
     log.close()
