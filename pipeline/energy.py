@@ -11,6 +11,7 @@ metric is not logged.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 RAPL = Path("/sys/class/powercap")
@@ -50,10 +51,17 @@ def energy_source(device) -> str:
 
 def _counter(device):
     """A function returning a cumulative reading in joules, and why there is none ('' when there is)."""
+    return _found(device, RAPL)
+
+
+@lru_cache(maxsize=None)
+def _found(device, rapl_root: Path):
+    """Found once per device and process: a run's tag and its meter share it (readings are
+    cumulative, so meters that take differences can share one counter)."""
     if device.type == "cuda":
         return _nvml(device)
     if device.type == "cpu":
-        return _rapl(RAPL)
+        return _rapl(rapl_root)
     return None, f"no energy counter for {device.type}"
 
 

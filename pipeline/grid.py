@@ -37,7 +37,8 @@ def format_value(value: Any) -> str:
 
 
 # Run names: short enough to read where the MLflow UI cuts them (about 16 characters).
-_PREFIX = {"batch_size": "bs", "num_workers": "w", "lr": "lr", "epochs": "ep", "seed": "seed", "gpus_per_run": "gpu"}
+_PREFIX = {"batch_size": "bs", "num_workers": "w", "lr": "lr", "epochs": "ep", "seed": "seed", "gpus_per_run": "gpu",
+           "precision": ""}
 _FLAGS = {"shuffle": ("shuffle", "noshuffle"), "data_on_device": ("ondevice", "hostdata"),
           "cuda_graph": ("graph", "eager")}
 
@@ -48,8 +49,6 @@ def short(key: str, value: Any) -> str:
         return str(value)
     if key in _FLAGS:
         return _FLAGS[key][0 if value else 1]
-    if key == "precision":
-        return str(value)
     return f"{_PREFIX[key]}{format_value(value)}"
 
 

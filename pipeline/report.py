@@ -6,6 +6,7 @@ progress bar over an epoch's batches is added only on an interactive terminal.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
 
 from rich.console import Console
@@ -67,11 +68,11 @@ class Reporter:
     def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path",
              done: dict[int, "Outcome"]) -> None:
         """--dry-run: where each point would run, or why it would not."""
-        rows, reasons = [], {}  # each reason once, under the table: a row names it by number
+        rows, reasons = [], Counter(p.reason for p in planned if p.device is None)
+        numbers = {reason: n for n, reason in enumerate(reasons, start=1)}  # each reason once, under the table
         for item in planned:
             if item.device is None:
-                number = reasons.setdefault(item.reason, len(reasons) + 1)
-                where = f"[yellow]skipped[/] ({number})"
+                where = f"[yellow]skipped[/] ({numbers[item.reason]})"
             elif item.point.index in done:
                 where = f"[green]DONE[/]: {done[item.point.index].reason}"
             else:
@@ -79,9 +80,8 @@ class Reporter:
             rows.append((item.point, where))
         title = f"{spec.path}: {plural(len(planned), 'grid point')} (dry run, nothing trained)"
         self.console.print(grid_table(spec, rows, title, "runs on"))
-        for reason, number in reasons.items():
-            count = sum(item.reason == reason for item in planned if item.device is None)
-            self.console.print(f"({number}) {plural(count, 'point')} would be skipped: {reason}")
+        for reason, count in reasons.items():
+            self.console.print(f"({numbers[reason]}) {plural(count, 'point')} would be skipped: {reason}")
         if done:
             self.console.print(f"{len(done)} of {len(planned)} already FINISHED here would be skipped; "
                                "--rerun trains them again")

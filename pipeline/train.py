@@ -222,6 +222,25 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
         return _fit(config, data, device, hooks or Hooks(), resume)
 
 
+def _train_step(model: Network, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
+                device: torch.device, precision: str, channels_last: bool,
+                scaler: "torch.amp.GradScaler | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One eager training step on a batch already on the device: forward and loss at `precision`,
+    then backward and Adam (through the scaler with fp16 on CUDA). Returns (logits, loss)."""
+    with autocast(device, precision):
+        logits = model(_normalise(images, channels_last))
+        loss = F.cross_entropy(logits, labels)
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return logits, loss
+
+
 def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.device) -> float:
     """One untimed training step and one evaluation batch at the run's shapes, on a copy of the
     model, so that epoch 1 does not time loading the device's libraries, choosing kernels, or the
@@ -239,14 +258,22 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
             images, labels = images.pin_memory(), labels.pin_memory()
         images, labels = _to_device(images, labels, device, pin)
         shadow.train(training)
-        with torch.set_grad_enabled(training), autocast(device, config.precision):
-            loss = F.cross_entropy(shadow(_normalise(images, channels_last)), labels)
-            if training:
-                loss.backward()
-                optimizer.step()
+        if training:
+            _train_step(shadow, optimizer, images, labels, device, config.precision, channels_last)
+        else:
+            with torch.no_grad(), autocast(device, config.precision):
+                shadow(_normalise(images, channels_last))
     _sync(device)
     del shadow, optimizer
     return time.perf_counter() - start
+
+
+def _timed(device: torch.device, make):
+    """`make()` and the seconds it took, its device work included (a one-off cost of the run)."""
+    start = time.perf_counter()
+    value = make()
+    _sync(device)
+    return value, time.perf_counter() - start
 
 
 def _diverged(epoch: int, step: int | None = None) -> Diverged:
@@ -266,10 +293,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     scaler = torch.amp.GradScaler("cuda") if cuda and config.precision == "fp16" else None
     result = FitResult(model=model)
     if config.data_on_device:
-        upload_start = time.perf_counter()
-        loader = DeviceBatches(data.train, config.batch_size, config.shuffle, config.seed, device)
-        _sync(device)
-        result.one_off[UPLOAD] = time.perf_counter() - upload_start
+        loader, result.one_off[UPLOAD] = _timed(
+            device, lambda: DeviceBatches(data.train, config.batch_size, config.shuffle, config.seed, device))
     else:
         loader = batches(data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
                          num_workers=config.num_workers, pin_memory=cuda)
@@ -288,11 +313,9 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     if config.cuda_graph:  # the planner only lets cuda points through
         from pipeline.cuda_graph import GraphStep
 
-        capture_start = time.perf_counter()
-        graph = GraphStep(model, optimizer, min(config.batch_size, len(data.train)), device,
-                          lambda images: _normalise(images, channels_last))
-        _sync(device)
-        result.one_off[CAPTURE] = time.perf_counter() - capture_start
+        graph, result.one_off[CAPTURE] = _timed(device, lambda: GraphStep(
+            model, optimizer, min(config.batch_size, len(data.train)), device,
+            lambda images: _normalise(images, channels_last)))
     hooks.before_training(result.one_off)
     memory, meter = PeakMemory(device), EnergyMeter(device)
     run_start = time.perf_counter()
@@ -315,17 +338,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             if graph is not None and images is graph.images:
                 logits, loss = graph.replay()
             else:
-                with autocast(device, config.precision):
-                    logits = model(_normalise(images, channels_last))
-                    loss = F.cross_entropy(logits, labels)
-                optimizer.zero_grad(set_to_none=True)
-                if scaler is None:
-                    loss.backward()
-                    optimizer.step()
-                else:
-                    scaler.scale(loss).backward()
-                    scaler.step(optimizer)
-                    scaler.update()
+                logits, loss = _train_step(model, optimizer, images, labels, device, config.precision,
+                                           channels_last, scaler)
             loss_sum += loss.detach() * labels.size(0)
             correct += (logits.argmax(dim=1) == labels).sum()
             if cpu and not math.isfinite(loss.item()):  # free on the CPU: stop at the step it happened
