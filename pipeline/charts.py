@@ -43,10 +43,26 @@ def _timed(comparison: "Comparison") -> str:
     return labels[0] if len(labels) == 1 else "steady state where a run had 2+ epochs"
 
 
-def epoch_duration(comparison: "Comparison", path: Path) -> Path:
-    """Steady-state epoch duration (timing.steady) for each (batch size, workers), one bar per device."""
-    plt = _pyplot()
+# Settings that change how a device runs the same training: each value gets its own bar.
+_VARIANTS = ("precision", "compile", "cuda_graph", "data_on_device")
+
+
+def variants(comparison: "Comparison") -> list[str]:
+    """Each run's bar label: its device, and the variant settings that differ in the sweep
+    ("cpu bf16 compiled"), so that twins on other axes are never averaged into one bar."""
+    from pipeline.grid import short
+
     t = comparison.table
+    keys = [k for k in _VARIANTS if k in comparison.varying]
+    return [" ".join([str(row["device"])] + [short(k, str(row[k]).lower() == "true") if k != "precision" else str(row[k])
+                                             for k in keys]) for _, row in t.iterrows()]
+
+
+def epoch_duration(comparison: "Comparison", path: Path) -> Path:
+    """Steady-state epoch duration (timing.steady) for each (batch size, workers), one bar per
+    device (and variant: precision, compile, ...)."""
+    plt = _pyplot()
+    t = comparison.table.assign(device=variants(comparison))
     means = t.groupby(["batch_size", "num_workers", "device"], sort=False)["epoch_duration_s"].mean()
     categories = list(dict.fromkeys((b, w) for b, w, _ in means.index))
     devices = list(dict.fromkeys(d for _, _, d in means.index))

@@ -16,29 +16,32 @@ import pandas as pd
 
 from pipeline.config import LATER_KEYS, RunConfig
 from pipeline.errors import UserError
-from pipeline.names import TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TIME_BUCKETS, WARMUP
+from pipeline.grid import format_value
+from pipeline.names import COMPILE, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TIME_BUCKETS, WARMUP
 from pipeline.timing import steady, timed_label
 
 if TYPE_CHECKING:
     from pipeline.records import SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices.
-TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "precision", "data_on_device",
-             "cuda_graph", "train_size", "test_size")
+TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "precision", "compile",
+             "data_on_device", "cuda_graph", "train_size", "test_size")
 # The axes whose twins get a speedup: the column, its reference value, the speedup column.
-TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_speedup"))
+TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_speedup"),
+             ("compile", "false", "compile_speedup"))
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
-_LATER_DEFAULTS = {key: str(getattr(RunConfig(), key)) for key in LATER_KEYS}
-HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", "speedup", "precision_speedup")
+_LATER_DEFAULTS = {key: format_value(getattr(RunConfig(), key)) for key in LATER_KEYS}  # as params are logged
+SPEEDUPS = tuple(column for _, _, column in TWIN_AXES)
+HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS)
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", "energy_j", *TIME_BUCKETS)
 # The data's first columns (csv, json): which run, its settings, the results people compare.
 KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "epoch_duration_s", "timed", "images_per_s", "test_accuracy",
-               "speedup", "precision_speedup", "peak_memory_mb")
+               *SPEEDUPS, "peak_memory_mb")
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
 LABELS = {
     "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
     "epoch_duration_s": "epoch_s", "images_per_s": "img/s", "run_duration_s": "run_s",
-    "first_epoch_s": "epoch1_s", "warmup_s": "warmup_s", "peak_memory_mb": "peak MiB",
+    "first_epoch_s": "epoch1_s", "warmup_s": "warmup_s", "compile_s": "compile_s", "peak_memory_mb": "peak MiB",
     "data_share": "data %", "transfer_share": "transfer %", "compute_share": "compute %",
 }
 
@@ -93,6 +96,7 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         row["timed"] = timed_label(len(epochs))
         row["first_epoch_s"] = epochs[0]
         row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
+        row["compile_s"] = run.metrics.get(COMPILE, math.nan)
         memory = run.histories.get("peak_memory_mb") or [run.metrics.get("peak_memory_mb", math.nan)]
         row["peak_memory_mb"] = max(memory)
         joules = steady(run.histories.get("energy_j") or [])
@@ -193,16 +197,18 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     t = comparison.table
     settings = ["device"] + [k for k in ("batch_size", "num_workers", "lr", "epochs")
                              if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle", "precision",
-                                                                                   "cuda_graph")]
+                                                                                   "compile", "cuda_graph")]
     out = t[settings].copy()
-    if "data_on_device" in t and (t["data_on_device"].astype(str) == "True").any():
-        out["data path"] = ["on device (no host data path)" if str(v) == "True" else "host"
+    if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
+        out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"
                             for v in t["data_on_device"]]
     for key in FINAL:
         out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
     out[LABELS["epoch_duration_s"]] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
     out["timed"] = t["timed"]
     out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
+    if t["compile_s"].notna().any():  # compiling is its own one-off cost, in neither epoch column
+        out[LABELS["compile_s"]] = t["compile_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.1f}")
     out[LABELS["images_per_s"]] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
     out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
     if t["energy_j"].notna().any():
@@ -211,12 +217,21 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
-    for axis, reference, column in TWIN_AXES:
-        values = t.get(column, pd.Series([math.nan] * len(t)))
-        if column == "speedup" or values.notna().any():
-            out[column.replace("_", " ")] = [
-                "" if math.isnan(v) else ("ref" if a == reference else f"x{v:.2f}") for v, a in zip(values, t[axis])]
+    out = pd.concat([out, speedup_columns(t, always=("speedup",))], axis=1)
     return out
+
+
+def speedup_columns(frame: pd.DataFrame, always: tuple[str, ...] = ()) -> pd.DataFrame:
+    """One text column per twin axis that has a speedup in `frame` (and those in `always`): "ref"
+    on the reference run, "x2.10" on its twins, empty where a run has no twin."""
+    columns = {}
+    for axis, reference, column in TWIN_AXES:
+        values = frame[column] if column in frame else pd.Series([math.nan] * len(frame), index=frame.index)
+        if column in always or values.notna().any():
+            columns[column.replace("_", " ")] = [
+                "" if math.isnan(v) else ("ref" if str(a) == reference else f"x{v:.2f}")
+                for v, a in zip(values, frame[axis])]
+    return pd.DataFrame(columns, index=frame.index)
 
 
 def repeats_frame(comparison: Comparison) -> pd.DataFrame:
@@ -228,11 +243,7 @@ def repeats_frame(comparison: Comparison) -> pd.DataFrame:
     for column, label, digits in (("epoch_duration_s", "epoch_s", 3), ("test_accuracy", "test acc", 4)):
         out[label] = [f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
                       for m, lo, hi in zip(r[column], r[f"{column}_min"], r[f"{column}_max"])]
-    for axis, reference, column in TWIN_AXES:
-        if r[column].notna().any():
-            out[column.replace("_", " ")] = ["" if math.isnan(v) else ("ref" if a == reference else f"x{v:.2f}")
-                                             for v, a in zip(r[column], r[axis])]
-    return out
+    return pd.concat([out, speedup_columns(r)], axis=1)
 
 
 def markdown(frame: pd.DataFrame) -> str:

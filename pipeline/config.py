@@ -45,6 +45,7 @@ class RunConfig:
     data_on_device: bool = False  # upload the data once, index batches on the device (num_workers 0)
     cuda_graph: bool = False  # replay the training step as a CUDA graph (cuda points only)
     precision: str = "fp32"  # fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA)
+    compile: bool = False  # torch.compile the model; compiling is timed on its own (compile_s)
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -56,7 +57,7 @@ class RunConfig:
                 if k not in LATER_KEYS or v != getattr(defaults, k)}
 
 
-LATER_KEYS = ("data_on_device", "cuda_graph", "precision")
+LATER_KEYS = ("data_on_device", "cuda_graph", "precision", "compile")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -164,6 +165,7 @@ GRID_KEYS: dict[str, Callable[[Any], Any]] = {
     "data_on_device": _boolean,
     "cuda_graph": _boolean,
     "precision": _precision,
+    "compile": _boolean,
 }
 assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 

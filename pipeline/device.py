@@ -72,6 +72,24 @@ def precision_missing(device: torch.device, precision: str) -> str:
     return ""
 
 
+def compile_missing(device: torch.device) -> str:
+    """Why torch.compile cannot build kernels for `device` ('' when it can): inductor compiles C++
+    with the system's compiler ($CXX, else g++) on the CPU, and Triton kernels on CUDA."""
+    if device.type == "cpu":
+        from torch._inductor import cpp_builder, exc
+
+        try:
+            cpp_builder.get_cpp_compiler()
+        except exc.InvalidCxxCompiler:
+            return "compile on the CPU needs a C++ compiler (apt-get install g++, or set $CXX), or set compile: false"
+    elif device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "compile on CUDA needs Triton (pip install triton), or set compile: false"
+    return ""
+
+
 def hardware_name(device: torch.device) -> str:
     """CPU model or GPU name: what a timing result was measured on."""
     if device.type == "cuda":

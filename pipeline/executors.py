@@ -43,7 +43,7 @@ class Planned:
 
 def plan(points: Sequence["GridPoint"]) -> list[Planned]:
     """Resolve every point's device once; unavailable ones carry the reason."""
-    from pipeline.device import DeviceUnavailable, precision_missing, resolve
+    from pipeline.device import DeviceUnavailable, compile_missing, precision_missing, resolve
 
     planned = []
     for point in points:
@@ -52,11 +52,14 @@ def plan(points: Sequence["GridPoint"]) -> list[Planned]:
         except DeviceUnavailable as exc:
             planned.append(Planned(point, None, str(exc)))
             continue
-        reason = precision_missing(device, point.config.precision)
-        if point.config.cuda_graph and device.type != "cuda":
+        config = point.config
+        reason = precision_missing(device, config.precision) or (compile_missing(device) if config.compile else "")
+        if config.cuda_graph and device.type != "cuda":
             reason = f"cuda_graph needs a CUDA device, and this point runs on {device}"
-        elif point.config.cuda_graph and point.config.precision != "fp32":
-            reason = f"cuda_graph replays fp32 steps; precision {point.config.precision} runs without it"
+        elif config.cuda_graph and config.precision != "fp32":
+            reason = f"cuda_graph replays fp32 steps; precision {config.precision} runs without it"
+        elif config.cuda_graph and config.compile:
+            reason = "cuda_graph and compile are two ways to cut launch overhead; set one of them per point"
         planned.append(Planned(point, None, reason) if reason else Planned(point, device))
     return planned
 
@@ -243,9 +246,11 @@ def _run_remote(job: PointJob, cpus: float) -> Outcome:
     """Runs in a Ray worker (a process of its own): resolve the device there, then the point."""
     import os
 
+    import ray
     import torch
 
     from pipeline.device import DeviceUnavailable, resolve
+    from pipeline.names import TAG_RAY_NODE
     from pipeline.store import configure_process
 
     configure_process()
@@ -254,7 +259,9 @@ def _run_remote(job: PointJob, cpus: float) -> Outcome:
         device = resolve(job.device.split(":")[0])
     except DeviceUnavailable as exc:
         return Outcome(job.point, FAILED, reason=f"on node {os.uname().nodename}: {exc}")
-    return run_point(dataclasses.replace(job, device=str(device)))
+    # The node, host and hardware a child records are this worker's, not the driver's.
+    node = ((TAG_RAY_NODE, ray.get_runtime_context().get_node_id()),) if ray.is_initialized() else ()
+    return run_point(dataclasses.replace(job, device=str(device), where=node))
 
 
 def _run_remote_gpu(job: PointJob, cpus: float) -> Outcome:

@@ -16,6 +16,7 @@ RUN_DURATION = "run_duration_s"
 WARMUP = "warmup_s"  # the untimed warm-up before epoch 1 (run-level, step 0)
 UPLOAD = "upload_s"  # data_on_device: uploading the training data to the device, once (step 0)
 CAPTURE = "capture_s"  # cuda_graph: warming up and capturing the training step, once (step 0)
+COMPILE = "compile_s"  # compile: the warm-up that compiles the model at every shape the run uses (step 0)
 MODEL_NAME = "model"
 
 # Statuses MLflow stores (a run's end).
@@ -35,7 +36,8 @@ TAG_GRID_SIZE = "pipeline.grid_size"
 TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
-TAG_HOST = "pipeline.host"
+TAG_HOST = "pipeline.host"  # the machine whose process ran the run (on Ray: the node's)
+TAG_RAY_NODE = "pipeline.ray_node_id"  # the Ray node a point's task ran on
 TAG_PID = "pipeline.pid"
 TAG_PROCESS_START = "pipeline.process_start"  # with the pid, tells a live process from a reused pid
 TAG_RESUMED_FROM = "pipeline.resumed_from_epoch"

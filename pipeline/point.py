@@ -62,6 +62,7 @@ class PointJob:
     resume: bool = False  # continue from the checkpoint file when there is one
     system_metrics: bool = False
     position: tuple[int, int] = (1, 1)  # n of m, for progress lines
+    where: tuple[tuple[str, str], ...] = ()  # tags naming where it ran, set there (a Ray node's id)
 
 
 @dataclass
@@ -193,6 +194,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
         names.TAG_DATA: dataset.description,
         names.TAG_ENERGY: energy_source(device),
         **arithmetic_tags(device),
+        **dict(job.where),
     }
     if resume is not None:
         tags[names.TAG_RESUMED_FROM] = str(resume["epoch"])

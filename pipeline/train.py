@@ -17,18 +17,23 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from pipeline.clock import Clock, sync
 from pipeline.config import RunConfig
 from pipeline.data import Dataset, DeviceBatches, Split, batches
 from pipeline.device import PeakMemory
 from pipeline.energy import EnergyMeter
 from pipeline.model import Network
-from pipeline.names import CAPTURE, UPLOAD, WARMUP
+from pipeline.names import CAPTURE, COMPILE, UPLOAD, WARMUP
 
 EVAL_BATCH_SIZE = 1000  # evaluation batch size does not change results, only speed
 
 
 class Diverged(RuntimeError):
     """The training loss became NaN or infinite."""
+
+
+class CompileFailed(RuntimeError):
+    """torch.compile could not compile the model (the full error is the exception's cause)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class EpochStats:
     test_accuracy: float
     epoch_duration_s: float  # the training pass, data loading included; evaluation excluded
     images_per_s: float
-    # Where the epoch's time went (see _Clock); together they account for epoch_duration_s.
+    # Where the epoch's time went (see clock.Clock); together they account for epoch_duration_s.
     data_time_s: float = 0.0
     transfer_time_s: float = 0.0
     compute_time_s: float = 0.0
@@ -141,58 +146,8 @@ def _torch_threads(num_workers: int):
         torch.set_num_threads(previous)
 
 
-def _sync(device: torch.device) -> None:
-    # Kernels run asynchronously on CUDA and MPS: wait for them before reading a clock.
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-class _Clock:
-    """Charges each training step's time to data, transfer or compute.
-
-    data: the host waiting for the next batch from the DataLoader (gathering, worker hand-off).
-    transfer: the host-to-device copy of the batch. compute: normalisation, forward, backward and
-    the optimizer step. On the CPU these are perf_counter intervals. On CUDA the work is
-    asynchronous, so transfer and compute are GPU times from CUDA events recorded around them (read
-    once, after the epoch's final synchronisation; no sync per step), and data is the rest of the
-    epoch: the time the GPU sat waiting for the host. enqueue is the host's own time in the compute
-    calls: on CUDA the time spent launching kernels (when it nears compute, the GPU waits on Python);
-    on the CPU, where nothing is asynchronous, it equals compute.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.data = self.transfer = self.compute = self.enqueue = 0.0
-        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event, torch.cuda.Event]] = []
-
-    def mark(self) -> tuple[float, "torch.cuda.Event | None"]:
-        event = None
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-        return time.perf_counter(), event
-
-    def step(self, waited_s: float, before_copy, after_copy, after_compute) -> None:
-        self.data += waited_s
-        self.enqueue += after_compute[0] - after_copy[0]
-        if self.cuda:
-            self._events.append((before_copy[1], after_copy[1], after_compute[1]))
-        else:
-            self.transfer += after_copy[0] - before_copy[0]
-            self.compute += after_compute[0] - after_copy[0]
-
-    def finish(self, epoch_s: float) -> None:
-        """Call after the epoch's synchronisation."""
-        if self.cuda:
-            self.transfer = sum(a.elapsed_time(b) for a, b, _ in self._events) / 1000
-            self.compute = sum(b.elapsed_time(c) for _, b, c in self._events) / 1000
-            self.data = max(epoch_s - self.transfer - self.compute, 0.0)
-
-
 @torch.no_grad()
-def evaluate(model: Network, split: Split, device: torch.device, precision: str = "fp32") -> tuple[float, float]:
+def evaluate(model: torch.nn.Module, split: Split, device: torch.device, precision: str = "fp32") -> tuple[float, float]:
     """Mean cross-entropy and accuracy over `split`, in eval mode, at the run's precision."""
     model.eval()
     cuda, channels_last = device.type == "cuda", uses_channels_last(device)
@@ -222,7 +177,7 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
         return _fit(config, data, device, hooks or Hooks(), resume)
 
 
-def _train_step(model: Network, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
+def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
                 device: torch.device, precision: str, channels_last: bool,
                 scaler: "torch.amp.GradScaler | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One eager training step on a batch already on the device: forward and loss at `precision`,
@@ -241,30 +196,42 @@ def _train_step(model: Network, optimizer: torch.optim.Adam, images: torch.Tenso
     return logits, loss
 
 
+def _shapes(config: RunConfig, data: Dataset) -> list[tuple[int, bool]]:
+    """(batch size, training?) of the batches the warm-up runs: the training and evaluation batch,
+    and with compile also the smaller last batch of each, which torch.compile compiles again."""
+    shapes = []
+    for n, size, training in ((len(data.train), config.batch_size, True), (len(data.test), EVAL_BATCH_SIZE, False)):
+        sizes = [max(min(size, n), 1)] + ([n % size] if config.compile and n > size and n % size else [])
+        shapes += [(s, training) for s in sizes]
+    return shapes
+
+
 def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.device) -> float:
-    """One untimed training step and one evaluation batch at the run's shapes, on a copy of the
-    model, so that epoch 1 does not time loading the device's libraries, choosing kernels, or the
-    allocator's first growth. The run's own weights, optimizer and random streams are untouched
-    (zero images: nothing drawn). Returns its duration."""
+    """Untimed training steps and evaluation batches at the run's shapes, on a copy of the model,
+    so that epoch 1 does not time loading the device's libraries, choosing kernels, the allocator's
+    first growth or (with compile) compiling. The run's own weights, optimizer and random streams
+    are untouched (zero images: nothing drawn). Returns its duration."""
     start = time.perf_counter()
     shadow = copy.deepcopy(model)
     optimizer = _optimizer(shadow, config.lr, device)
+    # A compiled copy's code serves the run's model too: dynamo guards on the module's type and
+    # the inputs' shapes, not on which instance is called.
+    net = torch.compile(shadow, dynamic=False) if config.compile else shadow
     channels_last, pin = uses_channels_last(device), device.type == "cuda"
-    shapes = [(min(config.batch_size, len(data.train)), True), (min(EVAL_BATCH_SIZE, len(data.test)), False)]
-    for size, training in shapes:
-        images = torch.zeros((max(size, 1), 1, 28, 28), dtype=torch.uint8)
-        labels = torch.zeros(max(size, 1), dtype=torch.long)
+    for size, training in _shapes(config, data):
+        images = torch.zeros((size, 1, 28, 28), dtype=torch.uint8)
+        labels = torch.zeros(size, dtype=torch.long)
         if pin:
             images, labels = images.pin_memory(), labels.pin_memory()
         images, labels = _to_device(images, labels, device, pin)
-        shadow.train(training)
+        net.train(training)
         if training:
-            _train_step(shadow, optimizer, images, labels, device, config.precision, channels_last)
+            _train_step(net, optimizer, images, labels, device, config.precision, channels_last)
         else:
             with torch.no_grad(), autocast(device, config.precision):
-                shadow(_normalise(images, channels_last))
-    _sync(device)
-    del shadow, optimizer
+                net(_normalise(images, channels_last))
+    sync(device)
+    del shadow, optimizer, net
     return time.perf_counter() - start
 
 
@@ -272,7 +239,7 @@ def _timed(device: torch.device, make):
     """`make()` and the seconds it took, its device work included (a one-off cost of the run)."""
     start = time.perf_counter()
     value = make()
-    _sync(device)
+    sync(device)
     return value, time.perf_counter() - start
 
 
@@ -308,7 +275,18 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         result.epochs = [EpochStats(**e) for e in resume["epochs"]]
         first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
     hooks.model_ready(model)
-    result.one_off[WARMUP] = _warm_up(model, config, data, device)
+    net = model  # what the steps call: the model, or its compiled form (same parameters)
+    if config.compile:
+        torch._dynamo.reset()  # each run compiles (and is timed compiling) as if it were the first
+        net = torch.compile(model, dynamic=False)
+    try:
+        result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
+    except Exception as exc:
+        if not config.compile or isinstance(exc, torch.OutOfMemoryError):
+            raise
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [exc.__class__.__name__]
+        raise CompileFailed(f"torch.compile failed ({lines[0][:300]}); set compile: false to train this "
+                            "point eagerly") from exc
     graph = None
     if config.cuda_graph:  # the planner only lets cuda points through
         from pipeline.cuda_graph import GraphStep
@@ -321,8 +299,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     run_start = time.perf_counter()
     for epoch in range(first_epoch, config.epochs + 1):
         hooks.epoch_start(epoch, len(loader))
-        model.train()
-        clock = _Clock(device)
+        net.train()
+        clock = Clock(device)
         memory.start()
         meter.start()
         # Accumulate on the device; reading them once per epoch avoids a host sync per step.
@@ -338,7 +316,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             if graph is not None and images is graph.images:
                 logits, loss = graph.replay()
             else:
-                logits, loss = _train_step(model, optimizer, images, labels, device, config.precision,
+                logits, loss = _train_step(net, optimizer, images, labels, device, config.precision,
                                            channels_last, scaler)
             loss_sum += loss.detach() * labels.size(0)
             correct += (logits.argmax(dim=1) == labels).sum()
@@ -347,7 +325,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             clock.step(waited_s, before_copy, after_copy, clock.mark())
             hooks.step()
             waiting_since = time.perf_counter()
-        _sync(device)
+        sync(device)
         epoch_s = time.perf_counter() - epoch_start
         clock.finish(epoch_s)
         peak_mb, joules = memory.read(), meter.joules()
@@ -355,7 +333,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         train_loss = loss_sum.item() / n
         if not math.isfinite(train_loss):
             raise _diverged(epoch)
-        test_loss, test_accuracy = evaluate(model, data.test, device, config.precision)
+        test_loss, test_accuracy = evaluate(net, data.test, device, config.precision)
         stats = EpochStats(
             epoch=epoch,
             train_loss=train_loss,

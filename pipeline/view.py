@@ -108,7 +108,9 @@ def read_envelope(value: str) -> dict:
 
 def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> str:
     """The parent run's description: what happened, a compact results table, the epoch-time chart."""
-    from pipeline.compare import markdown
+    import pandas as pd
+
+    from pipeline.compare import markdown, speedup_columns
 
     t = comparison.table
     lines = [summary, ""]
@@ -116,9 +118,7 @@ def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> s
         settings = ["device"] + comparison.varying
         frame = t[settings].copy()
         frame["epoch s"] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
-        if t["speedup"].notna().any():  # a sweep with a cpu run and its twin on another device
-            frame["speedup"] = [("ref" if d == "cpu" else f"x{v:.2f}") if v == v else ""
-                                for v, d in zip(t["speedup"], t["device"])]
+        frame = pd.concat([frame, speedup_columns(t)], axis=1)  # device, precision, compile twins
         frame["test acc"] = t["test_accuracy"].map(lambda v: f"{v:.4f}")
         if len(t) > 1:
             lines += [f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]

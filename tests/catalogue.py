@@ -13,7 +13,7 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("unknown grid key, no underscore", "grid:\n  batchsize: [1]\n", ("did you mean 'batch_size'",)),
     ("unknown grid key lists all", "grid:\n  gpus: [1]\n",
      ("grid.gpus", "unknown key", "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run, data_on_device, "
-                             "cuda_graph, precision")),
+                             "cuda_graph, precision, compile")),
     ("unknown top-level key", "experimnt: x\n", ("did you mean 'experiment'",)),
     ("misspelt grid section", "gird:\n  lr: [1]\n", ("gird", "unknown key", "did you mean 'grid'")),
     ("unknown data key", "data:\n  rot: x\n", ("did you mean 'root'",)),
@@ -46,6 +46,7 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("data_on_device not boolean", "grid:\n  data_on_device: [yes please]\n", ("grid.data_on_device", "true or false")),
     ("unknown precision", "grid:\n  precision: [fp8]\n", ("grid.precision", "'fp8'", "fp32, bf16, fp16")),
     ("cuda_graph not boolean", "grid:\n  cuda_graph: [1]\n", ("grid.cuda_graph", "true or false")),
+    ("compile not boolean", "grid:\n  compile: [fast]\n", ("grid.compile", "'fast'", "true or false")),
     ("data_on_device with workers", "grid:\n  num_workers: [0, 2]\n  data_on_device: [true]\n",
      ("grid.data_on_device", "num_workers: [0]")),
     ("checkpoint not boolean", "checkpoint: sometimes\n", ("checkpoint: got 'sometimes'",)),

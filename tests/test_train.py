@@ -66,8 +66,9 @@ def test_device_resolution_on_this_machine():
 
 @requires_real_data
 def test_full_data_reaches_the_known_accuracy():
-    """The acceptance run: bs 100, lr 0.01, 3 epochs on the full data reaches about 0.85+."""
-    result = fit(RunConfig(lr=0.01, batch_size=100, epochs=3, device="cpu"), load(), torch.device("cpu"))
+    """The tutorial's settings (bs 100, lr 0.01) on the full data reach 0.85+ in 2 epochs (the
+    acceptance asked it of 3; seed 0 gives 0.844 after 1 epoch, 0.864 after 2, 0.867 after 3)."""
+    result = fit(RunConfig(lr=0.01, batch_size=100, epochs=2, device="cpu"), load(), torch.device("cpu"))
     assert result.final.test_accuracy >= 0.85
 
 
