@@ -1,8 +1,10 @@
-"""A grid on Ray: an embedded cluster (num_cpus=2) logging to a real tracking server."""
+"""A grid on Ray's own multi-node test cluster (a head and a worker node on this machine, one CPU
+each) logging to a real tracking server; and a driver that starts its own Ray, as a user's does."""
 
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -15,10 +17,25 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+def nodes():
+    """Two Ray nodes on this machine, one CPU each. (Ray gives them this machine's own address: it
+    resolves 127.0.0.1 to it when connecting. While the cluster runs it is this machine's
+    `ray.init()` default, so a driver meant to start its own Ray sets RAY_ADDRESS=local.)"""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    yield cluster
     ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture
+def cluster(nodes):
+    """This process connected to the two-node cluster, as `--ray-address` connects a driver."""
+    if not ray.is_initialized():
+        ray.init(address=nodes.address, log_to_driver=False)
+    return nodes
 
 
 def test_grid_on_ray_logs_to_a_tracking_server(cluster, tracking_server, tmp_path, write_grid, data_dir):
@@ -26,9 +43,9 @@ def test_grid_on_ray_logs_to_a_tracking_server(cluster, tracking_server, tmp_pat
     grid = write_grid("experiment: on-ray\ngrid:\n  batch_size: [64, 128]\n  seed: [0, 1]\n"
                       "  device: [cpu]\n  epochs: [2]\n")
     out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri,
-                                    "--executor", "ray"])
+                                    "--executor", "ray", "--ray-address", cluster.address])
     assert out.exit_code == 0, out.output
-    assert "submitted 4 point(s) to Ray" in out.output and "[4/4]" in out.output
+    assert "submitted 4 point(s) to Ray (2 node(s)" in out.output and "[4/4]" in out.output
     client = mlflow.MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("on-ray").experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -39,66 +56,53 @@ def test_grid_on_ray_logs_to_a_tracking_server(cluster, tracking_server, tmp_pat
         ("128", "0"), ("128", "1"), ("64", "0"), ("64", "1")]
     for run in kids:
         assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
+    # Each child names the node that ran it: the points were spread over both.
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    ran_on = {r.data.tags["pipeline.ray_node_id"] for r in kids}
+    assert ran_on == alive and len(alive) == 2
+    # A child's model loads through the server alone (artifacts proxied by it).
+    mlflow.set_tracking_uri(uri)  # reset after each test (conftest)
+    model = mlflow.pytorch.load_model(f"runs:/{kids[0].info.run_id}/model")
+    assert sum(p.numel() for p in model.parameters()) > 0
     # The driver writes the local results file (for a server: in the working directory).
     assert len((tmp_path / "pipeline-results.jsonl").read_text().splitlines()) == 4
 
 
-def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, tracking_uri):
+def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, tracking_server):
     grid = write_grid("experiment: gpu-less\ngrid:\n  device: [cuda, cpu]\n  gpus_per_run: [0.5]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
-                                    "--executor", "ray"])
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_server,
+                                    "--executor", "ray", "--ray-address", cluster.address])
     assert out.exit_code == 0, out.output
     assert "cuda needs 0.5 GPU(s) but the Ray cluster has 0" in out.output
 
 
-def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, monkeypatch, tracking_uri):
+def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_dir, tracking_uri):
+    """Two nodes cannot share a local sqlite file: exit 2 at once, before any run is made."""
     from pipeline.executors import RayExecutor
     from pipeline.report import Reporter
 
-    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}, {"Alive": True}])
     with pytest.raises(UserError, match="cannot share; start a tracking server"):
-        RayExecutor("auto", tracking_uri, Reporter())
+        RayExecutor(cluster.address, tracking_uri, Reporter())
+    grid = write_grid("experiment: no-sqlite\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n")
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--executor", "ray",
+                                    "--ray-address", cluster.address])  # the default store, ./mlflow.db
+    assert out.exit_code == 2 and "the 2 nodes of this Ray cluster cannot share" in " ".join(out.output.split())
+    assert not Path("mlflow.db").exists()  # nothing half-written: not even the store
 
 
-def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, tracking_uri):
+def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, tracking_server):
     """The first point diverges at its first step; with --fail-fast the points not yet submitted
     (the cluster's 2 CPUs hold 2 in flight) are NOT RUN instead of being trained."""
     grid = write_grid("experiment: ray-ff\ngrid:\n  lr: [1000000000000.0, 0.01, 0.02, 0.03, 0.04]\n"
                       "  device: [cpu]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
-                                    "--executor", "ray", "--fail-fast"])
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_server,
+                                    "--executor", "ray", "--ray-address", cluster.address, "--fail-fast"])
     assert out.exit_code == 1, out.output
     assert "not run #" in out.output and "--fail-fast after #1 failed" in out.output, out.output
-    client = mlflow.MlflowClient(tracking_uri)
+    client = mlflow.MlflowClient(tracking_server)
     kids = [r for r in client.search_runs([client.get_experiment_by_name("ray-ff").experiment_id])
             if "mlflow.parentRunId" in r.data.tags]
     assert 1 <= len(kids) < 5
-
-
-def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(write_grid, tracking_uri, tmp_path):
-    """Ctrl-C on the driver (its own Ray, as a user runs it); then the same command finishes the rest."""
-    from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
-
-    data = make_idx(tmp_path / "data", n_train=3000, n_test=200)
-    grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
-    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", tracking_uri, "--executor", "ray"]
-    process = start(args)
-    read_until(process, "[1/4]", seconds=180)
-    process.send_signal(signal.SIGINT)
-    output = process.communicate(timeout=120)[0]
-    assert process.returncode == 130, output
-    runs = runs_of(tracking_uri, "ray-stop")
-    assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
-    finished = {r.data.params["batch_size"] for r in children(runs) if r.info.status == "FINISHED"}
-    assert 1 <= len(finished) < 4
-
-    if ray.is_initialized():  # the rerun starts its own Ray, as a user's would
-        ray.shutdown()
-    out = invoke(*args)
-    assert out.exit_code == 0, out.output
-    assert f"{len(finished)} of 4 points already" in out.output
-    done = [r for r in children(runs_of(tracking_uri, "ray-stop")) if r.info.status == "FINISHED"]
-    assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
 
 
 def _planned(device: str, resolved=None):
@@ -112,12 +116,12 @@ def _planned(device: str, resolved=None):
     return Planned(GridPoint(1, config, device), torch.device(resolved) if resolved else None)
 
 
-def test_gpu_resources_follow_the_planned_device(cluster, tracking_uri):
+def test_gpu_resources_follow_the_planned_device(cluster, tracking_server):
     """auto asks for a GPU exactly when it resolves to cuda; cuda:N cannot be pinned under Ray."""
     from pipeline.executors import RayExecutor, task_resources
     from pipeline.report import Reporter
 
-    executor = RayExecutor(None, tracking_uri, Reporter())
+    executor = RayExecutor(None, tracking_server, Reporter())
     executor.resources = {"CPU": 4.0, "GPU": 2.0}  # as a GPU cluster reports them
     auto_gpu, auto_cpu, cuda, pinned = executor.plan(
         [_planned("auto", "cuda:0"), _planned("auto", "cpu"), _planned("cuda"), _planned("cuda:1")])
@@ -127,11 +131,11 @@ def test_gpu_resources_follow_the_planned_device(cluster, tracking_uri):
     assert pinned.device is None and "cuda:1 cannot be pinned on a Ray cluster" in pinned.reason
 
 
-def test_a_gpu_task_runs_once_per_worker(cluster, tracking_uri):
+def test_a_gpu_task_runs_once_per_worker(cluster, tracking_server):
     from pipeline.executors import RayExecutor
     from pipeline.report import Reporter
 
-    tasks = RayExecutor(None, tracking_uri, Reporter()).tasks()
+    tasks = RayExecutor(None, tracking_server, Reporter()).tasks()
     assert tasks["gpu"]._default_options["max_calls"] == 1
     assert tasks["cpu"]._default_options.get("max_calls", 0) in (0, None)
 
@@ -156,3 +160,29 @@ def test_a_worker_trains_on_the_gpu_ray_gave_it(monkeypatch):
     executors._run_remote(PointJob(_planned("auto").point, "cpu", "key", "sqlite:///x.db", "1", "e",
                                    DataRef("/nowhere")), 1)
     assert seen == ["cuda:0", "cpu"]
+
+
+def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, tracking_server, write_grid, tmp_path):
+    """Ctrl-C on a driver joined to the cluster cancels its tasks (their runs end KILLED, none stays
+    RUNNING); then the same command finishes the rest."""
+    from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
+
+    data = make_idx(tmp_path / "data", n_train=1500, n_test=100)
+    grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
+    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", tracking_server, "--executor", "ray",
+            "--ray-address", cluster.address]
+    process = start(args)
+    read_until(process, "[1/4]", seconds=180)
+    process.send_signal(signal.SIGINT)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 130, output
+    runs = runs_of(tracking_server, "ray-stop")
+    assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
+    finished = {r.data.params["batch_size"] for r in children(runs) if r.info.status == "FINISHED"}
+    assert 1 <= len(finished) < 4
+
+    out = invoke(*args)
+    assert out.exit_code == 0, out.output
+    assert f"{len(finished)} of 4 points already" in out.output
+    done = [r for r in children(runs_of(tracking_server, "ray-stop")) if r.info.status == "FINISHED"]
+    assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
