@@ -148,10 +148,24 @@ def open_client(uri: str, must_exist: bool = False):
     path = sqlite_path(uri)
     if must_exist and path is not None and not path.exists():
         raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
-    lock = _file_lock(path.with_name(path.name + ".lock")) if path is not None else contextlib.nullcontext()
+    def lock():  # a fresh context manager for each attempt
+        return _file_lock(path.with_name(path.name + ".lock")) if path is not None else contextlib.nullcontext()
+
+    # A store that is absent or was written in the last minute may be half made by another program.
+    new = path is not None and (not path.exists() or time.time() - path.stat().st_mtime < 60)
     try:
-        with lock:
-            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
+        for delay in (*(_CREATION_RETRY_DELAYS_S if new else ()), None):
+            try:
+                with lock():
+                    mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
+                break
+            except Exception as exc:
+                # Another program (the UI, a notebook) creating the same new store at this moment: our
+                # lock does not stop it, and the loser of the race sees its tables half made. Wait for
+                # it to finish, then open what it made.
+                if delay is None or not _creation_race(exc):
+                    raise
+                time.sleep(delay)
     except Exception as exc:  # a bad scheme, a missing driver, a file store: say so in one line
         hint = ""
         if isinstance(exc, ModuleNotFoundError):
@@ -161,6 +175,19 @@ def open_client(uri: str, must_exist: bool = False):
         raise UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
                         f"{first_line(exc)[:300]}){hint}") from None
     return Retrying(mlflow.MlflowClient(uri))
+
+
+_CREATION_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def _creation_race(exc: BaseException) -> bool:
+    """Whether an error opening a store that was new when we started is worth waiting out: another
+    program ran its migrations at the same time. Two migrations interleaved fail in many ways ("table
+    ... already exists", "duplicate column name", alembic missing its version row, "out-of-date
+    database schema" half-way); a missing driver or a retired file store is not one of them."""
+    text = str(exc)
+    return not isinstance(exc, ImportError) and "MLFLOW_ALLOW_FILE_STORE" not in text \
+        and "file is not a database" not in text
 
 
 @contextlib.contextmanager
