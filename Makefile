@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip $(QUIET)
 	$(PIP) torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2 $(QUIET)
-	PYTHONWARNINGS='ignore:Editable installation' $(PIP) -e '.[test,ray]' $(QUIET)
+	PYTHONWARNINGS='ignore:Editable installation' $(PIP) -e '.[test,ray,server]' $(QUIET)
 	touch $@
 
 # Fashion-MNIST: Debian's dataset-fashion-mnist when missing (as root), else say what to do.

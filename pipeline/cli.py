@@ -7,7 +7,6 @@ Heavy imports (torch, mlflow) happen inside the commands that need them, so `pip
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -386,15 +385,6 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
 def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
            allowed_hosts: str | None) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
-    from pipeline.store import absolute_store_uri, exec_mlflow
+    from pipeline.store import serve
 
-    store = absolute_store_uri(backend_store_uri)
-    if host in ("0.0.0.0", "::"):
-        click.echo(f"warning: --host {host} lets every network this machine is on write to the store", err=True)
-    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    click.echo(f"MLflow tracking server for {store}, artifacts in {artifacts_destination}")
-    click.echo(f"point sweeps at it with: --tracking-uri http://{shown}:{port}  (Ctrl-C stops it)")
-    extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
-    exec_mlflow(["server", "--host", host, "--port", str(port), "--backend-store-uri", store,
-                  "--artifacts-destination", artifacts_destination, "--workers", str(workers), *extra])
-
+    serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts)

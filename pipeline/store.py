@@ -296,6 +296,52 @@ def exec_mlflow(args: list[str]) -> None:
     os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)
 
 
+def check_backend(uri: str, timeout_s: int = 5) -> None:
+    """Fail fast (UserError, password masked) when a server's database cannot be used: its driver
+    is missing, it is down or unreachable, or it refuses the credentials. mlflow server would
+    otherwise print a traceback, or start and fail every request."""
+    if sqlite_path(uri) is not None or "://" not in uri:
+        return  # a local file: created on first use
+    import sqlalchemy
+
+    fix = "check that the database is up and reachable and the user and password are right"
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args=_connect_timeout(uri, timeout_s))
+        with engine.connect():
+            pass
+    except ImportError as exc:
+        install = ("the server extra: pip install -e '.[server]' (make setup does)" if uri.startswith("postgresql")
+                   else f"its driver ({getattr(exc, 'name', None) or exc})")
+        raise UserError(f"--backend-store-uri {redact(uri)}: no driver for it ({exc}); install {install}") from None
+    except Exception as exc:
+        cause = first_line(exc).replace(urllib.parse.urlparse(uri).password or "\0", "***")
+        raise UserError(f"--backend-store-uri {redact(uri)}: cannot connect ({exc.__class__.__name__}: "
+                        f"{cause[:200]}); {fix}") from None
+    engine.dispose()
+
+
+def _connect_timeout(uri: str, timeout_s: int) -> dict:
+    scheme = urllib.parse.urlparse(uri).scheme.split("+")[0]
+    return {"connect_timeout": timeout_s} if scheme in ("postgresql", "mysql") else {}
+
+
+def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
+          allowed_hosts: str | None) -> None:
+    """`pipeline server`: check the database, say where it serves, then become `mlflow server`."""
+    store = absolute_store_uri(backend_store_uri)
+    check_backend(store)
+    if host not in ("127.0.0.1", "localhost", "::1"):  # the server has no authentication
+        reach = "every network this machine is on" if host in ("0.0.0.0", "::") else f"anyone who reaches {host}"
+        print(f"warning: --host {host} lets {reach} read and write every run and model in the store "
+              "(no authentication); keep it on a private network", file=sys.stderr)
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    print(f"MLflow tracking server for {redact(store)}, artifacts in {artifacts_destination}")
+    print(f"point sweeps at it with: --tracking-uri http://{shown}:{port}  (Ctrl-C stops it)")
+    extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
+    exec_mlflow(["server", "--host", host, "--port", str(port), "--backend-store-uri", store,
+                 "--artifacts-destination", artifacts_destination, "--workers", str(workers), *extra])
+
+
 def tell_project_run(message: str) -> None:
     """Under `mlflow run` the project run exists before the input is read, and mlflow marks it
     FAILED when we exit: record why on it (best effort; the message is printed either way)."""

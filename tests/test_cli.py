@@ -198,3 +198,18 @@ def test_mlflow_run_makes_the_project_run_the_parent(tmp_path, data_dir):
     kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == project_run.info.run_id]
     assert sorted(r.data.params["batch_size"] for r in kids) == ["128", "256"]
     assert all(r.info.status == "FINISHED" for r in kids)
+
+
+@pytest.mark.parametrize("scheme, expected", [
+    ("postgresql", "cannot connect (OperationalError"),  # psycopg (the server extra) finds nothing listening
+    ("mysql", "no driver for it (No module named 'MySQLdb'); install its driver"),
+])
+def test_server_refuses_a_database_it_cannot_use_in_one_line(scheme, expected):
+    """Before becoming mlflow server: exit 2, one line, the password masked, nothing started."""
+    from conftest import free_port
+
+    uri = f"{scheme}://mlflow:hunter2@127.0.0.1:{free_port()}/mlflow"
+    out = CliRunner().invoke(main, ["server", "--backend-store-uri", uri, "--port", str(free_port())])
+    assert out.exit_code == 2, out.output
+    assert len(out.output.strip().splitlines()) == 1 and expected in out.output, out.output
+    assert "hunter2" not in out.output and "mlflow:***@127.0.0.1" in out.output
