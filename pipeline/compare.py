@@ -173,11 +173,16 @@ def _speedups(table: pd.DataFrame, axis: str, reference_value: str) -> tuple[lis
         for index, row in others.iterrows():
             ratio = reference["epoch_duration_s"] / row["epoch_duration_s"]
             speedup[index], versus[index] = ratio, reference["run_id"]
-            parts.append(f"{row[axis]} x{ratio:.2f} ({row['epoch_duration_s']:.3f} s/epoch)")
+            parts.append(f"{_value(axis, row[axis])} x{ratio:.2f} ({row['epoch_duration_s']:.3f} s/epoch)")
         speedup[base.index[0]] = 1.0
-        lines.append(f"{label}: {', '.join(parts)} vs {reference_value} ({reference['epoch_duration_s']:.3f} "
+        lines.append(f"{label}: {', '.join(parts)} vs {_value(axis, reference_value)} ({reference['epoch_duration_s']:.3f} "
                      f"s/epoch), timed on {reference['timed']}")
     return speedup, versus, lines
+
+
+def _value(axis: str, value) -> str:
+    """A twin axis's value as a speedup line names it: cuda, bf16, compile=true."""
+    return f"{axis}={value}" if str(value).lower() in ("true", "false") else str(value)
 
 
 def render(comparison: Comparison, fmt: str) -> str:

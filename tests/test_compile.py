@@ -70,7 +70,7 @@ def test_a_compile_sweep_reports_compile_time_apart_and_compares_with_eager(writ
     assert float(rows["true"]["compile_speedup"]) == pytest.approx(ratio)
     assert float(rows["true"]["compile_s"]) == pytest.approx(compiled.metrics["compile_s"])
     table = " ".join(invoke("compare", "--tracking-uri", tracking_uri).output.split())
-    assert "compile_s" in table and "vs false" in table
+    assert "compile_s" in table and "compile=true x" in table and "vs compile=false" in table
 
 
 def test_a_compile_failure_fails_that_run_only(write_grid, small, tracking_uri, tmp_path):
