@@ -152,3 +152,22 @@ def test_nvml_counts_the_energy_of_a_busy_gpu():
         x = x @ x / 8192
     torch.cuda.synchronize()
     assert meter.joules() > 0
+
+
+def test_compile_on_cuda_compiles_in_the_warm_up_and_learns_like_eager(data_dir):
+    """Triton kernels for every shape the run sees are built before epoch 1 (nothing compiles in
+    the epochs), and the compiled run learns what the eager one learns."""
+    from torch._dynamo.utils import counters
+
+    dataset, device = load(data_dir), resolve("cuda")
+    graphs = {}
+
+    class Count(Hooks):
+        def before_training(self, one_off):
+            graphs["before"] = counters["stats"]["unique_graphs"]
+
+    compiled = fit(RunConfig(batch_size=100, epochs=2, seed=1, compile=True), dataset, device, Count())
+    assert counters["stats"]["unique_graphs"] == graphs["before"] > 0
+    assert compiled.one_off["compile_s"] > 0
+    eager = fit(RunConfig(batch_size=100, epochs=2, seed=1), dataset, device)
+    assert compiled.final.test_accuracy == pytest.approx(eager.final.test_accuracy, abs=0.05)
