@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data browser run test clean
+.PHONY: setup data browser postgres run test clean
 
 setup: $(STAMP) data
 
@@ -56,8 +56,19 @@ browser:
 	  echo "chromium not found: the browser tests will be skipped (sudo apt-get install chromium)"; \
 	fi
 
+# The PostgreSQL tests run Debian's postgresql from a temp dir on a free port (no service is used).
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "postgresql missing: installing Debian's postgresql for the tracking-server tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+	    || echo "warning: apt-get could not install postgresql; the PostgreSQL tests will be skipped"; \
+	else \
+	  echo "postgresql not found: the PostgreSQL tests will be skipped (sudo apt-get install postgresql)"; \
+	fi
+
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
-test: setup browser
+test: setup browser postgres
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 clean:

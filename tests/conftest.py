@@ -244,3 +244,76 @@ def read_until(process, marker: str, seconds: float = 120) -> str:
             return "".join(seen)
     process.kill()
     raise AssertionError(f"never saw {marker!r}:\n{''.join(seen)}")
+
+
+# --- a throwaway PostgreSQL behind `pipeline server` (the multi-machine store) ----------------------
+
+PG_PASSWORD = "pg-s3cret-for-tests"
+
+
+def _pg_binary(name: str) -> str | None:
+    import glob
+
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL of its own: user `mlflow` with a password, database `mlflow`; its URI. (Its
+    folder is under /tmp itself: the `postgres` user cannot enter pytest's root-only temp dirs.)"""
+    import os
+    import subprocess
+    import tempfile
+    import time
+
+    psycopg = pytest.importorskip("psycopg", reason="the server extra is not installed (pip install -e '.[server]')")
+    initdb, server = _pg_binary("initdb"), _pg_binary("postgres")
+    if not (initdb and server):
+        pytest.skip("PostgreSQL is not installed: apt-get install postgresql (make test installs it as root)")
+    folder = Path(tempfile.mkdtemp(prefix="pipeline-test-postgres-"))
+    data, password_file = folder / "data", folder / "password"
+    password_file.write_text(PG_PASSWORD + "\n")
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(folder, "postgres")
+        shutil.chown(password_file, "postgres")
+    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "mlflow", "--pwfile", str(password_file),
+                    "--auth", "scram-sha-256", "-E", "UTF8"], check=True, capture_output=True)
+    port = free_port()
+    process = start_service([*as_user, server, "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(folder)])
+    admin = f"postgresql://mlflow:{PG_PASSWORD}@127.0.0.1:{port}/postgres"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with psycopg.connect(admin, autocommit=True) as connection:
+                connection.execute("CREATE DATABASE mlflow")
+            break
+        except psycopg.OperationalError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"PostgreSQL did not start: {service_output(process)}") from None
+            time.sleep(0.3)
+    try:
+        yield {"uri": f"postgresql://mlflow:{PG_PASSWORD}@127.0.0.1:{port}/mlflow", "port": port}
+    finally:
+        stop_service(process)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server(postgres, tmp_path_factory):
+    """`pipeline server` on that database, artifacts proxied by it."""
+    import sys
+
+    folder = tmp_path_factory.mktemp("pg-server")
+    port = free_port()
+    process = start_service([sys.executable, "-m", "pipeline", "server", "--port", str(port),
+                             "--backend-store-uri", postgres["uri"], "--artifacts-destination",
+                             str(folder / "artifacts"), "--workers", "1"], cwd=folder)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(f"{uri}/health", process, seconds=120)  # the first start creates MLflow's tables
+        yield {"uri": uri, "process": process}
+    finally:
+        stop_service(process)

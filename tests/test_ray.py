@@ -1,5 +1,5 @@
-"""A grid on Ray's own multi-node test cluster (a head and a worker node on this machine, one CPU
-each) logging to a real tracking server; and a driver that starts its own Ray, as a user's does."""
+"""Grids on Ray's own multi-node test cluster (a head and a worker node on this machine, one CPU
+each) logging to `pipeline server` on a throwaway PostgreSQL (conftest's pg_server)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ def cluster(nodes):
     return nodes
 
 
-def test_grid_on_ray_logs_to_a_tracking_server(cluster, tracking_server, tmp_path, write_grid, data_dir):
-    uri = tracking_server
+def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg_server, postgres, tmp_path, write_grid, data_dir):
+    """Issue 14's acceptance: a two-node cluster, `pipeline server` on a throwaway PostgreSQL."""
+    uri = pg_server["uri"]
     grid = write_grid("experiment: on-ray\ngrid:\n  batch_size: [64, 128]\n  seed: [0, 1]\n"
                       "  device: [cpu]\n  epochs: [2]\n")
     out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri,
@@ -56,6 +57,13 @@ def test_grid_on_ray_logs_to_a_tracking_server(cluster, tracking_server, tmp_pat
         ("128", "0"), ("128", "1"), ("64", "0"), ("64", "1")]
     for run in kids:
         assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
+    import psycopg
+
+    with psycopg.connect(postgres["uri"]) as connection:  # in the database itself
+        statuses = connection.execute(
+            "SELECT r.status FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
+            "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'mlflow.parentRunId' WHERE e.name = 'on-ray'").fetchall()
+    assert statuses == [("FINISHED",)] * 4
     # Each child names the node that ran it: the points were spread over both.
     alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     ran_on = {r.data.tags["pipeline.ray_node_id"] for r in kids}
@@ -68,9 +76,9 @@ def test_grid_on_ray_logs_to_a_tracking_server(cluster, tracking_server, tmp_pat
     assert len((tmp_path / "pipeline-results.jsonl").read_text().splitlines()) == 4
 
 
-def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, tracking_server):
+def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, pg_server):
     grid = write_grid("experiment: gpu-less\ngrid:\n  device: [cuda, cpu]\n  gpus_per_run: [0.5]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_server,
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg_server["uri"],
                                     "--executor", "ray", "--ray-address", cluster.address])
     assert out.exit_code == 0, out.output
     assert "cuda needs 0.5 GPU(s) but the Ray cluster has 0" in out.output
@@ -90,16 +98,16 @@ def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_di
     assert not Path("mlflow.db").exists()  # nothing half-written: not even the store
 
 
-def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, tracking_server):
+def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, pg_server):
     """The first point diverges at its first step; with --fail-fast the points not yet submitted
     (the cluster's 2 CPUs hold 2 in flight) are NOT RUN instead of being trained."""
     grid = write_grid("experiment: ray-ff\ngrid:\n  lr: [1000000000000.0, 0.01, 0.02, 0.03, 0.04]\n"
                       "  device: [cpu]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_server,
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg_server["uri"],
                                     "--executor", "ray", "--ray-address", cluster.address, "--fail-fast"])
     assert out.exit_code == 1, out.output
     assert "not run #" in out.output and "--fail-fast after #1 failed" in out.output, out.output
-    client = mlflow.MlflowClient(tracking_server)
+    client = mlflow.MlflowClient(pg_server["uri"])
     kids = [r for r in client.search_runs([client.get_experiment_by_name("ray-ff").experiment_id])
             if "mlflow.parentRunId" in r.data.tags]
     assert 1 <= len(kids) < 5
@@ -116,12 +124,12 @@ def _planned(device: str, resolved=None):
     return Planned(GridPoint(1, config, device), torch.device(resolved) if resolved else None)
 
 
-def test_gpu_resources_follow_the_planned_device(cluster, tracking_server):
+def test_gpu_resources_follow_the_planned_device(cluster, pg_server):
     """auto asks for a GPU exactly when it resolves to cuda; cuda:N cannot be pinned under Ray."""
     from pipeline.executors import RayExecutor, task_resources
     from pipeline.report import Reporter
 
-    executor = RayExecutor(None, tracking_server, Reporter())
+    executor = RayExecutor(None, pg_server["uri"], Reporter())
     executor.resources = {"CPU": 4.0, "GPU": 2.0}  # as a GPU cluster reports them
     auto_gpu, auto_cpu, cuda, pinned = executor.plan(
         [_planned("auto", "cuda:0"), _planned("auto", "cpu"), _planned("cuda"), _planned("cuda:1")])
@@ -131,11 +139,11 @@ def test_gpu_resources_follow_the_planned_device(cluster, tracking_server):
     assert pinned.device is None and "cuda:1 cannot be pinned on a Ray cluster" in pinned.reason
 
 
-def test_a_gpu_task_runs_once_per_worker(cluster, tracking_server):
+def test_a_gpu_task_runs_once_per_worker(cluster, pg_server):
     from pipeline.executors import RayExecutor
     from pipeline.report import Reporter
 
-    tasks = RayExecutor(None, tracking_server, Reporter()).tasks()
+    tasks = RayExecutor(None, pg_server["uri"], Reporter()).tasks()
     assert tasks["gpu"]._default_options["max_calls"] == 1
     assert tasks["cpu"]._default_options.get("max_calls", 0) in (0, None)
 
@@ -162,21 +170,21 @@ def test_a_worker_trains_on_the_gpu_ray_gave_it(monkeypatch):
     assert seen == ["cuda:0", "cpu"]
 
 
-def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, tracking_server, write_grid, tmp_path):
+def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, pg_server, write_grid, tmp_path):
     """Ctrl-C on a driver joined to the cluster cancels its tasks (their runs end KILLED, none stays
     RUNNING); then the same command finishes the rest."""
     from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
 
     data = make_idx(tmp_path / "data", n_train=1500, n_test=100)
     grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
-    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", tracking_server, "--executor", "ray",
+    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg_server["uri"], "--executor", "ray",
             "--ray-address", cluster.address]
     process = start(args)
     read_until(process, "[1/4]", seconds=180)
     process.send_signal(signal.SIGINT)
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 130, output
-    runs = runs_of(tracking_server, "ray-stop")
+    runs = runs_of(pg_server["uri"], "ray-stop")
     assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
     finished = {r.data.params["batch_size"] for r in children(runs) if r.info.status == "FINISHED"}
     assert 1 <= len(finished) < 4
@@ -184,5 +192,5 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, tr
     out = invoke(*args)
     assert out.exit_code == 0, out.output
     assert f"{len(finished)} of 4 points already" in out.output
-    done = [r for r in children(runs_of(tracking_server, "ray-stop")) if r.info.status == "FINISHED"]
+    done = [r for r in children(runs_of(pg_server["uri"], "ray-stop")) if r.info.status == "FINISHED"]
     assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
