@@ -45,27 +45,26 @@ run: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/mlflow run . --env-manager local \
 	  --experiment-name $(EXPERIMENT) -P grid=$(GRID)
 
-# The UI tests open MLflow in Debian's chromium through Playwright (never a downloaded browser).
-browser:
-	@if command -v chromium >/dev/null; then exit 0; fi; \
+# $(call debian,PACKAGE,TEST,WHAT): when TEST fails, install Debian's PACKAGE with apt-get as root,
+# else say that WHAT will be skipped. The UI tests open MLflow in Debian's chromium through
+# Playwright (never a downloaded browser); the PostgreSQL tests run Debian's postgresql binaries
+# from a temp dir on a free port (no system service is used).
+define debian
+	@if $(2); then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "chromium missing: installing Debian's chromium for the UI tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-	    || echo "warning: apt-get could not install chromium; the browser tests will be skipped"; \
+	  echo "$(1) missing: installing Debian's $(1) for $(3)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null) \
+	    || echo "warning: apt-get could not install $(1); $(3) will be skipped"; \
 	else \
-	  echo "chromium not found: the browser tests will be skipped (sudo apt-get install chromium)"; \
+	  echo "$(1) not found: $(3) will be skipped (sudo apt-get install $(1))"; \
 	fi
+endef
 
-# The PostgreSQL tests run Debian's postgresql from a temp dir on a free port (no service is used).
+browser:
+	$(call debian,chromium,command -v chromium >/dev/null,the browser tests)
+
 postgres:
-	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "postgresql missing: installing Debian's postgresql for the tracking-server tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
-	    || echo "warning: apt-get could not install postgresql; the PostgreSQL tests will be skipped"; \
-	else \
-	  echo "postgresql not found: the PostgreSQL tests will be skipped (sudo apt-get install postgresql)"; \
-	fi
+	$(call debian,postgresql,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1,the PostgreSQL tests)
 
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
 test: setup browser postgres
