@@ -61,6 +61,8 @@ def configure_process() -> None:
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.client",
                  "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # ... nor a page per retry while a database store is unreachable: the error says it in one line.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.ERROR)
     logging.getLogger("mlflow.pytorch").addFilter(_DropPickleWarning())
     # Ray announces on every start that token authentication is on when a token exists: not news.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
@@ -130,6 +132,8 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
                 raise UserError(f"tracking server {redact(uri)} did not answer within {timeout_s:g} s; {fix}") from None
             raise UserError(f"tracking server {redact(uri)} is unreachable ({reason.__class__.__name__}: {reason}); "
                             f"{fix}") from None
+    elif parsed.scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
+        check_backend(uri, label="tracking store")
     elif parsed.scheme == "sqlite":
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
@@ -296,10 +300,10 @@ def exec_mlflow(args: list[str]) -> None:
     os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)
 
 
-def check_backend(uri: str, timeout_s: int = 5) -> None:
-    """Fail fast (UserError, password masked) when a server's database cannot be used: its driver
-    is missing, it is down or unreachable, or it refuses the credentials. mlflow server would
-    otherwise print a traceback, or start and fail every request."""
+def check_backend(uri: str, timeout_s: int = 5, label: str = "--backend-store-uri") -> None:
+    """Fail fast (UserError, password masked) when a database store cannot be used: its driver is
+    missing, it is down or unreachable, or it refuses the credentials. mlflow server would otherwise
+    print a traceback, or start and fail every request; MLflow's client retries for ~100 s."""
     if sqlite_path(uri) is not None or "://" not in uri:
         return  # a local file: created on first use
     import sqlalchemy
@@ -312,10 +316,10 @@ def check_backend(uri: str, timeout_s: int = 5) -> None:
     except ImportError as exc:
         install = ("the server extra: pip install -e '.[server]' (make setup does)" if uri.startswith("postgresql")
                    else f"its driver ({getattr(exc, 'name', None) or exc})")
-        raise UserError(f"--backend-store-uri {redact(uri)}: no driver for it ({exc}); install {install}") from None
+        raise UserError(f"{label} {redact(uri)}: no driver for it ({exc}); install {install}") from None
     except Exception as exc:
         cause = first_line(exc).replace(urllib.parse.urlparse(uri).password or "\0", "***")
-        raise UserError(f"--backend-store-uri {redact(uri)}: cannot connect ({exc.__class__.__name__}: "
+        raise UserError(f"{label} {redact(uri)}: cannot connect ({exc.__class__.__name__}: "
                         f"{cause[:200]}); {fix}") from None
     engine.dispose()
 

@@ -109,7 +109,7 @@ CASES = {
     "sqlite folder missing": ("uri", "sqlite:///{tmp}/no/such/dir/mlflow.db", "does not exist"),
     "retired file store": ("uri", "file://{tmp}/fs", "MLflow 3 retired file stores"),
     "unsupported scheme": ("uri", "ftp://host/store", "tracking store ftp://host/store cannot be opened"),
-    "store without driver": ("uri", "postgresql://user:hunter2@127.0.0.1:1/db", "postgresql://user:***@"),
+    "database store unreachable": ("uri", "postgresql://user:hunter2@127.0.0.1:1/db", "postgresql://user:***@"),
     "compare on a missing store": ("args", ["compare", "--tracking-uri", "sqlite:///{tmp}/absent.db"], "no tracking store"),
 }
 
