@@ -75,14 +75,19 @@ def precision_missing(device: torch.device, precision: str) -> str:
 def compile_missing(device: torch.device) -> str:
     """Why torch.compile cannot build kernels for `device` ('' when it can): inductor compiles C++
     with the system's compiler ($CXX, else g++) on the CPU, and Triton kernels on CUDA."""
-    if device.type == "cpu":
+    return _compile_missing(device.type)
+
+
+@lru_cache(maxsize=None)  # once per kind of device: the CPU check imports inductor and runs the compiler
+def _compile_missing(kind: str) -> str:
+    if kind == "cpu":
         from torch._inductor import cpp_builder, exc
 
         try:
             cpp_builder.get_cpp_compiler()
         except exc.InvalidCxxCompiler:
             return "compile on the CPU needs a C++ compiler (apt-get install g++, or set $CXX), or set compile: false"
-    elif device.type == "cuda":
+    elif kind == "cuda":
         from torch.utils._triton import has_triton
 
         if not has_triton():

@@ -58,8 +58,7 @@ def configure_process() -> None:
     for key, value in {**_HTTP_DEFAULTS, **_QUIET}.items():
         os.environ.setdefault(key, value)
     # A new sqlite store prints a page of alembic migration INFO lines; users need none of them.
-    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.client",
-                 "mlflow.system_metrics"):
+    for name in ("alembic", "mlflow.tracking._tracking_service.client", "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # ... nor a page per retry while a database store is unreachable: the error says it in one line.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.ERROR)
