@@ -3,8 +3,9 @@
 #   1. the GPU-marked tests (tests/test_gpu.py: needs torch and pytest, no mlflow);
 #   2. the harness on cuda and cpu at batch sizes 1000/10000/20000 with 0 and 1 workers: 3 epochs
 #      each with the warm-up and every epoch's time shown and the cuda/cpu speedups on the
-#      steady-state epochs (the README's GPU table), with cuda_graph, data_on_device, bf16 and fp16
-#      on cuda, and compile (fp32/bf16/fp16) at the smallest batch size; then the pipeline against the tutorial's loop with the data/transfer/compute shares.
+#      steady-state epochs (the README's GPU table), with cuda_graph, prefetch, data_on_device, bf16
+#      and fp16 on cuda, and compile (fp32/bf16/fp16) at the smallest batch size; then the pipeline
+#      against the tutorial's loop with the data/transfer/compute shares.
 # Under 7 minutes on one H200 with 16 cores (ROUNDS=1 halves the loop comparison).
 # On a machine without CUDA it says so and runs the CPU part only. Needs no MLflow and no
 # Fashion-MNIST (it generates data of the same shape unless --real is given).

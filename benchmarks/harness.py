@@ -153,7 +153,8 @@ def epochs_table(args, dataset) -> str:
     for device, batch_size, workers in settings(args):
         variants = [{}]
         if args.cuda_variants and device.type == "cuda" and workers == 0:
-            variants += [{"cuda_graph": True}, {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True},
+            variants += [{"cuda_graph": True}, {"prefetch": True}, {"cuda_graph": True, "prefetch": True},
+                         {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True},
                          {"precision": "bf16"}, {"precision": "fp16"}]
             if batch_size == min(args.batch_size):  # compiling takes a minute or so each: one batch size
                 variants += [{"compile": True}, {"precision": "bf16", "compile": True},
@@ -166,7 +167,9 @@ def epochs_table(args, dataset) -> str:
             joules = steady_mean([e.energy_j for e in result.epochs]) if result.final.energy_j is not None else None
             label = str(device) + "".join(f" +{k}" if v is True else f" {v}" for k, v in extra.items())
             rows.append({"device": label, "batch_size": batch_size, "workers": workers,
-                         "warmup_s": result.one_off.get("compile_s", result.warmup_s),  # compiling is the warm-up "epochs_s": times, "steady_s": steady_mean(times),
+                         # with compile, compiling is the warm-up
+                         "warmup_s": result.one_off.get("compile_s", result.warmup_s),
+                         "epochs_s": times, "steady_s": steady_mean(times),
                          "peak_mb": peak, "joules": joules, "test_accuracy": result.final.test_accuracy})
             print(f"{label} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, one-off {result.one_off}, "
                   f"epochs {', '.join(f'{t:.3f}' for t in times)} s", flush=True)
@@ -279,7 +282,7 @@ def main() -> None:
     parser.add_argument("--accuracy-epochs", type=int, default=0, help="also compare accuracy after N epochs")
     parser.add_argument("--epochs", type=int, default=0, help="also time N epochs per setting, warm-up shown")
     parser.add_argument("--cuda-variants", action="store_true",
-                        help="with --epochs, also time cuda_graph, data_on_device, bf16, fp16 and compile (fp32/bf16/fp16, "
+                        help="with --epochs, also time cuda_graph, prefetch, data_on_device, bf16, fp16 and compile (fp32/bf16/fp16, "
                              "smallest batch size) on cuda (0 workers)")
     parser.add_argument("--overhead", action="store_true", help="also measure start-up and tracking overhead")
     parser.add_argument("--no-loops", action="store_true", help="skip the loop comparison")

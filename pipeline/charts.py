@@ -44,7 +44,7 @@ def _timed(comparison: "Comparison") -> str:
 
 
 # Settings that change how a device runs the same training: each value gets its own bar.
-_VARIANTS = ("precision", "compile", "cuda_graph", "data_on_device")
+_VARIANTS = ("precision", "compile", "cuda_graph", "prefetch", "data_on_device")
 
 
 def variants(comparison: "Comparison") -> list[str]:

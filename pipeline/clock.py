@@ -20,7 +20,8 @@ class Clock:
 
     data: the host waiting for the next batch from the DataLoader (gathering, worker hand-off).
     transfer: the host-to-device copy of the batch. compute: normalisation, forward, backward and
-    the optimizer step. On the CPU these are perf_counter intervals. On CUDA the work is
+    the optimizer step (with `prefetch` the copy runs ahead on a side stream, and transfer is only
+    what the step still waits for it). On the CPU these are perf_counter intervals. On CUDA the work is
     asynchronous, so transfer and compute are GPU times from CUDA events recorded around them (read
     once, after the epoch's final synchronisation; no sync per step), and data is the rest of the
     epoch: the time the GPU sat waiting for the host. enqueue is the host's own time in the compute

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices.
 TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "precision", "compile",
-             "data_on_device", "cuda_graph", "train_size", "test_size")
+             "data_on_device", "cuda_graph", "prefetch", "train_size", "test_size")
 # The axes whose twins get a speedup: the column, its reference value, the speedup column.
 TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_speedup"),
              ("compile", "false", "compile_speedup"))
@@ -202,7 +202,7 @@ def display_frame(comparison: Comparison) -> pd.DataFrame:
     t = comparison.table
     settings = ["device"] + [k for k in ("batch_size", "num_workers", "lr", "epochs")
                              if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle", "precision",
-                                                                                   "compile", "cuda_graph")]
+                                                                                   "compile", "cuda_graph", "prefetch")]
     out = t[settings].copy()
     if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
         out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"

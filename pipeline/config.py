@@ -46,6 +46,7 @@ class RunConfig:
     cuda_graph: bool = False  # replay the training step as a CUDA graph (cuda points only)
     precision: str = "fp32"  # fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA)
     compile: bool = False  # torch.compile the model; compiling is timed on its own (compile_s)
+    prefetch: bool = False  # gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0)
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -57,7 +58,7 @@ class RunConfig:
                 if k not in LATER_KEYS or v != getattr(defaults, k)}
 
 
-LATER_KEYS = ("data_on_device", "cuda_graph", "precision", "compile")
+LATER_KEYS = ("data_on_device", "cuda_graph", "precision", "compile", "prefetch")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -166,6 +167,7 @@ GRID_KEYS: dict[str, Callable[[Any], Any]] = {
     "cuda_graph": _boolean,
     "precision": _precision,
     "compile": _boolean,
+    "prefetch": _boolean,
 }
 assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
 
@@ -289,9 +291,11 @@ def load_grid(path: str | Path) -> GridSpec:
             raise UserError(f"{where}grid.{key}: repeated value in {list(checked)}; list each once")
         axes.append((key, checked))
     values_of = dict(axes)
-    if True in values_of.get("data_on_device", ()) and any(n > 0 for n in values_of.get("num_workers", ())):
-        raise UserError(f"{where}grid.data_on_device: true indexes batches on the device, without DataLoader "
-                        "workers; set num_workers: [0], or put the data_on_device points in a grid of their own")
+    for key, what in (("data_on_device", "indexes batches on the device"),
+                      ("prefetch", "gathers batches in the main process")):
+        if True in values_of.get(key, ()) and any(n > 0 for n in values_of.get("num_workers", ())):
+            raise UserError(f"{where}grid.{key}: true {what}, without DataLoader workers; set num_workers: [0], "
+                            f"or put the {key} points in a grid of their own")
 
     checkpoint = raw.get("checkpoint", False)
     if not isinstance(checkpoint, bool):

@@ -8,8 +8,10 @@ torchvision into ./data where a network allows; nothing downloads implicitly.
 
 from __future__ import annotations
 
+import collections
 import gzip
 import hashlib
+import itertools
 import math
 import os
 from dataclasses import dataclass
@@ -252,6 +254,78 @@ class DeviceBatches:
         order = self.sampler.order().to(self.images.device)  # one small copy per epoch
         for index in order.split(self.sampler.batch_size):
             yield self.images[index], self.labels[index]
+
+
+class PinnedPrefetch:
+    """`prefetch`: each batch gathered by the main process straight into one of a few rotating
+    page-locked (pinned) host buffers, and copied to the device on a side stream `DEPTH` steps ahead
+    of the step that uses it, so the copy overlaps the GPU's work on earlier batches. Every batch
+    still moves host to device at every step; only the waiting goes. Same sampler, so the same
+    batches in the same order as batches() with the same seed.
+
+    The consumer calls take() on each batch before using it: the device's current stream waits for
+    that batch's copy (a GPU-side wait; the host does not block), and the caching allocator is told
+    the tensors are used there. A host buffer is reused only after its previous copy has finished.
+    Off CUDA (no pinned memory, no streams) the same rotation runs without the copy, which is how
+    the CPU tests exercise it.
+    """
+
+    DEPTH = 2  # batches copied ahead of the one in use
+
+    def __init__(self, split: Split, batch_size: int, shuffle: bool, seed: int, device: torch.device) -> None:
+        self.sampler = _BatchIndices(len(split), batch_size, shuffle, seed)
+        self.split, self.device = split, device
+        self.cuda = device.type == "cuda"
+        rows, slots = max(min(batch_size, len(split)), 1), self.DEPTH + 1
+        self._images = [torch.empty((rows, *split.images.shape[1:]), dtype=split.images.dtype, pin_memory=self.cuda)
+                        for _ in range(slots)]
+        self._labels = [torch.empty(rows, dtype=split.labels.dtype, pin_memory=self.cuda) for _ in range(slots)]
+        self._copied: list[torch.cuda.Event | None] = [None] * slots
+        self._stream = torch.cuda.Stream(device) if self.cuda else None
+        self._ready: torch.cuda.Event | None = None
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def _launch(self, step: int, index: torch.Tensor):
+        slot = step % len(self._images)
+        if self._copied[slot] is not None:
+            self._copied[slot].synchronize()  # this buffer's last copy is done (long ago, in steady state)
+        n = index.numel()
+        images = torch.index_select(self.split.images, 0, index, out=self._images[slot][:n])
+        labels = torch.index_select(self.split.labels, 0, index, out=self._labels[slot][:n])
+        if not self.cuda:
+            return images, labels, None
+        # The copy reads only this host buffer and writes fresh device memory: it waits for nothing
+        # the main stream does.
+        with torch.cuda.stream(self._stream):
+            images = images.to(self.device, non_blocking=True)
+            labels = labels.to(self.device, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(self._stream)
+        self._copied[slot] = ready
+        return images, labels, ready
+
+    def __iter__(self):
+        pending = collections.deque()
+        indices = enumerate(self.sampler.order().split(self.sampler.batch_size))
+        for step, index in itertools.islice(indices, self.DEPTH):
+            pending.append(self._launch(step, index))
+        while pending:
+            images, labels, self._ready = pending.popleft()
+            yield images, labels
+            # The step on this batch is queued: gather and copy the next one while the GPU runs it.
+            for step, index in itertools.islice(indices, 1):
+                pending.append(self._launch(step, index))
+
+    def take(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch just yielded, ready for use on the device's current stream."""
+        if self._ready is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(self._ready)
+            images.record_stream(current)  # allocated on the side stream, used on this one
+            labels.record_stream(current)
+        return images, labels
 
 
 def batches(split: Split, batch_size: int, *, shuffle: bool = False, seed: int = 0,

@@ -60,6 +60,10 @@ def plan(points: Sequence["GridPoint"]) -> list[Planned]:
             reason = f"cuda_graph replays fp32 steps; precision {config.precision} runs without it"
         elif config.cuda_graph and config.compile:
             reason = "cuda_graph and compile are two ways to cut launch overhead; set one of them per point"
+        elif config.prefetch and device.type != "cuda":
+            reason = f"prefetch copies batches ahead on a CUDA stream, and this point runs on {device}"
+        elif config.prefetch and config.data_on_device:
+            reason = "prefetch and data_on_device are two data paths; set one of them per point"
         planned.append(Planned(point, None, reason) if reason else Planned(point, device))
     return planned
 

@@ -40,7 +40,7 @@ def format_value(value: Any) -> str:
 _PREFIX = {"batch_size": "bs", "num_workers": "w", "lr": "lr", "epochs": "ep", "seed": "seed", "gpus_per_run": "gpu",
            "precision": ""}
 _FLAGS = {"shuffle": ("shuffle", "noshuffle"), "data_on_device": ("ondevice", "hostdata"),
-          "cuda_graph": ("graph", "eager"), "compile": ("compiled", "eager")}
+          "cuda_graph": ("graph", "eager"), "compile": ("compiled", "eager"), "prefetch": ("prefetch", "noprefetch")}
 
 
 def short(key: str, value: Any) -> str:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from pipeline.clock import Clock, sync
 from pipeline.config import RunConfig
-from pipeline.data import Dataset, DeviceBatches, Split, batches
+from pipeline.data import Dataset, DeviceBatches, PinnedPrefetch, Split, batches
 from pipeline.device import PeakMemory
 from pipeline.energy import EnergyMeter
 from pipeline.model import Network
@@ -262,6 +262,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     if config.data_on_device:
         loader, result.one_off[UPLOAD] = _timed(
             device, lambda: DeviceBatches(data.train, config.batch_size, config.shuffle, config.seed, device))
+    elif config.prefetch:
+        loader = PinnedPrefetch(data.train, config.batch_size, config.shuffle, config.seed, device)
     else:
         loader = batches(data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
                          num_workers=config.num_workers, pin_memory=cuda)
@@ -311,6 +313,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         for step, (images, labels) in enumerate(loader, start=1):
             waited_s = time.perf_counter() - waiting_since
             before_copy = clock.mark()
+            if config.prefetch:  # already copied on the side stream: wait for it (the exposed transfer)
+                images, labels = loader.take(images, labels)
             images, labels = graph.feed(images, labels) if graph else _to_device(images, labels, device, cuda)
             after_copy = clock.mark()
             if graph is not None and images is graph.images:

@@ -13,7 +13,7 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("unknown grid key, no underscore", "grid:\n  batchsize: [1]\n", ("did you mean 'batch_size'",)),
     ("unknown grid key lists all", "grid:\n  gpus: [1]\n",
      ("grid.gpus", "unknown key", "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run, data_on_device, "
-                             "cuda_graph, precision, compile")),
+                             "cuda_graph, precision, compile, prefetch")),
     ("unknown top-level key", "experimnt: x\n", ("did you mean 'experiment'",)),
     ("misspelt grid section", "gird:\n  lr: [1]\n", ("gird", "unknown key", "did you mean 'grid'")),
     ("unknown data key", "data:\n  rot: x\n", ("did you mean 'root'",)),
@@ -49,6 +49,9 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("compile not boolean", "grid:\n  compile: [fast]\n", ("grid.compile", "'fast'", "true or false")),
     ("data_on_device with workers", "grid:\n  num_workers: [0, 2]\n  data_on_device: [true]\n",
      ("grid.data_on_device", "num_workers: [0]")),
+    ("prefetch not boolean", "grid:\n  prefetch: [always]\n", ("grid.prefetch", "true or false")),
+    ("prefetch with workers", "grid:\n  num_workers: [1]\n  prefetch: [false, true]\n",
+     ("grid.prefetch", "main process", "num_workers: [0]")),
     ("checkpoint not boolean", "checkpoint: sometimes\n", ("checkpoint: got 'sometimes'",)),
     ("empty experiment name", "experiment: ''\n", ("experiment", "non-empty")),
     ("zero train_size", "data:\n  train_size: 0\n", ("data.train_size", "positive integer")),

@@ -117,3 +117,16 @@ def test_a_cuda_graph_point_needs_a_cuda_device():
     graph, eager = plan(expand(spec))
     assert graph.device is None and graph.reason == "cuda_graph needs a CUDA device, and this point runs on cpu"
     assert eager.device is not None and [graph.point.name, eager.point.name] == ["cpu graph", "cpu eager"]
+
+
+def test_a_prefetch_point_needs_a_cuda_device_and_the_host_data_path():
+    from pipeline.executors import plan
+
+    spec = GridSpec(Path("g.yaml"), "g", axes=(("prefetch", (True, False)), ("device", ("cpu",))))
+    prefetch, plain = plan(expand(spec))
+    assert prefetch.device is None and prefetch.reason == ("prefetch copies batches ahead on a CUDA stream, "
+                                                           "and this point runs on cpu")
+    assert plain.device is not None and prefetch.point.name == "cpu prefetch"
+    both = GridSpec(Path("g.yaml"), "g", axes=(("prefetch", (True,)), ("data_on_device", (True,)),
+                                                ("device", ("cpu",))))
+    assert "prefetch" in plan(expand(both))[0].reason  # skipped, whichever reason comes first

@@ -7,7 +7,7 @@ import torch
 
 from conftest import requires_real_data
 from pipeline.config import RunConfig
-from pipeline.data import load
+from pipeline.data import PinnedPrefetch, batches, load
 from pipeline.device import DeviceUnavailable, resolve
 from pipeline.train import Diverged, Hooks, evaluate, fit
 
@@ -212,11 +212,30 @@ def test_cuda_uses_fused_adam_and_the_cpu_does_not():
     assert not _optimizer(model, 0.01, torch.device("cpu")).defaults["fused"]
 
 
-def test_data_on_device_learns_the_same_numbers_and_times_its_upload(data_dir):
-    """The same sampler gives the same batches in the same order, without a DataLoader."""
+def test_prefetch_serves_the_loaders_batches_through_rotating_buffers(data_dir):
+    """The prefetching path off CUDA (no pinning, no stream): the same batches in the same order as
+    the DataLoader, the last one smaller, each gathered into one of DEPTH + 1 reused buffers."""
+    split = load(data_dir).train  # 512 examples: 5 batches of 100 and one of 12
+    expected = [(i.clone(), l.clone()) for i, l in batches(split, 100, shuffle=True, seed=3)]
+    prefetch = PinnedPrefetch(split, 100, True, 3, torch.device("cpu"))
+    got, storages = [], []
+    for images, labels in prefetch:
+        images, labels = prefetch.take(images, labels)
+        got.append((images.clone(), labels.clone()))
+        storages.append(images.untyped_storage().data_ptr())
+    assert len(got) == len(expected) == len(prefetch) == 6 and got[-1][0].shape == (12, 1, 28, 28)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
+    assert len(set(storages)) == PinnedPrefetch.DEPTH + 1
+    assert storages[: PinnedPrefetch.DEPTH + 1] == storages[PinnedPrefetch.DEPTH + 1: 2 * (PinnedPrefetch.DEPTH + 1)]
+
+
+@pytest.mark.parametrize("path", ["prefetch", "data_on_device"])
+def test_other_data_paths_learn_the_same_numbers(data_dir, path):
+    """The same sampler gives the same batches in the same order without a DataLoader: through the
+    prefetching loader, or gathered on the device (whose upload is a one-off cost of its own)."""
     dataset = load(data_dir)
     host = fit(RunConfig(batch_size=128, epochs=2, seed=4), dataset, torch.device("cpu"))
-    on_device = fit(RunConfig(batch_size=128, epochs=2, seed=4, data_on_device=True), dataset, torch.device("cpu"))
-    assert [e.train_loss for e in on_device.epochs] == [e.train_loss for e in host.epochs]
-    assert on_device.final.test_accuracy == host.final.test_accuracy
-    assert on_device.one_off["upload_s"] >= 0 and "upload_s" not in host.one_off
+    other = fit(RunConfig(batch_size=128, epochs=2, seed=4, **{path: True}), dataset, torch.device("cpu"))
+    assert [e.train_loss for e in other.epochs] == [e.train_loss for e in host.epochs]
+    assert other.final.test_accuracy == host.final.test_accuracy
+    assert ("upload_s" in other.one_off) == (path == "data_on_device") and "upload_s" not in host.one_off
