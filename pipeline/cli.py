@@ -255,7 +255,8 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
     from pipeline.records import latest_experiment_id
-    from pipeline.store import absolute_store_uri, exec_mlflow, open_client, resolve_tracking_uri
+    from pipeline.server import exec_mlflow
+    from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
@@ -382,9 +383,23 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
               help="Request-handling processes (MLflow's default is 4 whatever the machine).")
 @click.option("--allowed-hosts", metavar="NAMES",
               help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
+@click.option("--auth", is_flag=True,
+              help="Require a login (MLflow's basic-auth app). The first start creates the admin user with the "
+                   "password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.")
+@click.option("--admin-password-file", metavar="FILE",
+              help="With --auth: a file holding the admin's password (used when the admin is created).")
+@click.option("--default-permission", type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")), default="READ", show_default=True,
+              help="With --auth: what users may do with experiments and models they did not create.")
+@click.option("--auth-database-uri", metavar="URI",
+              help="With --auth: where users are stored [default: the tracking database, or basic_auth.db beside "
+                   "a sqlite store].")
 def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
-           allowed_hosts: str | None) -> None:
+           allowed_hosts: str | None, auth: bool, admin_password_file: str | None, default_permission: str,
+           auth_database_uri: str | None) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
-    from pipeline.store import serve
+    from pipeline.server import serve
 
-    serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts)
+    if not auth and (admin_password_file or auth_database_uri):
+        raise UserError("--admin-password-file and --auth-database-uri go with --auth; add --auth")
+    serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts, auth, admin_password_file,
+          default_permission, auth_database_uri)

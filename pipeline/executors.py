@@ -16,6 +16,7 @@ point for 1 + num_workers CPUs, and the task limits torch's threads to the CPUs 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
@@ -182,6 +183,7 @@ class RayExecutor:
         leaves the rest unsubmitted instead of cancelling tasks; every outcome reported as it lands."""
         ray = self.ray
         tasks = self.tasks()
+        login = Login.from_environment()
         window = max(1, int(self.resources.get("CPU", 1)))
         queue = list(enumerate(jobs))
         pending: dict = {}
@@ -195,7 +197,7 @@ class RayExecutor:
                     index, job = queue.pop(0)
                     resources = task_resources(job.point.config, job.device.split(":")[0])
                     task = tasks["gpu" if resources["num_gpus"] else "cpu"]
-                    pending[task.options(**resources, max_retries=0).remote(job, resources["num_cpus"])] = index
+                    pending[task.options(**resources, max_retries=0).remote(job, resources["num_cpus"], login)] = index
                 if stop:
                     for index, job in queue:
                         outcomes[index] = Outcome(job.point, NOT_RUN, reason=stop)
@@ -246,9 +248,28 @@ def task_resources(config, kind: str) -> dict[str, float]:
     return {"num_cpus": 1 + config.num_workers, "num_gpus": config.gpus_per_run if kind == "cuda" else 0}
 
 
-def _run_remote(job: PointJob, cpus: float) -> Outcome:
+class Login:
+    """The driver's credentials for the tracking server, handed to each Ray task as an argument:
+    not through Ray's runtime_env, which its dashboard and job records show, and never printed."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self._values = values
+
+    @classmethod
+    def from_environment(cls) -> "Login":
+        from pipeline.store import CREDENTIAL_VARIABLES
+
+        return cls({k: os.environ[k] for k in CREDENTIAL_VARIABLES if os.environ.get(k)})
+
+    def apply(self) -> None:
+        os.environ.update(self._values)
+
+    def __repr__(self) -> str:
+        return f"Login({', '.join(sorted(self._values)) or 'none'})"
+
+
+def _run_remote(job: PointJob, cpus: float, login: Login | None = None) -> Outcome:
     """Runs in a Ray worker (a process of its own): resolve the device there, then the point."""
-    import os
 
     import ray
     import torch
@@ -258,6 +279,8 @@ def _run_remote(job: PointJob, cpus: float) -> Outcome:
     from pipeline.store import configure_process
 
     configure_process()
+    if login is not None:
+        login.apply()
     torch.set_num_threads(max(1, int(cpus)))
     try:  # the planned kind; for cuda, Ray's CUDA_VISIBLE_DEVICES makes the assigned GPU cuda:0
         device = resolve(job.device.split(":")[0])
@@ -268,9 +291,9 @@ def _run_remote(job: PointJob, cpus: float) -> Outcome:
     return run_point(dataclasses.replace(job, device=str(device), where=node))
 
 
-def _run_remote_gpu(job: PointJob, cpus: float) -> Outcome:
+def _run_remote_gpu(job: PointJob, cpus: float, login: Login | None = None) -> Outcome:
     """The same, under its own name: Ray keeps one declaration (and its max_calls) per function."""
-    return _run_remote(job, cpus)
+    return _run_remote(job, cpus, login)
 
 
 def open_executor(kind: str, ray_address: str | None, tracking_uri: str, reporter) -> Executor:

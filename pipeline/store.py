@@ -131,12 +131,47 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
                 raise UserError(f"tracking server {redact(uri)} did not answer within {timeout_s:g} s; {fix}") from None
             raise UserError(f"tracking server {redact(uri)} is unreachable ({reason.__class__.__name__}: {reason}); "
                             f"{fix}") from None
+        check_login(uri, timeout_s)
     elif parsed.scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
         check_backend(uri, label="tracking store")
     elif parsed.scheme == "sqlite":
         path = sqlite_path(uri)
         if path is not None and not path.parent.exists():
             raise UserError(f"tracking store {uri}: folder {path.parent} does not exist; create it or pass another --tracking-uri")
+
+
+# How MLflow's client authenticates to a server; Ray workers get the driver's values (executors).
+CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
+                        "MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH",
+                        "MLFLOW_TRACKING_CLIENT_CERT_PATH")
+
+
+def check_login(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    """A server that wants a login (`pipeline server --auth`) refuses the credentials in the
+    environment, or there are none: one line (UserError) before anything is created."""
+    import base64
+
+    request = urllib.request.Request(f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search?max_results=1")
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        request.add_header("Authorization", f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}")
+    try:
+        urllib.request.urlopen(request, timeout=timeout_s).close()
+    except urllib.error.HTTPError as exc:
+        login = "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user of that server"
+        if exc.code == 401 and user and password:
+            raise UserError(f"tracking server {redact(uri)} refused the password of user {user!r} (HTTP 401); "
+                            f"check MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD") from None
+        if exc.code == 401:
+            raise UserError(f"tracking server {redact(uri)} requires a login (HTTP 401); {login}") from None
+        if exc.code == 403:
+            raise UserError(f"tracking server {redact(uri)}: user {user!r} may not read it (HTTP 403); "
+                            "ask its admin for permission") from None
+        # Anything else is the client's to meet (a proxy without this API, a 5xx it retries).
+    except (urllib.error.URLError, OSError):
+        pass  # it answered /health a moment ago: the client's retries take it from here
 
 
 def open_client(uri: str, must_exist: bool = False):
@@ -285,20 +320,6 @@ def _mlflow_executable() -> str:
         return str(candidate)
 
 
-# Starlette's deprecation notice is a UserWarning, so it is named by its text.
-_SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"
-
-
-def exec_mlflow(args: list[str]) -> None:
-    """Become an MLflow server process, so signals (Ctrl-C, a service manager's SIGTERM) reach it
-    directly. Its GenAI job runners are off (the pipeline uses none; they start several processes)
-    and its libraries' deprecation warnings are not the user's to read."""
-    sys.stdout.flush()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
-           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS)}
-    os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)
-
-
 def check_backend(uri: str, timeout_s: int = 5, label: str = "--backend-store-uri") -> None:
     """Fail fast (UserError, password masked) when a database store cannot be used: its driver is
     missing, it is down or unreachable, or it refuses the credentials. mlflow server would otherwise
@@ -326,23 +347,6 @@ def check_backend(uri: str, timeout_s: int = 5, label: str = "--backend-store-ur
 def _connect_timeout(uri: str, timeout_s: int) -> dict:
     scheme = urllib.parse.urlparse(uri).scheme.split("+")[0]
     return {"connect_timeout": timeout_s} if scheme in ("postgresql", "mysql") else {}
-
-
-def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
-          allowed_hosts: str | None) -> None:
-    """`pipeline server`: check the database, say where it serves, then become `mlflow server`."""
-    store = absolute_store_uri(backend_store_uri)
-    check_backend(store)
-    if host not in ("127.0.0.1", "localhost", "::1"):  # the server has no authentication
-        reach = "every network this machine is on" if host in ("0.0.0.0", "::") else f"anyone who reaches {host}"
-        print(f"warning: --host {host} lets {reach} read and write every run and model in the store "
-              "(no authentication); keep it on a private network", file=sys.stderr)
-    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    print(f"MLflow tracking server for {redact(store)}, artifacts in {artifacts_destination}")
-    print(f"point sweeps at it with: --tracking-uri http://{shown}:{port}  (Ctrl-C stops it)")
-    extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
-    exec_mlflow(["server", "--host", host, "--port", str(port), "--backend-store-uri", store,
-                 "--artifacts-destination", artifacts_destination, "--workers", str(workers), *extra])
 
 
 def tell_project_run(message: str) -> None:

@@ -258,11 +258,16 @@ def _pg_binary(name: str) -> str | None:
     return found[-1] if found else shutil.which(name)
 
 
+ADMIN_PASSWORD = "admin-s3cret-for-tests"  # `pipeline server --auth`'s admin in pg_server
+
+
 @pytest.fixture(scope="session")
 def postgres():
-    """A PostgreSQL of its own: user `mlflow` with a password, database `mlflow`; its URI. (Its
+    """A PostgreSQL of its own: user `mlflow` with a password, database `mlflow`; its URI, and
+    restart() (a fast shutdown, which drops every connection, then a start on the same port). (Its
     folder is under /tmp itself: the `postgres` user cannot enter pytest's root-only temp dirs.)"""
     import os
+    import signal
     import subprocess
     import tempfile
     import time
@@ -282,38 +287,67 @@ def postgres():
     subprocess.run([*as_user, initdb, "-D", str(data), "-U", "mlflow", "--pwfile", str(password_file),
                     "--auth", "scram-sha-256", "-E", "UTF8"], check=True, capture_output=True)
     port = free_port()
-    process = start_service([*as_user, server, "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(folder)])
     admin = f"postgresql://mlflow:{PG_PASSWORD}@127.0.0.1:{port}/postgres"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with psycopg.connect(admin, autocommit=True) as connection:
-                connection.execute("CREATE DATABASE mlflow")
-            break
-        except psycopg.OperationalError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"PostgreSQL did not start: {service_output(process)}") from None
-            time.sleep(0.3)
+    state = {"uri": f"postgresql://mlflow:{PG_PASSWORD}@127.0.0.1:{port}/mlflow", "port": port}
+
+    def start():
+        state["process"] = start_service([*as_user, server, "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
+                                          "-k", str(folder)])
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                psycopg.connect(admin).close()
+                return
+            except psycopg.OperationalError:
+                if state["process"].poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"PostgreSQL did not start: {service_output(state['process'])}") from None
+                time.sleep(0.3)
+
+    def restart():
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])  # not the service guard's pid
+        os.kill(postmaster, signal.SIGINT)  # PostgreSQL's fast shutdown
+        state["process"].wait(timeout=60)
+        stop_service(state["process"])
+        start()
+
+    start()
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute("CREATE DATABASE mlflow")
+    state["restart"] = restart
     try:
-        yield {"uri": f"postgresql://mlflow:{PG_PASSWORD}@127.0.0.1:{port}/mlflow", "port": port}
+        yield state
     finally:
-        stop_service(process)
+        stop_service(state["process"])
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_auth_server(backend: str, folder: Path, port: int):
+    """`pipeline server --auth` on `backend`, its admin's password read from a file; waits until it answers."""
+    import sys
+
+    password_file = folder / "admin-password"
+    password_file.write_text(ADMIN_PASSWORD + "\n")
+    process = start_service([sys.executable, "-m", "pipeline", "server", "--auth", "--admin-password-file",
+                             str(password_file), "--port", str(port), "--backend-store-uri", backend,
+                             "--artifacts-destination", str(folder / "artifacts"), "--workers", "1"], cwd=folder)
+    wait_for(f"http://127.0.0.1:{port}/health", process, seconds=120)  # the first start creates MLflow's tables
+    return process
 
 
 @pytest.fixture(scope="session")
 def pg_server(postgres, tmp_path_factory):
-    """`pipeline server` on that database, artifacts proxied by it."""
-    import sys
-
-    folder = tmp_path_factory.mktemp("pg-server")
+    """`pipeline server --auth` on that database, artifacts proxied by it; tests log in through `pg`."""
     port = free_port()
-    process = start_service([sys.executable, "-m", "pipeline", "server", "--port", str(port),
-                             "--backend-store-uri", postgres["uri"], "--artifacts-destination",
-                             str(folder / "artifacts"), "--workers", "1"], cwd=folder)
-    uri = f"http://127.0.0.1:{port}"
+    process = start_auth_server(postgres["uri"], tmp_path_factory.mktemp("pg-server"), port)
     try:
-        wait_for(f"{uri}/health", process, seconds=120)  # the first start creates MLflow's tables
-        yield {"uri": uri, "process": process}
+        yield {"uri": f"http://127.0.0.1:{port}", "process": process, "backend": postgres["uri"]}
     finally:
         stop_service(process)
+
+
+@pytest.fixture
+def pg(pg_server, monkeypatch):
+    """pg_server, with this test (its CLI calls, clients and subprocesses) logged in as the admin."""
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", ADMIN_PASSWORD)
+    return pg_server

@@ -1,37 +1,32 @@
-"""The outage story end to end, against a real `mlflow server` on 127.0.0.1: the server stops while
-a point trains, the sweep keeps the result locally, the server comes back, `pipeline relog` (no
+"""The outage story end to end, against a real `pipeline server --auth` on PostgreSQL (127.0.0.1):
+the server stops while a point trains, the sweep keeps the result locally, the server comes back, `pipeline relog` (no
 options, same folder) puts it where it belongs, and the same grid then trains only what never ran."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import sys
 
 import mlflow
 import pytest
 
-from conftest import (children, free_port, invoke, make_idx, read_until, runs_of, start_pipeline, start_service,
-                      stop_service, wait_for)
+from conftest import (children, free_port, invoke, make_idx, read_until, runs_of, start_auth_server, start_pipeline,
+                      stop_service)
 
 GRID = "experiment: outage\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
 
 
 @pytest.fixture
-def server(tmp_path, _store_template):
-    """Start (and restart) one tracking server on a fixed port and store; stopped at the end."""
+def server(tmp_path, pg):
+    """Start (and restart) a second `pipeline server --auth` on the shared PostgreSQL, on a port of
+    its own; stopped at the end. (This test is logged in: conftest's pg.)"""
     folder = tmp_path / "server"
     folder.mkdir()
-    shutil.copy(_store_template, folder / "server.db")  # migrated already: the server starts in seconds
     port = free_port()
     state = {"uri": f"http://127.0.0.1:{port}", "process": None}
 
     def start():
-        state["process"] = start_service(
-            [sys.executable, "-m", "pipeline", "server", "--port", str(port), "--backend-store-uri",
-             f"sqlite:///{folder / 'server.db'}", "--artifacts-destination", str(folder / "artifacts"), "--workers", "1"], cwd=folder)
-        wait_for(f"{state['uri']}/health", state["process"])
+        state["process"] = start_auth_server(pg["backend"], folder, port)
 
     def crash():  # the whole server at once, as a crash or a lost machine would
         os.killpg(state["process"].pid, signal.SIGKILL)

@@ -1,22 +1,44 @@
-"""The multi-machine store, for real: a throwaway PostgreSQL (Debian's `postgresql`: initdb in a temp
-dir, on 127.0.0.1 and a free port, as the `postgres` user when the tests run as root) behind
-`pipeline server`, and sweeps logging through it."""
+"""The shared tracking server, for real: a throwaway PostgreSQL (Debian's `postgresql`: initdb in a
+temp dir, on 127.0.0.1 and a free port, as the `postgres` user when the tests run as root) behind
+`pipeline server --auth`. Logins, sweeps through it, eight sweeps at once, and PostgreSQL restarted
+under a sweep. (The server itself restarted under a sweep is tests/test_outage.py, on the same
+database.)"""
 
 from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
 
 import mlflow
 import pytest
 
-from conftest import PG_PASSWORD as PASSWORD, free_port, invoke, runs_of, service_output
+from conftest import (ADMIN_PASSWORD, PG_PASSWORD, children, free_port, invoke, make_idx, read_until, runs_of,
+                      service_output, start_pipeline)
 
 psycopg = pytest.importorskip("psycopg", reason="the server extra is not installed (pip install -e '.[server]')")
 
 
-def test_a_sweep_through_pipeline_server_lands_in_postgresql(pg_server, postgres, write_grid, data_dir):
+def _status(url: str, data: dict | None = None) -> int:
+    body = json.dumps(data).encode() if data is not None else None
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _files_under(folder) -> str:
+    return "".join(p.read_bytes().decode(errors="replace") for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_sweep_with_credentials_lands_in_postgresql(pg, postgres, write_grid, data_dir, tmp_path):
     grid = write_grid("experiment: on-postgres\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
-    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg_server["uri"])
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg["uri"])
     assert out.exit_code == 0, out.output
-    runs = runs_of(pg_server["uri"], "on-postgres")
+    runs = runs_of(pg["uri"], "on-postgres")
     assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}
     # In the database itself, not only through the server's answers:
     with psycopg.connect(postgres["uri"]) as connection:
@@ -25,14 +47,115 @@ def test_a_sweep_through_pipeline_server_lands_in_postgresql(pg_server, postgres
                                   "GROUP BY r.status").fetchall()
     assert rows == [("FINISHED", 3)]
     child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
-    mlflow.set_tracking_uri(pg_server["uri"])  # reset after each test (conftest)
+    mlflow.set_tracking_uri(pg["uri"])  # reset after each test (conftest)
     model = mlflow.pytorch.load_model(f"runs:/{child.info.run_id}/model")  # through the server alone
     assert sum(p.numel() for p in model.parameters()) > 0
-    assert PASSWORD not in service_output(pg_server["process"])
+    # No password anywhere: output, params, tags, artifacts, local files, the server's log.
+    artifacts = tmp_path / "artifacts"
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    mlflow.artifacts.download_artifacts(run_id=parent.info.run_id, dst_path=str(artifacts / "parent"))
+    model_id = child.outputs.model_outputs[0].model_id
+    mlflow.artifacts.download_artifacts(f"models:/{model_id}", dst_path=str(artifacts / "model"))
+    assert (artifacts / "model" / "MLmodel").exists() and any((artifacts / "parent").rglob("*.png"))
+    recorded = [out.output, service_output(pg["process"]), _files_under(tmp_path),
+                *(json.dumps([r.data.params, r.data.tags]) for r in runs)]
+    for secret in (ADMIN_PASSWORD, PG_PASSWORD):
+        assert not [text[:200] for text in recorded if secret in text], secret
 
 
-def test_wrong_credentials_are_one_line_and_exit_2_with_the_password_masked(postgres):
-    uri = postgres["uri"].replace(PASSWORD, "not-the-password")
+def test_nobody_gets_in_without_a_login(pg_server, write_grid, data_dir, monkeypatch, tmp_path):
+    api = f"{pg_server['uri']}/api/2.0/mlflow"
+    assert _status(f"{api}/experiments/search?max_results=5") == 401  # reading
+    assert _status(f"{api}/experiments/create", {"name": "intruder"}) == 401  # writing
+    assert _status(f"{pg_server['uri']}/health") == 200  # the health check stays open
+
+    grid = write_grid("experiment: locked-out\ngrid:\n  batch_size: [128]\n  device: [cpu]\n")
+    args = ("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg_server["uri"])
+    out = invoke(*args)
+    assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
+    assert "requires a login (HTTP 401)" in out.output and "MLFLOW_TRACKING_USERNAME" in out.output
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-the-admin-password")
+    out = invoke(*args)
+    assert out.exit_code == 2 and out.output.count("\n") == 1, out.output
+    assert "refused the password of user 'admin'" in out.output and "not-the-admin-password" not in out.output
+    assert list(tmp_path.iterdir()) == [grid]  # no local store, no results file
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", ADMIN_PASSWORD)
+    assert runs_of(pg_server["uri"], "locked-out") == [] and runs_of(pg_server["uri"], "intruder") == []
+
+
+def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
+    """`pipeline server --auth` (in this process, its last step caught): the admin is created from
+    the environment; the command it would become holds neither that password nor the store's URI,
+    and a non-loopback --host is warned about (clear-text passwords with auth, open doors without)."""
+    import pipeline.server
+
+    became = []
+    monkeypatch.setattr(pipeline.server, "exec_mlflow", lambda args, env: became.append((args, env)))
+    monkeypatch.delenv("MLFLOW_AUTH_CONFIG_PATH", raising=False)  # restored after the test
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    out = invoke("server", "--auth", "--backend-store-uri", store, "--host", "0.0.0.0")
+    assert out.exit_code == 2 and "the admin user 'admin' does not exist yet" in out.output, out.output
+    assert not (tmp_path / "basic_auth.db").exists()  # nothing made before the refusal
+    monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", "short")
+    assert "MLflow needs 12 or more" in invoke("server", "--auth", "--backend-store-uri", store).output
+    monkeypatch.setenv("MLFLOW_AUTH_ADMIN_PASSWORD", ADMIN_PASSWORD)
+    out = invoke("server", "--auth", "--backend-store-uri", store, "--host", "0.0.0.0", "--port", "5055")
+    assert out.exit_code == 0, out.output
+    assert "in clear text" in out.output and "login required" in out.output
+    (args, env), = became
+    assert "--app-name" in args and "basic-auth" in args and store not in " ".join(args)
+    assert env["MLFLOW_BACKEND_STORE_URI"] == store and env["MLFLOW_FLASK_SERVER_SECRET_KEY"]
+    assert ADMIN_PASSWORD not in json.dumps([args, env]) and "MLFLOW_AUTH_ADMIN_PASSWORD" not in __import__("os").environ
+    from mlflow.server.auth.sqlalchemy_store import SqlAlchemyStore
+
+    users = SqlAlchemyStore()
+    users.init_db(f"sqlite:///{tmp_path / 'basic_auth.db'}")  # beside the store
+    assert users.authenticate_user("admin", ADMIN_PASSWORD)
+    out = invoke("server", "--backend-store-uri", store, "--host", "0.0.0.0")
+    assert "no authentication: see --auth" in out.output
+    out = invoke("server", "--admin-password-file", str(tmp_path / "nowhere"))
+    assert out.exit_code == 2 and "add --auth" in out.output
+
+
+def test_eight_sweeps_at_once_lose_and_duplicate_nothing(pg, write_grid, tmp_path):
+    """Eight `pipeline run` processes started together from one folder, 4 points each, into one
+    experiment the first of them creates: every run lands once, and all finish."""
+    data = make_idx(tmp_path / "data", n_train=96, n_test=32)
+    sweeps = []
+    start = time.monotonic()
+    for k in range(8):
+        grid = write_grid(f"experiment: crowd\ngrid:\n  batch_size: [16, 32]\n  lr: [0.01, 0.02]\n  seed: [{k}]\n"
+                          "  device: [cpu]\n", f"sweep{k}.yaml")
+        sweeps.append(start_pipeline(["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg["uri"]]))
+    outputs = [sweep.communicate(timeout=420)[0] for sweep in sweeps]
+    seconds = time.monotonic() - start
+    assert [s.returncode for s in sweeps] == [0] * 8, outputs
+    runs = runs_of(pg["uri"], "crowd")
+    points = children(runs)
+    assert len(runs) == 8 + 32 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len({r.data.tags["pipeline.run_key"] for r in points}) == 32  # no point twice
+    assert len({r.data.tags["mlflow.parentRunId"] for r in points}) == 8
+    print(f"8 sweeps x 4 points at once: {seconds:.0f} s, {len(points)} runs, 0 lost")
+
+
+def test_postgresql_restarted_mid_sweep(pg, postgres, write_grid, tmp_path):
+    """A fast shutdown drops every connection of the server's pool; the database is back seconds
+    later. The sweep rides through on retries, and every point lands once."""
+    data = make_idx(tmp_path / "data", n_train=2000, n_test=100)
+    grid = write_grid("experiment: pg-restart\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
+    sweep = start_pipeline(["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg["uri"]])
+    read_until(sweep, "run 2/4", seconds=180)
+    postgres["restart"]()
+    output = sweep.communicate(timeout=300)[0]
+    assert sweep.returncode == 0, output
+    runs = runs_of(pg["uri"], "pg-restart")
+    assert len(runs) == 5 and {r.info.status for r in runs} == {"FINISHED"}, [(r.info.run_name, r.info.status) for r in runs]
+    assert sorted(r.data.params["batch_size"] for r in children(runs)) == ["32", "48", "64", "80"]
+
+
+def test_wrong_database_credentials_are_one_line_and_exit_2_with_the_password_masked(postgres):
+    uri = postgres["uri"].replace(PG_PASSWORD, "not-the-password")
     out = invoke("server", "--backend-store-uri", uri, "--port", str(free_port()))
     assert out.exit_code == 2, out.output
     assert "cannot connect" in out.output and "password authentication failed" in out.output

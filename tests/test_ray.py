@@ -1,5 +1,6 @@
 """Grids on Ray's own multi-node test cluster (a head and a worker node on this machine, one CPU
-each) logging to `pipeline server` on a throwaway PostgreSQL (conftest's pg_server)."""
+each) logging to `pipeline server --auth` on a throwaway PostgreSQL (conftest's pg_server), logged in
+(conftest's pg): the drivers have the credentials in their environment, the nodes do not."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ def nodes():
     """Two Ray nodes on this machine, one CPU each. (Ray gives them this machine's own address: it
     resolves 127.0.0.1 to it when connecting. While the cluster runs it is this machine's
     `ray.init()` default, so a driver meant to start its own Ray sets RAY_ADDRESS=local.)"""
+    import os
+
     from ray.cluster_utils import Cluster
 
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ  # workers log in only with what the driver hands them
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     yield cluster
@@ -38,9 +42,9 @@ def cluster(nodes):
     return nodes
 
 
-def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg_server, postgres, tmp_path, write_grid, data_dir):
-    """Issue 14's acceptance: a two-node cluster, `pipeline server` on a throwaway PostgreSQL."""
-    uri = pg_server["uri"]
+def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg, postgres, tmp_path, write_grid, data_dir):
+    """Issue 14's acceptance: a two-node cluster, `pipeline server --auth` on a throwaway PostgreSQL."""
+    uri = pg["uri"]
     grid = write_grid("experiment: on-ray\ngrid:\n  batch_size: [64, 128]\n  seed: [0, 1]\n"
                       "  device: [cpu]\n  epochs: [2]\n")
     out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri,
@@ -76,9 +80,9 @@ def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg_server, post
     assert len((tmp_path / "pipeline-results.jsonl").read_text().splitlines()) == 4
 
 
-def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, pg_server):
+def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, pg):
     grid = write_grid("experiment: gpu-less\ngrid:\n  device: [cuda, cpu]\n  gpus_per_run: [0.5]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg_server["uri"],
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg["uri"],
                                     "--executor", "ray", "--ray-address", cluster.address])
     assert out.exit_code == 0, out.output
     assert "cuda needs 0.5 GPU(s) but the Ray cluster has 0" in out.output
@@ -98,16 +102,16 @@ def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_di
     assert not Path("mlflow.db").exists()  # nothing half-written: not even the store
 
 
-def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, pg_server):
+def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, pg):
     """The first point diverges at its first step; with --fail-fast the points not yet submitted
     (the cluster's 2 CPUs hold 2 in flight) are NOT RUN instead of being trained."""
     grid = write_grid("experiment: ray-ff\ngrid:\n  lr: [1000000000000.0, 0.01, 0.02, 0.03, 0.04]\n"
                       "  device: [cpu]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg_server["uri"],
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg["uri"],
                                     "--executor", "ray", "--ray-address", cluster.address, "--fail-fast"])
     assert out.exit_code == 1, out.output
     assert "not run #" in out.output and "--fail-fast after #1 failed" in out.output, out.output
-    client = mlflow.MlflowClient(pg_server["uri"])
+    client = mlflow.MlflowClient(pg["uri"])
     kids = [r for r in client.search_runs([client.get_experiment_by_name("ray-ff").experiment_id])
             if "mlflow.parentRunId" in r.data.tags]
     assert 1 <= len(kids) < 5
@@ -124,12 +128,12 @@ def _planned(device: str, resolved=None):
     return Planned(GridPoint(1, config, device), torch.device(resolved) if resolved else None)
 
 
-def test_gpu_resources_follow_the_planned_device(cluster, pg_server):
+def test_gpu_resources_follow_the_planned_device(cluster, pg):
     """auto asks for a GPU exactly when it resolves to cuda; cuda:N cannot be pinned under Ray."""
     from pipeline.executors import RayExecutor, task_resources
     from pipeline.report import Reporter
 
-    executor = RayExecutor(None, pg_server["uri"], Reporter())
+    executor = RayExecutor(None, pg["uri"], Reporter())
     executor.resources = {"CPU": 4.0, "GPU": 2.0}  # as a GPU cluster reports them
     auto_gpu, auto_cpu, cuda, pinned = executor.plan(
         [_planned("auto", "cuda:0"), _planned("auto", "cpu"), _planned("cuda"), _planned("cuda:1")])
@@ -139,11 +143,11 @@ def test_gpu_resources_follow_the_planned_device(cluster, pg_server):
     assert pinned.device is None and "cuda:1 cannot be pinned on a Ray cluster" in pinned.reason
 
 
-def test_a_gpu_task_runs_once_per_worker(cluster, pg_server):
+def test_a_gpu_task_runs_once_per_worker(cluster, pg):
     from pipeline.executors import RayExecutor
     from pipeline.report import Reporter
 
-    tasks = RayExecutor(None, pg_server["uri"], Reporter()).tasks()
+    tasks = RayExecutor(None, pg["uri"], Reporter()).tasks()
     assert tasks["gpu"]._default_options["max_calls"] == 1
     assert tasks["cpu"]._default_options.get("max_calls", 0) in (0, None)
 
@@ -170,21 +174,21 @@ def test_a_worker_trains_on_the_gpu_ray_gave_it(monkeypatch):
     assert seen == ["cuda:0", "cpu"]
 
 
-def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, pg_server, write_grid, tmp_path):
+def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, pg, write_grid, tmp_path):
     """Ctrl-C on a driver joined to the cluster cancels its tasks (their runs end KILLED, none stays
     RUNNING); then the same command finishes the rest."""
     from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
 
     data = make_idx(tmp_path / "data", n_train=1500, n_test=100)
     grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
-    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg_server["uri"], "--executor", "ray",
+    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg["uri"], "--executor", "ray",
             "--ray-address", cluster.address]
     process = start(args)
     read_until(process, "[1/4]", seconds=180)
     process.send_signal(signal.SIGINT)
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 130, output
-    runs = runs_of(pg_server["uri"], "ray-stop")
+    runs = runs_of(pg["uri"], "ray-stop")
     assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
     finished = {r.data.params["batch_size"] for r in children(runs) if r.info.status == "FINISHED"}
     assert 1 <= len(finished) < 4
@@ -192,5 +196,24 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, pg
     out = invoke(*args)
     assert out.exit_code == 0, out.output
     assert f"{len(finished)} of 4 points already" in out.output
-    done = [r for r in children(runs_of(pg_server["uri"], "ray-stop")) if r.info.status == "FINISHED"]
+    done = [r for r in children(runs_of(pg["uri"], "ray-stop")) if r.info.status == "FINISHED"]
     assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
+
+
+def test_the_login_handed_to_ray_tasks_never_shows_the_password(monkeypatch):
+    """What a task gets: the driver's MLflow credentials, applied in the worker; its repr (in any
+    error or log Ray might print) names the variables only."""
+    import os
+
+    from pipeline.executors import Login
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "alice-s3cret-password")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://not-a-credential")
+    login = Login.from_environment()
+    assert "alice" not in repr(login) and repr(login) == "Login(MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_USERNAME)"
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    login.apply()  # as in the worker
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "alice-s3cret-password" and "MLFLOW_TRACKING_URI" not in os.environ

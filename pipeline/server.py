@@ -1,0 +1,144 @@
+"""`pipeline server` and `pipeline ui`: check what can be checked, say where it serves, then become
+MLflow's own server process.
+
+With `--auth`, the server is MLflow's basic-auth app: every request but /health needs a user's
+password. Its users live in an auth database (by default the tracking database itself, or a
+`basic_auth.db` beside a sqlite store). The first start creates the admin user with the password
+from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file, never from an argument `ps` would show;
+the password is used for that only and is not passed on to the server process.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import secrets
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline.errors import UserError
+from pipeline.store import absolute_store_uri, check_backend, first_line, redact, sqlite_path
+
+# Starlette's deprecation notice is a UserWarning, so it is named by its text.
+_SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"
+ADMIN_USERNAME, ADMIN_PASSWORD = "MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"  # MLflow's own
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+AUTH_CACHE_S = 60
+
+
+def exec_mlflow(args: list[str], env: dict[str, str] | None = None) -> None:
+    """Become an MLflow server process, so signals (Ctrl-C, a service manager's SIGTERM) reach it
+    directly. Its GenAI job runners are off (the pipeline uses none; they start several processes)
+    and its libraries' deprecation warnings are not the user's to read."""
+    sys.stdout.flush()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
+           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS), **(env or {})}
+    os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)
+
+
+def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
+          allowed_hosts: str | None, auth: bool = False, admin_password_file: str | None = None,
+          default_permission: str = "READ", auth_database_uri: str | None = None) -> None:
+    """`pipeline server`: check the database (and with `auth` set up its users), say where it
+    serves, then become `mlflow server`."""
+    store = absolute_store_uri(backend_store_uri)
+    check_backend(store)
+    env, app = {}, []
+    if auth:
+        env = _set_up_auth(store, admin_password_file, default_permission, auth_database_uri)
+        app = ["--app-name", "basic-auth"]
+    if host not in _LOOPBACK:
+        reach = "every network this machine is on" if host in ("0.0.0.0", "::") else f"anyone who reaches {host}"
+        if auth:
+            print(f"warning: --host {host} lets {reach} send passwords to this server in clear text (basic "
+                  "auth over http); put a TLS proxy in front of it or keep it on a private network", file=sys.stderr)
+        else:
+            print(f"warning: --host {host} lets {reach} read and write every run and model in the store "
+                  "(no authentication: see --auth); keep it on a private network", file=sys.stderr)
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    print(f"MLflow tracking server for {redact(store)}, artifacts in {artifacts_destination}")
+    if auth:
+        print("login required: sweeps and Ray workers use MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    print(f"point sweeps at it with: --tracking-uri http://{shown}:{port}  (Ctrl-C stops it)")
+    extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
+    # The store's URI (it may hold the database's password) goes through the environment: the
+    # command line is what `ps` shows every user of the machine.
+    exec_mlflow(["server", "--host", host, "--port", str(port), "--artifacts-destination", artifacts_destination,
+                 "--workers", str(workers), *app, *extra], {**env, "MLFLOW_BACKEND_STORE_URI": store})
+
+
+def _set_up_auth(store: str, password_file: str | None, default_permission: str, database_uri: str | None) -> dict:
+    """Write MLflow's auth configuration (no password in it), create the admin user if the auth
+    database has none, and return the environment the server needs: the configuration's path."""
+    password = os.environ.get(ADMIN_PASSWORD) or None
+    if password_file:
+        try:
+            password = Path(password_file).expanduser().read_text().strip() or None
+        except OSError as exc:
+            raise UserError(f"--admin-password-file {password_file}: cannot read it ({exc.strerror}); "
+                            "give a file that holds the admin password") from None
+        if password is None:
+            raise UserError(f"--admin-password-file {password_file}: the file is empty; write the admin password in it")
+    if database_uri is None:
+        path = sqlite_path(store)
+        database_uri = f"sqlite:///{path.with_name('basic_auth.db')}" if path is not None else store
+    database_uri = absolute_store_uri(database_uri)
+    if database_uri != store:
+        check_backend(database_uri, label="--auth-database-uri")
+    config = configparser.ConfigParser()
+    config["mlflow"] = {"default_permission": default_permission, "database_uri": database_uri,
+                        "admin_username": "admin",
+                        "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
+                        # Checking a password costs a deliberately slow hash (~0.2 s of CPU here); a sweep
+                        # makes hundreds of requests. Each worker remembers a good login this long, so a
+                        # changed or deleted password can still work there for up to that time.
+                        "auth_cache_ttl_seconds": str(AUTH_CACHE_S)}
+    # A private folder: the database URI may hold the database's password.
+    ini = Path(tempfile.mkdtemp(prefix="pipeline-auth-")) / "basic_auth.ini"
+    with open(os.open(ini, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        config.write(handle)
+    os.environ["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
+    _create_admin(password)
+    os.environ.pop(ADMIN_PASSWORD, None)  # the admin exists now: the server process needs no password
+    # The app signs its forms' CSRF tokens with this; its workers must share it. One per start
+    # unless set (several servers behind one address need the same one).
+    secret = os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY") or secrets.token_hex(32)
+    return {"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secret}
+
+
+def _create_admin(password: str | None) -> None:
+    """MLflow's own bootstrap (migrate the auth tables, create the admin once), run here so that a
+    missing or unacceptable password is one line and exit 2 rather than the server's traceback."""
+    import logging
+    import warnings
+
+    if password is not None and len(password) < 12:
+        raise UserError(f"--auth: the admin password has {len(password)} characters; MLflow needs 12 or more")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the server's web stack's deprecations: not the user's to read
+            from mlflow.server import auth
+    except ImportError as exc:
+        raise UserError(f"--auth needs MLflow's auth extra ({exc.name or exc}); install the server extra: "
+                        "pip install -e '.[server]' (make setup does)") from None
+    from mlflow.server.auth.config import read_auth_config
+
+    config = read_auth_config()  # the file just written (the module read it once, when first imported)
+    username = config.admin_username or "admin"
+    missing = (f"--auth: the admin user {username!r} does not exist yet and no password was given for it; "
+               f"set {ADMIN_PASSWORD} or pass --admin-password-file FILE (12 characters or more)")
+    path = sqlite_path(config.database_uri)
+    if password is None and path is not None and not path.exists():
+        raise UserError(missing)  # before creating anything
+    auth.store.init_db(config.database_uri)
+    if password is None and not auth.store.has_user(username, use_primary=True):
+        raise UserError(missing)
+    try:
+        auth.create_admin_user(username, password)
+    except MlflowException as exc:
+        raise UserError(f"--auth: {first_line(exc)}") from None
