@@ -375,31 +375,26 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-@click.option("--backend-store-uri", default="sqlite:///mlflow.db", show_default=True,
-              help="Where runs are stored; use a database (postgresql://...) for a busy cluster.")
+@click.option("--backend-store-uri", default="sqlite:///mlflow.db", show_default=True, envvar="MLFLOW_BACKEND_STORE_URI",
+              help="Where runs are stored; use a database (postgresql://...) for a busy cluster. "
+                   "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.")
 @click.option("--artifacts-destination", default="./mlartifacts", show_default=True,
               help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
 @click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1), show_default=True,
               help="Request-handling processes (MLflow's default is 4 whatever the machine).")
 @click.option("--allowed-hosts", metavar="NAMES",
               help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
-@click.option("--auth", is_flag=True,
-              help="Require a login (MLflow's basic-auth app). The first start creates the admin user with the "
-                   "password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.")
-@click.option("--admin-password-file", metavar="FILE",
-              help="With --auth: a file holding the admin's password (used when the admin is created).")
-@click.option("--default-permission", type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")), default="READ", show_default=True,
+@click.option("--auth", is_flag=True, help="Require a login (MLflow's basic-auth app). The first start creates the "
+              "admin user with the password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.")
+@click.option("--admin-password-file", metavar="FILE", help="With --auth: a file holding the admin's password.")
+@click.option("--default-permission", type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")),
+              default="READ", show_default=True,
               help="With --auth: what users may do with experiments and models they did not create.")
 @click.option("--auth-database-uri", metavar="URI",
               help="With --auth: where users are stored [default: the tracking database, or basic_auth.db beside "
                    "a sqlite store].")
-def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
-           allowed_hosts: str | None, auth: bool, admin_password_file: str | None, default_permission: str,
-           auth_database_uri: str | None) -> None:
+def server(**options: Any) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
     from pipeline.server import serve
 
-    if not auth and (admin_password_file or auth_database_uri):
-        raise UserError("--admin-password-file and --auth-database-uri go with --auth; add --auth")
-    serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts, auth, admin_password_file,
-          default_permission, auth_database_uri)
+    serve(**options)

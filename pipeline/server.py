@@ -43,6 +43,8 @@ def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: s
           default_permission: str = "READ", auth_database_uri: str | None = None) -> None:
     """`pipeline server`: check the database (and with `auth` set up its users), say where it
     serves, then become `mlflow server`."""
+    if not auth and (admin_password_file or auth_database_uri):
+        raise UserError("--admin-password-file and --auth-database-uri go with --auth; add --auth")
     store = absolute_store_uri(backend_store_uri)
     check_backend(store)
     env, app = {}, []

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from pipeline import optimizer as adam
 from pipeline.clock import Clock, sync
 from pipeline.config import RunConfig
 from pipeline.data import Dataset, DeviceBatches, PinnedPrefetch, Split, batches
@@ -115,13 +116,6 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device_type=device.type, dtype=_LOW[precision])
 
 
-def _optimizer(model: Network, lr: float, device: torch.device, capturable: bool = False) -> torch.optim.Adam:
-    # Fused Adam on CUDA: one kernel for every parameter's update instead of several per tensor.
-    # capturable (its step counter on the GPU) when a CUDA graph replays the step.
-    cuda = device.type == "cuda"
-    return torch.optim.Adam(model.parameters(), lr=lr, fused=cuda, capturable=cuda and capturable)
-
-
 def uses_channels_last(device: torch.device) -> bool:
     """channels_last convolutions take about 0.5-0.65x the time of NCHW on x86 CPUs for this
     network (benchmarks/); on CUDA in fp32 the default layout is kept."""
@@ -188,7 +182,7 @@ def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: tor
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         loss.backward()
-        optimizer.step()
+        adam.step(optimizer)
     else:
         scaler.scale(loss).backward()
         scaler.step(optimizer)
@@ -213,7 +207,7 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
     are untouched (zero images: nothing drawn). Returns its duration."""
     start = time.perf_counter()
     shadow = copy.deepcopy(model)
-    optimizer = _optimizer(shadow, config.lr, device)
+    optimizer = adam.make(shadow.parameters(), config.lr, device)
     # A compiled copy's code serves the run's model too: dynamo guards on the module's type and
     # the inputs' shapes, not on which instance is called.
     net = torch.compile(shadow, dynamic=False) if config.compile else shadow
@@ -254,7 +248,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     channels_last = uses_channels_last(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = _optimizer(model, config.lr, device, capturable=config.cuda_graph)
+    optimizer = adam.make(model.parameters(), config.lr, device, capturable=config.cuda_graph)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
     # fp16 has too few exponent bits for small gradients: scale the loss up, unscale before the step.
     scaler = torch.amp.GradScaler("cuda") if cuda and config.precision == "fp16" else None
