@@ -50,6 +50,19 @@ def make_idx(folder: Path, n_train: int = 512, n_test: int = 256, gz: bool = Tru
     return folder
 
 
+# With `make test` (two workers, `--dist loadfile`) each worker takes whole files in collection
+# order; a long file picked up last leaves the other worker idle at the end. The longest go first
+# (the PostgreSQL and outage files, before Ray, so that the eight concurrent sweeps are mostly done
+# when Ray's cluster starts); the rest keep their order.
+LONGEST_FIRST = ("test_postgres.py", "test_outage.py", "test_ray.py", "test_reliability.py", "test_cli.py",
+                 "test_registry.py", "test_compile.py", "test_ui.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch, tmp_path):
     """No test sees the caller's MLflow or data settings, and each runs in its own folder.
@@ -177,18 +190,12 @@ def wait_for(url: str, process, seconds: float = 60) -> None:
 def tracking_server(tmp_path_factory, _store_template):
     """One real tracking server for the session, started with `pipeline server` (sqlite backend in a
     temp dir, artifacts served by it); tests use their own experiment names."""
-    import sys
-
     folder = tmp_path_factory.mktemp("server")
     shutil.copy(_store_template, folder / "server.db")  # migrated already: the server starts in seconds
     port = free_port()
-    server = start_service([sys.executable, "-m", "pipeline", "server", "--port", str(port),
-                            "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
-                            "--artifacts-destination", str(folder / "artifacts"), "--workers", "1"], cwd=folder)
+    server = start_server(f"sqlite:///{folder / 'server.db'}", folder, port)
     try:
-        uri = f"http://127.0.0.1:{port}"
-        wait_for(f"{uri}/health", server)
-        yield uri
+        yield f"http://127.0.0.1:{port}"
     finally:
         stop_service(server)
 
@@ -321,15 +328,18 @@ def postgres():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def start_auth_server(backend: str, folder: Path, port: int):
-    """`pipeline server --auth` on `backend`, its admin's password read from a file; waits until it answers."""
+def start_server(backend: str, folder: Path, port: int, auth: bool = False):
+    """`pipeline server` on `backend`, artifacts proxied into `folder`; with `auth`, `--auth` with the
+    admin's password read from a file. Waits until it answers."""
     import sys
 
-    password_file = folder / "admin-password"
-    password_file.write_text(ADMIN_PASSWORD + "\n")
-    process = start_service([sys.executable, "-m", "pipeline", "server", "--auth", "--admin-password-file",
-                             str(password_file), "--port", str(port), "--backend-store-uri", backend,
-                             "--artifacts-destination", str(folder / "artifacts"), "--workers", "1"], cwd=folder)
+    login = []
+    if auth:
+        (folder / "admin-password").write_text(ADMIN_PASSWORD + "\n")
+        login = ["--auth", "--admin-password-file", str(folder / "admin-password")]
+    process = start_service([sys.executable, "-m", "pipeline", "server", *login, "--port", str(port),
+                             "--backend-store-uri", backend, "--artifacts-destination", str(folder / "artifacts"),
+                             "--workers", "1"], cwd=folder)
     wait_for(f"http://127.0.0.1:{port}/health", process, seconds=120)  # the first start creates MLflow's tables
     return process
 
@@ -338,9 +348,9 @@ def start_auth_server(backend: str, folder: Path, port: int):
 def pg_server(postgres, tmp_path_factory):
     """`pipeline server --auth` on that database, artifacts proxied by it; tests log in through `pg`."""
     port = free_port()
-    process = start_auth_server(postgres["uri"], tmp_path_factory.mktemp("pg-server"), port)
+    process = start_server(postgres["uri"], tmp_path_factory.mktemp("pg-server"), port, auth=True)
     try:
-        yield {"uri": f"http://127.0.0.1:{port}", "process": process, "backend": postgres["uri"]}
+        yield {"uri": f"http://127.0.0.1:{port}", "process": process}
     finally:
         stop_service(process)
 

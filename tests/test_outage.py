@@ -1,4 +1,4 @@
-"""The outage story end to end, against a real `pipeline server --auth` on PostgreSQL (127.0.0.1):
+"""The outage story end to end, against a real `pipeline server` on PostgreSQL (127.0.0.1):
 the server stops while a point trains, the sweep keeps the result locally, the server comes back, `pipeline relog` (no
 options, same folder) puts it where it belongs, and the same grid then trains only what never ran."""
 
@@ -10,23 +10,23 @@ import signal
 import mlflow
 import pytest
 
-from conftest import (children, free_port, invoke, make_idx, read_until, runs_of, start_auth_server, start_pipeline,
+from conftest import (children, free_port, invoke, make_idx, read_until, runs_of, start_pipeline, start_server,
                       stop_service)
 
 GRID = "experiment: outage\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
 
 
 @pytest.fixture
-def server(tmp_path, pg):
-    """Start (and restart) a second `pipeline server --auth` on the shared PostgreSQL, on a port of
-    its own; stopped at the end. (This test is logged in: conftest's pg.)"""
+def server(tmp_path, postgres):
+    """Start (and restart) a `pipeline server` (no login: quicker to restart) on the shared
+    PostgreSQL, on a port of its own; stopped at the end."""
     folder = tmp_path / "server"
     folder.mkdir()
     port = free_port()
     state = {"uri": f"http://127.0.0.1:{port}", "process": None}
 
     def start():
-        state["process"] = start_auth_server(pg["backend"], folder, port)
+        state["process"] = start_server(postgres["uri"], folder, port)
 
     def crash():  # the whole server at once, as a crash or a lost machine would
         os.killpg(state["process"].pid, signal.SIGKILL)
