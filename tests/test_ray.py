@@ -174,10 +174,12 @@ def test_a_worker_trains_on_the_gpu_ray_gave_it(monkeypatch):
     assert seen == ["cuda:0", "cpu"]
 
 
-def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, pg, write_grid, tmp_path):
-    """Ctrl-C on a driver joined to the cluster cancels its tasks (their runs end KILLED, none stays
-    RUNNING); then the same command finishes the rest."""
-    from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
+def test_interrupting_a_ray_sweep_leaves_nothing_running(cluster, pg, write_grid, tmp_path):
+    """Ctrl-C on a driver joined to the cluster cancels its tasks: their runs end KILLED, none stays
+    RUNNING, the finished ones stay FINISHED. (That the same command then trains only the rest is
+    the runner's skip-done, the same for every executor: tests/test_reliability.py runs it. Not
+    repeated here: a second Ray job costs a minute of this suite on 2 cores.)"""
+    from conftest import children, make_idx, read_until, runs_of, start_pipeline as start
 
     data = make_idx(tmp_path / "data", n_train=1500, n_test=100)
     grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
@@ -190,14 +192,8 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running_and_resumes(cluster, pg
     assert process.returncode == 130, output
     runs = runs_of(pg["uri"], "ray-stop")
     assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
-    finished = {r.data.params["batch_size"] for r in children(runs) if r.info.status == "FINISHED"}
-    assert 1 <= len(finished) < 4
-
-    out = invoke(*args)
-    assert out.exit_code == 0, out.output
-    assert f"{len(finished)} of 4 points already" in out.output
-    done = [r for r in children(runs_of(pg["uri"], "ray-stop")) if r.info.status == "FINISHED"]
-    assert sorted(r.data.params["batch_size"] for r in done) == ["32", "48", "64", "80"]
+    statuses = [r.info.status for r in children(runs)]
+    assert 1 <= statuses.count("FINISHED") < 4 and set(statuses) <= {"FINISHED", "KILLED"}, statuses
 
 
 def test_the_login_handed_to_ray_tasks_never_shows_the_password(monkeypatch):
