@@ -67,8 +67,9 @@ postgres:
 	$(call debian,postgresql,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1,the PostgreSQL tests)
 
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
+# Files in collection order (conftest puts the longest first), not xdist's most-tests-first.
 test: setup browser postgres
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) mlflow.db mlruns mlartifacts .pytest_cache

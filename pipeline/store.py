@@ -215,7 +215,8 @@ def open_client(uri: str, must_exist: bool = False):
     return Retrying(mlflow.MlflowClient(uri))
 
 
-_CREATION_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+# Up to ~45 s: another program's migration of a new store takes seconds, tens of them on a busy machine.
+_CREATION_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)
 
 
 def _creation_race(exc: BaseException) -> bool:

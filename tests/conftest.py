@@ -50,12 +50,12 @@ def make_idx(folder: Path, n_train: int = 512, n_test: int = 256, gz: bool = Tru
     return folder
 
 
-# With `make test` (two workers, `--dist loadfile`) each worker takes whole files in collection
-# order; a long file picked up last leaves the other worker idle at the end. The longest go first
-# (the PostgreSQL and outage files, before Ray, so that the eight concurrent sweeps are mostly done
-# when Ray's cluster starts); the rest keep their order.
-LONGEST_FIRST = ("test_postgres.py", "test_outage.py", "test_ray.py", "test_reliability.py", "test_cli.py",
-                 "test_registry.py", "test_compile.py", "test_ui.py")
+# With `make test` (two workers, `--dist loadfile --no-loadscope-reorder`) each worker takes whole
+# files in collection order; a long file picked up last leaves the other worker idle at the end.
+# The longest go first, Ray's before the eight concurrent sweeps of test_postgres.py (Ray's
+# cluster crawls beside them on 2 cores); the rest keep their order.
+LONGEST_FIRST = ("test_ray.py", "test_reliability.py", "test_postgres.py", "test_outage.py", "test_cli.py",
+                 "test_registry.py", "test_compile.py", "test_ui.py", "test_train.py")
 
 
 def pytest_collection_modifyitems(config, items):
