@@ -44,7 +44,7 @@ def server(tmp_path, postgres):
 
 def test_server_down_mid_point_then_relog_then_rerun(server, tmp_path, write_grid):
     uri = server["uri"]
-    data = make_idx(tmp_path / "data", n_train=4000, n_test=200)
+    data = make_idx(tmp_path / "data", n_train=1500, n_test=100)
     args = ["run", str(write_grid(GRID)), "--data-dir", str(data), "--tracking-uri", uri]
     sweep = start_pipeline(args, env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})  # only the pipeline's own retries
     read_until(sweep, "run 2/4")  # point 2's run exists on the server and is training
