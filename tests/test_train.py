@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import requires_real_data
 from pipeline.config import RunConfig
 from pipeline.data import PinnedPrefetch, batches, load
 from pipeline.device import DeviceUnavailable, resolve
@@ -62,15 +61,6 @@ def test_device_resolution_on_this_machine():
             resolve("cuda")
     with pytest.raises(DeviceUnavailable, match=r"cuda:99 is not available"):
         resolve("cuda:99")
-
-
-@requires_real_data
-def test_full_data_reaches_the_known_accuracy():
-    """The tutorial's settings (bs 100, lr 0.01) on the full data: seed 0 gives 0.844 after 1 epoch,
-    0.864 after 2, 0.867 after 3 (the first acceptance asked 0.85 of 3). One epoch, against 0.83,
-    keeps the suite inside its time."""
-    result = fit(RunConfig(lr=0.01, batch_size=100, epochs=1, device="cpu"), load(), torch.device("cpu"))
-    assert result.final.test_accuracy >= 0.83
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])
@@ -239,7 +229,10 @@ def test_an_eager_run_loads_no_compiler_and_learns_what_torchs_own_step_learns(d
 
     import torch._dynamo  # noqa: F401  (this process: torch's own optimizer methods)
 
-    code = (f"import sys, torch\nfrom pipeline.config import RunConfig\nfrom pipeline.data import load\n"
+    # The same thread count on both sides (an earlier test in this process may have changed it):
+    # another count sums in another order, and the last digits differ.
+    code = (f"import sys, torch\ntorch.set_num_threads({torch.get_num_threads()})\n"
+            f"from pipeline.config import RunConfig\nfrom pipeline.data import load\n"
             f"from pipeline.train import fit\n"
             f"r = fit(RunConfig(batch_size=64, epochs=2, seed=2), load({str(data_dir)!r}), torch.device('cpu'))\n"
             f"print('torch._dynamo' in sys.modules, *[e.train_loss for e in r.epochs])")
