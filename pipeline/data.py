@@ -322,8 +322,9 @@ class PinnedPrefetch:
             images, labels, self._ready = pending.popleft()
             yield images, labels
             # The step on this batch is queued: gather and copy the next one while the GPU runs it.
-            for step, index in itertools.islice(indices, 1):
-                pending.append(self._launch(step, index))
+            following = next(indices, None)
+            if following is not None:
+                pending.append(self._launch(*following))
 
     def take(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch just yielded, ready for use on the device's current stream."""

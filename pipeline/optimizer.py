@@ -15,12 +15,14 @@ process loads no compiler and that both paths learn the same numbers.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
 
 import torch
 import torch._compile
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 _DISABLE_WRAPPER = torch._compile._disable_dynamo(lambda: None).__code__
 
@@ -35,18 +37,24 @@ def make(parameters, lr: float, device: torch.device, capturable: bool = False) 
 
 def step(optimizer: torch.optim.Optimizer) -> None:
     """optimizer.step(), without the compiler's import in eager runs (see the module's note)."""
-    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
-
     hooked = (optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
               or _global_optimizer_pre_hooks or _global_optimizer_post_hooks)
     if "torch._dynamo" in sys.modules or hooked or optimizer.defaults.get("differentiable"):
         optimizer.step()
         return
     with torch.no_grad():
-        inspect.unwrap(type(optimizer).step)(optimizer)
+        _update(type(optimizer))(optimizer)
 
 
+@functools.cache
+def _update(kind: type) -> object:
+    """The optimizer's own update, under its step wrappers (looked up once per class, not per step)."""
+    return inspect.unwrap(kind.step)
+
+
+@functools.cache
 def _plain_wrappers() -> None:
+    """Once per process: the wrappers are module-level, so one pass covers every optimizer."""
     if "torch._dynamo" in sys.modules:
         return
     for owner in (torch.optim.Optimizer, torch.optim.Adam, importlib.import_module("torch.optim.adam")):
