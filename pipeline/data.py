@@ -1,51 +1,25 @@
-"""Fashion-MNIST: find the IDX files, verify them, decode them once, and serve batches by indexing.
-
-Search order (DESIGN.md): an explicit folder (--data-dir / data.root), $PIPELINE_DATA_DIR, ./data,
-/usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist). Each may hold the four files
-directly or as a torchvision root (FashionMNIST/raw/). `pipeline data --download` fetches them with
-torchvision into ./data where a network allows; nothing downloads implicitly.
+"""Fashion-MNIST as tensors (the files are found, checked and decoded once by idx.py), served in
+batches by indexing. `pipeline data --download` fetches the files with torchvision into ./data
+where a network allows; nothing downloads implicitly.
 """
 
 from __future__ import annotations
 
 import collections
-import gzip
-import hashlib
 import itertools
 import math
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from pipeline import idx
 from pipeline.errors import UserError
+from pipeline.idx import HOW_TO_GET, locate
 
-FILES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
-# sha256 of the *decoded* IDX bytes of the canonical Fashion-MNIST files. Hashing the decoded bytes
-# (not the .gz) accepts any re-compression, e.g. Debian's package, whose .gz differ from upstream's.
-CANONICAL_SHA256 = {
-    "train_images": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
-    "train_labels": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
-    "test_images": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
-    "test_labels": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
-}
-CANONICAL_SIZES = {"train": 60_000, "test": 10_000}
-SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
-HOW_TO_GET = (
-    "install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist), "
-    "or run `pipeline data --download` where a network is available, "
-    "or point --data-dir at a folder with the four IDX files"
-)
-_IMAGE_MAGIC, _LABEL_MAGIC = 2051, 2049
 WORKER_TIMEOUT_S = 300  # no batch of this dataset takes minutes; a worker that does has hung
 
 
@@ -80,105 +54,23 @@ class Dataset:
         return f"{what} from {self.folder}: {len(self.train)} train / {len(self.test)} test images"
 
 
-def candidates(explicit: str | os.PathLike | None) -> list[tuple[str, Path]]:
-    """Where to look, in order, each with the reason it is on the list."""
-    if explicit:
-        return [("--data-dir / data.root", Path(explicit).expanduser())]
-    found = []
-    if os.environ.get("PIPELINE_DATA_DIR"):
-        found.append(("$PIPELINE_DATA_DIR", Path(os.environ["PIPELINE_DATA_DIR"]).expanduser()))
-    found.append(("./data", Path("data")))
-    found.append(("dataset-fashion-mnist", SYSTEM_DIR))
-    return found
-
-
-def _files_in(folder: Path) -> dict[str, Path] | None:
-    """The four IDX files in `folder` or its torchvision layout, preferring uncompressed ones."""
-    for base in (folder, folder / "FashionMNIST" / "raw"):
-        found = {}
-        for key, stem in FILES.items():
-            for name in (stem, stem + ".gz"):
-                if (base / name).is_file():
-                    found[key] = base / name
-                    break
-        if len(found) == len(FILES):
-            return found
-    return None
-
-
-def locate(explicit: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]]:
-    """Find the first folder holding all four files, or raise UserError listing where it looked."""
-    looked = []
-    for label, folder in candidates(explicit):
-        files = _files_in(folder)
-        if files:
-            return folder.resolve(), files
-        looked.append(f"{folder} ({label})")
-    raise UserError(f"Fashion-MNIST not found; looked in {'; '.join(looked)}. To get it: {HOW_TO_GET}")
-
-
-def _read_idx(path: Path, magic: int) -> tuple[np.ndarray, bytes]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as exc:
-        raise UserError(f"{path}: cannot read ({exc}); the file looks corrupt, get a fresh copy") from None
-    if len(raw) < 8 or int.from_bytes(raw[:4], "big") != magic:
-        raise UserError(f"{path}: not an IDX file of the expected kind (magic number {magic} expected)")
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    header = 4 + 4 * ndim
-    if len(raw) - header != math.prod(dims):
-        raise UserError(f"{path}: truncated or padded: header says {dims}, found {len(raw) - header} bytes of data")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims), raw
-
-
-@lru_cache(maxsize=4)
-def _decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool = True) -> Dataset:
-    arrays, digests = {}, {}
-    for key, path in files:
-        array, raw = _read_idx(path, _IMAGE_MAGIC if key.endswith("images") else _LABEL_MAGIC)
-        arrays[key] = array
-        digests[key] = raw
-    splits = {}
-    for split in ("train", "test"):
-        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
-        if images.ndim != 3 or images.shape[1:] != (28, 28):
-            raise UserError(f"{dict(files)[f'{split}_images']}: images are {images.shape[1:]}, expected 28x28")
-        if len(images) != len(labels):
-            raise UserError(f"{folder}: {split} has {len(images)} images but {len(labels)} labels")
-        if len(labels) and labels.max() > 9:
-            raise UserError(f"{dict(files)[f'{split}_labels']}: label {labels.max()} found, expected 0..9")
-        splits[split] = Split(
-            torch.from_numpy(images.copy()).unsqueeze(1),
-            torch.from_numpy(labels.astype(np.int64)),
-        )
-    canonical = all(len(splits[s]) == n for s, n in CANONICAL_SIZES.items())
-    verified = False
-    if canonical and verify:
-        bad = [k for k, raw in digests.items() if hashlib.sha256(raw).hexdigest() != CANONICAL_SHA256[k]]
-        if bad:
-            raise UserError(
-                f"{folder}: {', '.join(FILES[k] for k in bad)} do not match Fashion-MNIST's checksums "
-                "(another dataset such as MNIST, or a corrupt copy)"
-            )
-        verified = True
-    return Dataset(train=splits["train"], test=splits["test"], folder=folder, verified=verified)
-
-
 def load(explicit: str | os.PathLike | None = None, train_size: int | None = None,
          test_size: int | None = None, verify: bool = True) -> Dataset:
-    """Locate, verify and decode (once per process), then take the first N examples if asked.
+    """Locate, verify and decode (once per process, see idx.py), then take the first N examples if asked.
 
     `verify=False` skips the checksum comparison (benchmarks on generated data of the same size).
     """
     folder, files = locate(explicit)
-    full = _decode(folder, tuple(sorted(files.items())), verify)
-    for name, size, split in (("train_size", train_size, full.train), ("test_size", test_size, full.test)):
-        if size is not None and size > len(split):
-            raise UserError(f"data.{name}: {size} is more than the {len(split)} examples in {folder}")
-    return Dataset(full.train.head(train_size), full.test.head(test_size), full.folder, full.verified)
+    decoded = idx.decode(folder, tuple(sorted(files.items())), verify)
+    splits = []
+    for split, size in (("train", train_size), ("test", test_size)):
+        # from_numpy shares the decoded arrays' memory: every load of a process uses one copy
+        full = Split(torch.from_numpy(decoded.arrays[f"{split}_images"]).unsqueeze(1),
+                     torch.from_numpy(decoded.arrays[f"{split}_labels"]))
+        if size is not None and size > len(full):
+            raise UserError(f"data.{split}_size: {size} is more than the {len(full)} examples in {folder}")
+        splits.append(full.head(size))
+    return Dataset(*splits, folder, decoded.verified)
 
 
 def download(root: str | os.PathLike = "data") -> Path:

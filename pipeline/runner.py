@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from pipeline import interrupts, results
+from pipeline import idx, interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
@@ -112,6 +112,7 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
+    idx.start(options.data_dir or spec.data.root)  # decoded on a thread while torch and MLflow load
     planned = plan(expand(spec))
     if options.require_devices:
         _require_devices(planned)
@@ -137,6 +138,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     from pipeline.executors import LocalExecutor
     from pipeline.grid import format_value
 
+    idx.start(options.data_dir)
     values = config.as_params()
     name = " ".join(f"{k}={format_value(values[k])}" for k in ("lr", "batch_size", "num_workers", "device"))
     (item,) = plan([GridPoint(1, config, name)])

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.data import FILES
+from pipeline.idx import FILES
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = Path("/usr/share/datasets/fashion-mnist")

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from catalogue import BAD_GRIDS
 from conftest import make_idx, write_idx
-from pipeline import data as data_mod
+from pipeline import idx
 from pipeline.cli import main
-from pipeline.data import FILES
+from pipeline.idx import FILES
 
 GOOD_GRID = "experiment: existing\ngrid:\n  batch_size: [256]\n  device: [cpu]\n"
 
@@ -135,15 +135,15 @@ def test_bad_input(name, world, monkeypatch):
     elif kind == "data":
         args = ["run", str(grid), "--data-dir", str(value(world)), "--tracking-uri", world["uri"]]
     elif kind == "checksum":
-        monkeypatch.setattr(data_mod, "CANONICAL_SIZES", {"train": 512, "test": 256})
-        data_mod._decode.cache_clear()
+        monkeypatch.setattr(idx, "CANONICAL_SIZES", {"train": 512, "test": 256})
+        idx.forget()
     if args is None:
         args = ["run", str(grid), "--data-dir", str(world["data"]), "--tracking-uri", world["uri"]]
     before = snapshot(world)
     try:
         out = CliRunner().invoke(main, args)
     finally:
-        data_mod._decode.cache_clear()
+        idx.forget()
     assert out.exit_code == 2, f"{name}: exit {out.exit_code}\n{out.output}"
     assert "Traceback" not in out.output, f"{name}: {out.output}"
     assert out.exception is None or isinstance(out.exception, SystemExit), f"{name}: {out.exception!r}"

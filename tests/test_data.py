@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import make_idx, requires_real_data
-from pipeline import data
-from pipeline.data import FILES, batches, load, locate
+from pipeline import idx
+from pipeline.data import batches, load
+from pipeline.idx import FILES, locate
 from pipeline.errors import UserError
 
 
@@ -33,6 +35,36 @@ def test_subset_sizes_take_the_first_examples(tmp_path):
         load(folder, train_size=41)
 
 
+def test_decoding_started_on_a_thread_is_what_load_returns_once_per_process(tmp_path):
+    folder = make_idx(tmp_path / "d", 40, 20)
+    idx.start(folder)  # what a sweep does before importing torch and MLflow
+    started = [t for t in threading.enumerate() if t.name == "pipeline-idx"]
+    first, second = load(folder), load(folder, train_size=10)
+    for thread in started:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+    assert first.train.images.data_ptr() == second.train.images.data_ptr()  # decoded once, shared
+    idx.forget()
+    fresh = load(folder)
+    assert torch.equal(fresh.train.images, first.train.images) and torch.equal(fresh.test.labels, first.test.labels)
+    assert fresh.train.images.data_ptr() != first.train.images.data_ptr()
+
+
+def test_a_failure_on_the_decoding_thread_is_raised_by_load_and_not_kept(tmp_path, capsys):
+    folder = make_idx(tmp_path / "d", 10, 10)
+    good = (folder / (FILES["train_images"] + ".gz")).read_bytes()
+    (folder / (FILES["train_images"] + ".gz")).write_bytes(good[:len(good) // 2])
+    idx.start(folder)
+    with pytest.raises(UserError, match="corrupt"):
+        load(folder)
+    assert "Traceback" not in capsys.readouterr().err  # the thread hands its error over, prints nothing
+    (folder / (FILES["train_images"] + ".gz")).write_bytes(good)
+    assert len(load(folder).train) == 10  # the failure was not cached
+    idx.start(tmp_path / "nowhere")  # nothing to decode: the load reports it, not the start
+    with pytest.raises(UserError, match="not found"):
+        load(tmp_path / "nowhere")
+
+
 def test_search_order(tmp_path, monkeypatch):
     env_dir = make_idx(tmp_path / "env", 10, 10)
     make_idx(tmp_path / "data", 12, 10)  # ./data (the tests run in tmp_path)
@@ -44,7 +76,7 @@ def test_search_order(tmp_path, monkeypatch):
 
 
 def test_missing_data_lists_where_it_looked(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "SYSTEM_DIR", tmp_path / "not-installed")
+    monkeypatch.setattr(idx, "SYSTEM_DIR", tmp_path / "not-installed")
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "env"))
     with pytest.raises(UserError) as info:
         locate()
@@ -83,7 +115,7 @@ def test_image_label_count_mismatch(tmp_path):
 
 def test_canonical_sizes_must_match_the_checksums(tmp_path, monkeypatch):
     # Files with Fashion-MNIST's sizes but other content (MNIST, a corrupt copy) are rejected.
-    monkeypatch.setattr(data, "CANONICAL_SIZES", {"train": 30, "test": 10})
+    monkeypatch.setattr(idx, "CANONICAL_SIZES", {"train": 30, "test": 10})
     folder = make_idx(tmp_path / "d", 30, 10)
     with pytest.raises(UserError, match="do not match Fashion-MNIST's checksums"):
         load(folder)

@@ -1,0 +1,192 @@
+"""Fashion-MNIST's IDX files: where they are, their bytes decoded and checked. numpy only, no torch.
+
+Search order (DESIGN.md): an explicit folder (--data-dir / data.root), $PIPELINE_DATA_DIR, ./data,
+/usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist). Each may hold the four files
+directly or as a torchvision root (FashionMNIST/raw/).
+
+Decoding is gunzip and sha256, which run without Python's lock: `start` begins it on a thread while
+the main thread imports torch and MLflow (about 0.4 s of a sweep's start on the full data), and
+`decode` returns that result, or decodes here when nothing was started.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import hashlib
+import math
+import os
+import threading
+import zlib
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import UserError
+
+FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+# sha256 of the *decoded* IDX bytes of the canonical Fashion-MNIST files. Hashing the decoded bytes
+# (not the .gz) accepts any re-compression, e.g. Debian's package, whose .gz differ from upstream's.
+CANONICAL_SHA256 = {
+    "train_images": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    "train_labels": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    "test_images": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    "test_labels": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+}
+CANONICAL_SIZES = {"train": 60_000, "test": 10_000}
+SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+HOW_TO_GET = (
+    "install Debian's dataset-fashion-mnist (apt-get install dataset-fashion-mnist), "
+    "or run `pipeline data --download` where a network is available, "
+    "or point --data-dir at a folder with the four IDX files"
+)
+_IMAGE_MAGIC, _LABEL_MAGIC = 2051, 2049
+_KEEP = 4  # decoded datasets kept per process (a test session reads many small folders)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """The four files as arrays: images (N, 28, 28) uint8 and labels (N,) int64 per split."""
+    arrays: dict[str, np.ndarray]
+    verified: bool  # the decoded bytes match the canonical Fashion-MNIST
+
+
+def candidates(explicit: str | os.PathLike | None) -> list[tuple[str, Path]]:
+    """Where to look, in order, each with the reason it is on the list."""
+    if explicit:
+        return [("--data-dir / data.root", Path(explicit).expanduser())]
+    found = []
+    if os.environ.get("PIPELINE_DATA_DIR"):
+        found.append(("$PIPELINE_DATA_DIR", Path(os.environ["PIPELINE_DATA_DIR"]).expanduser()))
+    found.append(("./data", Path("data")))
+    found.append(("dataset-fashion-mnist", SYSTEM_DIR))
+    return found
+
+
+def _files_in(folder: Path) -> dict[str, Path] | None:
+    """The four IDX files in `folder` or its torchvision layout, preferring uncompressed ones."""
+    for base in (folder, folder / "FashionMNIST" / "raw"):
+        found = {}
+        for key, stem in FILES.items():
+            for name in (stem, stem + ".gz"):
+                if (base / name).is_file():
+                    found[key] = base / name
+                    break
+        if len(found) == len(FILES):
+            return found
+    return None
+
+
+def locate(explicit: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]]:
+    """Find the first folder holding all four files, or raise UserError listing where it looked."""
+    looked = []
+    for label, folder in candidates(explicit):
+        files = _files_in(folder)
+        if files:
+            return folder.resolve(), files
+        looked.append(f"{folder} ({label})")
+    raise UserError(f"Fashion-MNIST not found; looked in {'; '.join(looked)}. To get it: {HOW_TO_GET}")
+
+
+def _read_idx(path: Path, magic: int) -> tuple[np.ndarray, bytes]:
+    try:
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)  # one call to zlib, which lets go of Python's lock meanwhile
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserError(f"{path}: cannot read ({exc}); the file looks corrupt, get a fresh copy") from None
+    if len(raw) < 8 or int.from_bytes(raw[:4], "big") != magic:
+        raise UserError(f"{path}: not an IDX file of the expected kind (magic number {magic} expected)")
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    header = 4 + 4 * ndim
+    if len(raw) - header != math.prod(dims):
+        raise UserError(f"{path}: truncated or padded: header says {dims}, found {len(raw) - header} bytes of data")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims), raw
+
+
+def _decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> Decoded:
+    arrays, raws = {}, {}
+    for key, path in files:
+        arrays[key], raws[key] = _read_idx(path, _IMAGE_MAGIC if key.endswith("images") else _LABEL_MAGIC)
+    for split in ("train", "test"):
+        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
+        if images.ndim != 3 or images.shape[1:] != (28, 28):
+            raise UserError(f"{dict(files)[f'{split}_images']}: images are {images.shape[1:]}, expected 28x28")
+        if len(images) != len(labels):
+            raise UserError(f"{folder}: {split} has {len(images)} images but {len(labels)} labels")
+        if len(labels) and labels.max() > 9:
+            raise UserError(f"{dict(files)[f'{split}_labels']}: label {labels.max()} found, expected 0..9")
+        arrays[f"{split}_images"], arrays[f"{split}_labels"] = images.copy(), labels.astype(np.int64)
+    canonical = all(len(arrays[f"{s}_labels"]) == n for s, n in CANONICAL_SIZES.items())
+    verified = False
+    if canonical and verify:
+        bad = [k for k, raw in raws.items() if hashlib.sha256(raw).hexdigest() != CANONICAL_SHA256[k]]
+        if bad:
+            raise UserError(
+                f"{folder}: {', '.join(FILES[k] for k in bad)} do not match Fashion-MNIST's checksums "
+                "(another dataset such as MNIST, or a corrupt copy)"
+            )
+        verified = True
+    return Decoded(arrays, verified)
+
+
+_lock = threading.Lock()
+_jobs: collections.OrderedDict[tuple, Future] = collections.OrderedDict()
+
+
+def _job(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> tuple[Future, bool]:
+    """The decoding of these files (new: True when the caller is to do it)."""
+    key = (folder, files, verify)
+    with _lock:
+        if key in _jobs:
+            _jobs.move_to_end(key)
+            return _jobs[key], False
+        _jobs[key] = job = Future()
+        while len(_jobs) > _KEEP:
+            _jobs.popitem(last=False)
+        return job, True
+
+
+def _fill(job: Future, folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> None:
+    try:
+        job.set_result(_decode(folder, files, verify))
+    except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for the result
+        with _lock:  # not kept: the next load reads the files again
+            if _jobs.get((folder, files, verify)) is job:
+                del _jobs[(folder, files, verify)]
+        job.set_exception(exc)
+
+
+def decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool = True) -> Decoded:
+    """The decoded files, once per process: started by `start`, or decoded now."""
+    job, new = _job(folder, files, verify)
+    if new:
+        _fill(job, folder, files, verify)
+    return job.result()
+
+
+def start(explicit: str | os.PathLike | None = None, verify: bool = True) -> None:
+    """Begin decoding the files `locate(explicit)` finds, on a thread; nothing when there are none
+    (the load that follows reports that in its turn)."""
+    try:
+        folder, files = locate(explicit)
+    except UserError:
+        return
+    key = tuple(sorted(files.items()))
+    job, new = _job(folder, key, verify)
+    if new:
+        threading.Thread(target=_fill, args=(job, folder, key, verify), name="pipeline-idx", daemon=True).start()
+
+
+def forget() -> None:
+    """Drop what was decoded (tests that change the files or the canonical sizes)."""
+    with _lock:
+        _jobs.clear()
