@@ -1,7 +1,19 @@
-"""PNG charts of a comparison (matplotlib, no display needed)."""
+"""PNG charts of a comparison (matplotlib, no display needed).
+
+Two halves. `plan` turns a Comparison into plain data (names, numbers, labels); `draw` turns that
+data into PNG files with matplotlib. A sweep draws through a Painter: `python -m pipeline.charts`,
+started with the sweep, imports matplotlib (about 0.8 s of CPU here) on the other core while the
+sweep imports torch and MLflow, then waits, idle, for the comparison. `pipeline compare` draws
+in its own process.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +25,7 @@ if TYPE_CHECKING:
 EPOCH_DURATION_PNG = "epoch_duration.png"
 TEST_ACCURACY_PNG = "test_accuracy.png"
 TIME_BREAKDOWN_PNG = "time_breakdown.png"
+DRAW_TIMEOUT_S = 120  # three small charts take about a second
 
 
 def _pyplot():
@@ -24,17 +37,7 @@ def _pyplot():
     return plt
 
 
-def _finish(fig, ax, title: str) -> Figure:
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    # "tight" grows the image to take in legends placed outside the axes.
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    _pyplot().close(fig)
-    return path
+# --- the data: Comparison -> plain values (no matplotlib) -------------------------------------------
 
 
 def _timed(comparison: "Comparison") -> str:
@@ -58,48 +61,80 @@ def variants(comparison: "Comparison") -> list[str]:
                                              for k in keys]) for _, row in t.iterrows()]
 
 
-def epoch_duration(comparison: "Comparison", path: Path) -> Path:
+def _epoch_duration(comparison: "Comparison") -> dict:
     """Steady-state epoch duration (timing.steady) for each (batch size, workers), one bar per
     device (and variant: precision, compile, ...)."""
-    plt = _pyplot()
     t = comparison.table.assign(device=variants(comparison))
     means = t.groupby(["batch_size", "num_workers", "device"], sort=False)["epoch_duration_s"].mean()
-    categories = list(dict.fromkeys((b, w) for b, w, _ in means.index))
+    categories = list(dict.fromkeys((int(b), int(w)) for b, w, _ in means.index))
     devices = list(dict.fromkeys(d for _, _, d in means.index))
+    return {"kind": "epoch_duration", "title": f"Epoch duration by batch size and workers\n{comparison.sweep.name}",
+            "ylabel": "epoch duration (s), " + _timed(comparison), "categories": categories, "devices": devices,
+            "bars": [[categories.index((int(b), int(w))), devices.index(d), float(v)] for (b, w, d), v in means.items()]}
+
+
+def _test_accuracy(comparison: "Comparison") -> dict:
+    """Test accuracy after each epoch, one line per run."""
+    return {"kind": "test_accuracy", "title": f"Test accuracy per epoch\n{comparison.sweep.name}",
+            "lines": [[run.name, [float(v) for v in run.histories.get("test_accuracy") or []]]
+                      for run in comparison.sweep.children]}
+
+
+def _time_breakdown(comparison: "Comparison") -> dict:
+    """Where each run's epoch went: data, transfer and compute seconds, stacked."""
+    t = comparison.table
+    return {"kind": "time_breakdown", "title": f"Where each epoch's time goes\n{comparison.sweep.name}",
+            "xlabel": "seconds per epoch, " + _timed(comparison),
+            "labels": [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])],
+            "stacks": [[share.replace("_share", ""), colour, (t[share].fillna(0) * t["epoch_duration_s"]).tolist()]
+                       for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"),
+                                             ("compute_share", "tab:blue"))]}
+
+
+def plan(comparison: "Comparison") -> dict[str, dict]:
+    """Each chart's file name and data, in JSON's types."""
+    return {EPOCH_DURATION_PNG: _epoch_duration(comparison), TEST_ACCURACY_PNG: _test_accuracy(comparison),
+            TIME_BREAKDOWN_PNG: _time_breakdown(comparison)}
+
+
+# --- the drawing: plain values -> PNG (matplotlib) ---------------------------------------------------
+
+
+def _finish(fig, ax, title: str) -> Figure:
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_epoch_duration(chart: dict) -> Figure:
+    categories, devices = chart["categories"], chart["devices"]
     width = 0.8 / len(devices)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
+    fig, ax = _pyplot().subplots(figsize=(max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
     for i, device in enumerate(devices):
-        xs, ys = [], []
-        for j, (batch, workers) in enumerate(categories):
-            if (batch, workers, device) in means.index:
-                xs.append(j + (i - (len(devices) - 1) / 2) * width)
-                ys.append(means[(batch, workers, device)])
-        bars = ax.bar(xs, ys, width, label=device)
-        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+        bars = [(j + (i - (len(devices) - 1) / 2) * width, value) for j, d, value in chart["bars"] if d == i]
+        drawn = ax.bar([x for x, _ in bars], [y for _, y in bars], width, label=device)
+        ax.bar_label(drawn, fmt="%.2f", fontsize=8, padding=2)
     ax.set_xticks(range(len(categories)), [f"bs {b}\n{w} worker{'s' if w != 1 else ''}" for b, w in categories])
     ax.set_xlabel("batch size / DataLoader workers")
-    ax.set_ylabel("epoch duration (s), " + _timed(comparison))
+    ax.set_ylabel(chart["ylabel"])
     ax.legend(title="device")
     ax.margins(y=0.15)
-    return _save(_finish(fig, ax, f"Epoch duration by batch size and workers\n{comparison.sweep.name}"), path)
+    return _finish(fig, ax, chart["title"])
 
 
 _DASHES = ("-", "--", "-.", ":")
 _MARKERS = "osD^vP<>X"
 
 
-def test_accuracy(comparison: "Comparison", path: Path) -> Path:
-    """Test accuracy after each epoch, one line per run."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    longest, runs = 1, comparison.sweep.children
-    for i, run in enumerate(runs):
-        values = run.histories.get("test_accuracy") or []
+def _draw_test_accuracy(chart: dict) -> Figure:
+    fig, ax = _pyplot().subplots(figsize=(8, 4.5))
+    longest, lines = 1, chart["lines"]
+    for i, (name, values) in enumerate(lines):
         if values:
             # Runs that learn the same numbers (same seed, 0 or 1 workers) draw the same line: each
             # later line is thinner, with its own dashes and marker, so none hides under another.
-            fade = i / max(len(runs) - 1, 1)
-            ax.plot(range(1, len(values) + 1), values, label=run.name, linestyle=_DASHES[i % len(_DASHES)],
+            fade = i / max(len(lines) - 1, 1)
+            ax.plot(range(1, len(values) + 1), values, label=name, linestyle=_DASHES[i % len(_DASHES)],
                     marker=_MARKERS[i % len(_MARKERS)], linewidth=3.5 - 2.5 * fade, markersize=9 - 5 * fade,
                     alpha=0.85)
             longest = max(longest, len(values))
@@ -109,36 +144,122 @@ def test_accuracy(comparison: "Comparison", path: Path) -> Path:
     ax.set_xlim(0.5, longest + 0.5)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="run")
-    return _save(_finish(fig, ax, f"Test accuracy per epoch\n{comparison.sweep.name}"), path)
+    return _finish(fig, ax, chart["title"])
 
 
-def time_breakdown(comparison: "Comparison", path: Path) -> Path:
-    """Where each run's epoch went: data, transfer and compute seconds, stacked."""
-    return _save(time_breakdown_figure(comparison), path)
-
-
-def time_breakdown_figure(comparison: "Comparison") -> Figure:
-    """The figure time_breakdown saves, open, for callers that look at its parts."""
-    plt = _pyplot()
-    t = comparison.table
-    labels = [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(t) + 1.8))
-    left = [0.0] * len(t)
-    for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"), ("compute_share", "tab:blue")):
-        seconds = (t[share].fillna(0) * t["epoch_duration_s"]).tolist()
-        ax.barh(labels, seconds, left=left, color=colour, label=share.replace("_share", ""))
+def _draw_time_breakdown(chart: dict) -> Figure:
+    labels = chart["labels"]
+    fig, ax = _pyplot().subplots(figsize=(8, 0.45 * len(labels) + 1.8))
+    left = [0.0] * len(labels)
+    for name, colour, seconds in chart["stacks"]:
+        ax.barh(labels, seconds, left=left, color=colour, label=name)
         left = [a + b for a, b in zip(left, seconds)]
     ax.invert_yaxis()
-    ax.set_xlabel("seconds per epoch, " + _timed(comparison))
+    ax.set_xlabel(chart["xlabel"])
     # Right of the axes: the bars span the plot's whole width, so any legend inside covers one.
     ax.legend(title="time spent on", fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return _finish(fig, ax, f"Where each epoch's time goes\n{comparison.sweep.name}")
+    return _finish(fig, ax, chart["title"])
 
 
-def write_all(comparison: "Comparison", folder: Path) -> list[Path]:
+_DRAW = {"epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_accuracy,
+         "time_breakdown": _draw_time_breakdown}
+
+
+def figure(chart: dict) -> Figure:
+    """One planned chart as an open figure, for callers that look at its parts (close it after)."""
+    return _DRAW[chart["kind"]](chart)
+
+
+def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
+    """Each planned chart as a PNG in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    return [
-        epoch_duration(comparison, folder / EPOCH_DURATION_PNG),
-        test_accuracy(comparison, folder / TEST_ACCURACY_PNG),
-        time_breakdown(comparison, folder / TIME_BREAKDOWN_PNG),
-    ]
+    paths = []
+    for name, chart in charts.items():
+        fig = figure(chart)
+        # "tight" grows the image to take in legends placed outside the axes.
+        fig.savefig(folder / name, dpi=120, bbox_inches="tight")
+        _pyplot().close(fig)
+        paths.append(folder / name)
+    return paths
+
+
+def write_all(comparison: "Comparison", folder: Path, painter: "Painter | None" = None) -> list[Path]:
+    """The comparison's charts in `folder`: drawn by `painter` when one is given and working, else here."""
+    charts = plan(comparison)
+    if painter is not None:
+        try:
+            return painter.draw(charts, folder)
+        except (OSError, RuntimeError, ValueError):
+            pass  # the painter died or failed: drawn here, as without one
+    return draw(charts, folder)
+
+
+# --- the painter: the drawing in a process of its own --------------------------------------------------
+
+
+@contextlib.contextmanager
+def painter(wanted: bool):
+    """A started Painter for the block when `wanted` (None where none starts: drawn in-process)."""
+    started = None
+    if wanted:
+        with contextlib.suppress(OSError):
+            started = Painter()
+    try:
+        yield started
+    finally:
+        if started is not None:
+            started.close()
+
+
+class Painter:
+    """`python -m pipeline.charts`: imports matplotlib at once, then draws one request and exits.
+
+    The request is one line of JSON, so no end-of-file is needed: a DataLoader worker forked
+    meanwhile may hold a copy of the pipe. Ctrl-C is the sweep's: the painter runs in a session of
+    its own, which the terminal's signals do not reach, and `close` ends it; if the sweep's process
+    dies, the painter reads the end of its input and exits. Use it as a context manager, or call
+    close."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.charts"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env={**os.environ, "MPLBACKEND": "Agg"},
+            start_new_session=True)  # out of the terminal's process group: Ctrl-C is the sweep's
+
+    def draw(self, charts: dict[str, dict], folder: Path) -> list[Path]:
+        request = json.dumps({"folder": str(folder), "charts": charts}) + "\n"
+        try:
+            out, err = self._process.communicate(request.encode(), timeout=DRAW_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise RuntimeError(f"the chart process drew nothing in {DRAW_TIMEOUT_S} s") from None
+        if self._process.returncode != 0:
+            last = (err.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+            raise RuntimeError(f"the chart process failed (exit {self._process.returncode}): {last}")
+        return [Path(path) for path in json.loads(out)]
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
+            stream.close()
+        self._process.wait()
+
+    def __enter__(self) -> "Painter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _serve() -> None:
+    _pyplot()  # the import, before the request comes
+    line = sys.stdin.readline()
+    if not line:  # the sweep ended without charts
+        return
+    request = json.loads(line)
+    print(json.dumps([str(path) for path in draw(request["charts"], Path(request["folder"]))]))
+
+
+if __name__ == "__main__":
+    _serve()

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from pipeline import idx, interrupts, results
+from pipeline import charts, idx, interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
@@ -112,8 +112,16 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
-    idx.start(options.data_dir or spec.data.root)  # decoded on a thread while torch and MLflow load
-    planned = plan(expand(spec))
+    # Both start on the other core while this one imports torch and MLflow: the data's decoding,
+    # and matplotlib's import for the charts when there can be two runs to compare.
+    idx.start(options.data_dir or spec.data.root)
+    points = expand(spec)
+    with charts.painter(len(points) > 1 and not options.dry_run) as painter:
+        return _run_grid(spec, plan(points), reporter, options, executor, painter)
+
+
+def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options,
+              executor: Executor | None, painter: "charts.Painter | None") -> SweepResult:
     if options.require_devices:
         _require_devices(planned)
     options = replace(options, checkpoint=options.checkpoint or spec.checkpoint)
@@ -127,7 +135,7 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
         if _project_run_id() and options.experiment is None and spec.experiment != sweep.tracker.experiment_name:
             reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
                           f"{sweep.tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
-        return _run_sweep(sweep, spec, executor.plan(planned), executor)
+        return _run_sweep(sweep, spec, executor.plan(planned), executor, painter)
     finally:
         executor.close()
 
@@ -186,7 +194,8 @@ def _open_sweep(uri: str, experiment: str, dataset: "Dataset", reporter: "Report
     return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri))
 
 
-def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor) -> SweepResult:
+def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor,
+               painter: "charts.Painter | None" = None) -> SweepResult:
     tracker, reporter = sweep.tracker, sweep.reporter
     _assign_run_keys(planned, sweep.identity)
     outcomes = _already_done(sweep, planned)
@@ -215,7 +224,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
-        comparison = _log_comparison(tracker, parent_id, reporter, spec)
+        comparison = _log_comparison(tracker, parent_id, reporter, spec, painter)
         if not adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
@@ -306,7 +315,8 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec):
+def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec,
+                    painter: "charts.Painter | None" = None):
     """The comparison table and charts, as artifacts of the parent run (under comparison/), and what
     the MLflow UI opens on (view.py): the sweep's saved view and the descriptions."""
     from pipeline import view
@@ -318,7 +328,7 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", sp
         if comparison.table.empty:
             return comparison
         with tempfile.TemporaryDirectory() as tmp:
-            write_report(comparison, Path(tmp))
+            write_report(comparison, Path(tmp), painter)
             tracker.log_artifacts(parent_id, Path(tmp), "comparison")
         view.publish(tracker.client, comparison, spec.axes)
         return comparison

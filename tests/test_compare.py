@@ -6,6 +6,8 @@ import csv
 import io
 import json
 import math
+import os
+import subprocess
 
 import mlflow
 import pytest
@@ -104,7 +106,7 @@ def test_time_breakdown_legend_covers_no_bar(sweep_store):
     comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
     # Runs of equal length (a seed sweep, say) fill the plot's width: no place inside it is free of bars.
     comparison.table["epoch_duration_s"] = 1.0
-    fig = charts.time_breakdown_figure(comparison)
+    fig = charts.figure(charts.plan(comparison)[charts.TIME_BREAKDOWN_PNG])
     fig.canvas.draw()
     (ax,) = fig.axes
     legend = ax.get_legend().get_window_extent()
@@ -114,6 +116,48 @@ def test_time_breakdown_legend_covers_no_bar(sweep_store):
     # Inside the figure too, so the saved image shows it.
     assert fig.bbox.contains(legend.x0, legend.y0) and fig.bbox.contains(legend.x1, legend.y1), legend
     plt.close(fig)
+
+
+def test_the_painter_process_draws_what_this_process_draws(sweep_store, tmp_path):
+    result, client, _ = sweep_store
+    planned = charts.plan(build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES)))
+    json.dumps(planned, allow_nan=True)  # plain values: they travel to the painter as JSON
+    here = charts.draw(planned, tmp_path / "here")
+    with charts.Painter() as painter:
+        assert os.getpgid(painter._process.pid) != os.getpgid(0)  # the terminal's Ctrl-C is the sweep's alone
+        # A process forked meanwhile (a DataLoader worker) holding the painter's stdin must not stall it.
+        holder = subprocess.Popen(["sleep", "60"], pass_fds=[painter._process.stdin.fileno()])
+        try:
+            there = painter.draw(planned, tmp_path / "there")
+        finally:
+            holder.kill()
+            holder.wait()
+    assert [p.name for p in there] == [p.name for p in here] == list(planned)
+    for a, b in zip(here, there):
+        assert a.read_bytes() == b.read_bytes()
+    assert painter._process.returncode == 0
+
+
+def test_a_dead_painter_leaves_the_drawing_to_this_process(sweep_store, tmp_path):
+    result, client, _ = sweep_store
+    comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
+    painter = charts.Painter()
+    painter._process.kill()
+    paths = charts.write_all(comparison, tmp_path, painter)
+    painter.close()
+    assert [p.name for p in paths] == list(charts.plan(comparison))
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_a_sweep_draws_its_charts_in_the_painter(write_grid, data_dir, tracking_uri, monkeypatch):
+    def not_here(*args):
+        raise AssertionError("drawn in the sweep's own process")
+
+    monkeypatch.setattr(charts, "draw", not_here)
+    result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    logged = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(result.parent_run_id, "comparison")}
+    assert {f"comparison/{name}" for name in (charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG,
+                                              charts.TIME_BREAKDOWN_PNG)} <= logged
 
 
 def test_sweep_logs_comparison_and_network_artifacts(sweep_store):
