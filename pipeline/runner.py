@@ -127,11 +127,12 @@ def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", opti
     options = replace(options, checkpoint=options.checkpoint or spec.checkpoint)
     if options.dry_run:
         return _dry_run(spec, planned, reporter, options)
-    uri, dataset = _check_inputs(options, options.data_dir or spec.data.root, spec.data.train_size, spec.data.test_size)
+    uri, client, dataset = _check_inputs(options, options.data_dir or spec.data.root, spec.data.train_size,
+                                         spec.data.test_size)
     reporter.data(dataset.description)
     executor = executor or open_executor(options.executor, options.ray_address, uri, reporter)
     try:  # Ray is up (or refused) before the experiment exists: a failed start leaves nothing behind
-        sweep = _open_sweep(uri, options.experiment or spec.experiment, dataset, reporter, options)
+        sweep = _open_sweep(uri, client, options.experiment or spec.experiment, dataset, reporter, options)
         if _project_run_id() and options.experiment is None and spec.experiment != sweep.tracker.experiment_name:
             reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
                           f"{sweep.tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
@@ -152,9 +153,9 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     (item,) = plan([GridPoint(1, config, name)])
     if item.device is None:
         raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto")
-    uri, dataset = _check_inputs(options, options.data_dir, None, None)
+    uri, client, dataset = _check_inputs(options, options.data_dir, None, None)
     reporter.data(dataset.description)
-    sweep = _open_sweep(uri, options.experiment or "train", dataset, reporter, options)
+    sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)
     _assign_run_keys([item], sweep.identity)
     job = sweep.job(item, parent_id=None, adopt=_project_run_id())
     with interrupts.handled():
@@ -168,24 +169,26 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
 
 
 def _check_inputs(options: Options, data_root: str | None, train_size: int | None, test_size: int | None):
-    """Fail in seconds on a store that cannot be used, then load (and verify) the data once."""
+    """Fail in seconds on a store that cannot be used, then load (and verify) the data once.
+    Returns the store's URI, its client (None for sqlite: opened once the data is found) and the data."""
     from pipeline import data as data_mod
     from pipeline.store import absolute_store_uri, check_reachable, open_client, resolve_tracking_uri, sqlite_path
 
-    uri = absolute_store_uri(resolve_tracking_uri(options.tracking_uri))
+    uri, client = absolute_store_uri(resolve_tracking_uri(options.tracking_uri)), None
     if sqlite_path(uri) is not None:
         check_reachable(uri)  # its folder exists; the file itself is only created once data is found
     else:
-        open_client(uri)
-    return uri, data_mod.load(data_root, train_size, test_size)
+        client = open_client(uri)
+    return uri, client, data_mod.load(data_root, train_size, test_size)
 
 
-def _open_sweep(uri: str, experiment: str, dataset: "Dataset", reporter: "Reporter", options: Options) -> _Sweep:
+def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter: "Reporter",
+                options: Options) -> _Sweep:
     from pipeline.liveness import reap_orphans
     from pipeline.store import local_state_dir
     from pipeline.tracking import Tracker
 
-    tracker = Tracker.open(uri, experiment, _project_run_id())
+    tracker = Tracker.open(uri, experiment, _project_run_id(), client)
     reaped = reap_orphans(tracker.client, tracker.experiment_id, spare=_project_run_id())
     if reaped:
         reporter.note(f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: "

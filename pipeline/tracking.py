@@ -31,12 +31,12 @@ class Tracker:
         self.experiment_id, self.experiment_name = experiment_id, experiment_name
 
     @classmethod
-    def open(cls, uri: str, experiment: str, project_run_id: str | None = None) -> "Tracker":
+    def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> "Tracker":
         """The experiment named `experiment` (created when missing), or, under `mlflow run`, the
-        experiment of the project run `project_run_id`."""
+        experiment of the project run `project_run_id`. `client`: one already open on `uri`."""
         from mlflow.exceptions import MlflowException
 
-        client = open_client(uri)
+        client = client or open_client(uri)
         try:
             if project_run_id:
                 experiment_id = client.get_run(project_run_id).info.experiment_id
