@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 EPOCH_DURATION_PNG = "epoch_duration.png"
 TEST_ACCURACY_PNG = "test_accuracy.png"
 TIME_BREAKDOWN_PNG = "time_breakdown.png"
-DRAW_TIMEOUT_S = 120  # three small charts take about a second
+DRAW_TIMEOUT_S = 30  # three small charts take about a second
 
 
 def _pyplot():
@@ -68,9 +68,10 @@ def _epoch_duration(comparison: "Comparison") -> dict:
     means = t.groupby(["batch_size", "num_workers", "device"], sort=False)["epoch_duration_s"].mean()
     categories = list(dict.fromkeys((int(b), int(w)) for b, w, _ in means.index))
     devices = list(dict.fromkeys(d for _, _, d in means.index))
-    return {"kind": "epoch_duration", "title": f"Epoch duration by batch size and workers\n{comparison.sweep.name}",
-            "ylabel": "epoch duration (s), " + _timed(comparison), "categories": categories, "devices": devices,
-            "bars": [[categories.index((int(b), int(w))), devices.index(d), float(v)] for (b, w, d), v in means.items()]}
+    bars = [[categories.index((int(b), int(w))), devices.index(d), float(v)] for (b, w, d), v in means.items()]
+    return {"kind": "epoch_duration", "categories": categories, "devices": devices, "bars": bars,
+            "ylabel": "epoch duration (s), " + _timed(comparison),
+            "title": f"Epoch duration by batch size and workers\n{comparison.sweep.name}"}
 
 
 def _test_accuracy(comparison: "Comparison") -> dict:
@@ -83,12 +84,13 @@ def _test_accuracy(comparison: "Comparison") -> dict:
 def _time_breakdown(comparison: "Comparison") -> dict:
     """Where each run's epoch went: data, transfer and compute seconds, stacked."""
     t = comparison.table
-    return {"kind": "time_breakdown", "title": f"Where each epoch's time goes\n{comparison.sweep.name}",
+    labels = [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])]
+    stacks = [[share.replace("_share", ""), colour, (t[share].fillna(0) * t["epoch_duration_s"]).tolist()]
+              for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"),
+                                    ("compute_share", "tab:blue"))]
+    return {"kind": "time_breakdown", "labels": labels, "stacks": stacks,
             "xlabel": "seconds per epoch, " + _timed(comparison),
-            "labels": [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])],
-            "stacks": [[share.replace("_share", ""), colour, (t[share].fillna(0) * t["epoch_duration_s"]).tolist()]
-                       for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"),
-                                             ("compute_share", "tab:blue"))]}
+            "title": f"Where each epoch's time goes\n{comparison.sweep.name}"}
 
 
 def plan(comparison: "Comparison") -> dict[str, dict]:
@@ -184,21 +186,16 @@ def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
 
 
 def write_all(comparison: "Comparison", folder: Path, painter: "Painter | None" = None) -> list[Path]:
-    """The comparison's charts in `folder`: drawn by `painter` when one is given and working, else here."""
+    """The comparison's charts in `folder`: drawn by `painter` when one is given, else here."""
     charts = plan(comparison)
-    if painter is not None:
-        try:
-            return painter.draw(charts, folder)
-        except (OSError, RuntimeError, ValueError):
-            pass  # the painter died or failed: drawn here, as without one
-    return draw(charts, folder)
+    return painter.draw(charts, folder) if painter is not None else draw(charts, folder)
 
 
 # --- the painter: the drawing in a process of its own --------------------------------------------------
 
 
 @contextlib.contextmanager
-def painter(wanted: bool):
+def painting(wanted: bool):
     """A started Painter for the block when `wanted` (None where none starts: drawn in-process)."""
     started = None
     if wanted:
@@ -216,22 +213,36 @@ class Painter:
 
     The request is one line of JSON, so no end-of-file is needed: a DataLoader worker forked
     meanwhile may hold a copy of the pipe. Ctrl-C is the sweep's: the painter runs in a session of
-    its own, which the terminal's signals do not reach, and `close` ends it; if the sweep's process
-    dies, the painter reads the end of its input and exits. Use it as a context manager, or call
-    close."""
+    its own, which the terminal's signals do not reach, and `close` ends it. If the sweep's process
+    dies, the painter reads the end of its input and exits (after the sweep's DataLoader workers,
+    which notice their parent's death within seconds). Use `painting`, or call close."""
 
     def __init__(self) -> None:
+        self.failure: str | None = None  # why a request was drawn in this process instead
         self._process = subprocess.Popen(
             [sys.executable, "-m", "pipeline.charts"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env={**os.environ, "MPLBACKEND": "Agg"},
             start_new_session=True)  # out of the terminal's process group: Ctrl-C is the sweep's
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
     def draw(self, charts: dict[str, dict], folder: Path) -> list[Path]:
+        """The charts, drawn by the painter; where it fails (dead, hung, an error), drawn here, and
+        `failure` says why."""
+        try:
+            return self._request(charts, folder)
+        except (OSError, RuntimeError, ValueError, TypeError) as exc:
+            self.failure = str(exc) or exc.__class__.__name__
+            self.close()
+            return draw(charts, folder)
+
+    def _request(self, charts: dict[str, dict], folder: Path) -> list[Path]:
         request = json.dumps({"folder": str(folder), "charts": charts}) + "\n"
         try:
             out, err = self._process.communicate(request.encode(), timeout=DRAW_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self.close()
             raise RuntimeError(f"the chart process drew nothing in {DRAW_TIMEOUT_S} s") from None
         if self._process.returncode != 0:
             last = (err.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
@@ -244,12 +255,6 @@ class Painter:
         for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
             stream.close()
         self._process.wait()
-
-    def __enter__(self) -> "Painter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _serve() -> None:

@@ -56,7 +56,8 @@ class Dataset:
 
 def load(explicit: str | os.PathLike | None = None, train_size: int | None = None,
          test_size: int | None = None, verify: bool = True) -> Dataset:
-    """Locate, verify and decode (once per process, see idx.py), then take the first N examples if asked.
+    """Locate, verify and decode (once per process and folder, see idx.py), then take the first N
+    examples if asked.
 
     `verify=False` skips the checksum comparison (benchmarks on generated data of the same size).
     """

@@ -89,8 +89,9 @@ def locate(explicit: str | os.PathLike | None = None) -> tuple[Path, dict[str, P
     looked = []
     for label, folder in candidates(explicit):
         files = _files_in(folder)
-        if files:
-            return folder.resolve(), files
+        if files:  # absolute paths, the decoding's cache key, whatever the working folder or spelling
+            resolved = folder.resolve()
+            return resolved, {key: resolved / path.relative_to(folder) for key, path in files.items()}
         looked.append(f"{folder} ({label})")
     raise UserError(f"Fashion-MNIST not found; looked in {'; '.join(looked)}. To get it: {HOW_TO_GET}")
 

@@ -112,11 +112,10 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
-    # Both start on the other core while this one imports torch and MLflow: the data's decoding,
-    # and matplotlib's import for the charts when there can be two runs to compare.
+    # On the other core while this one imports torch and MLflow: the data's decoding and the charts'.
     idx.start(options.data_dir or spec.data.root)
     points = expand(spec)
-    with charts.painter(len(points) > 1 and not options.dry_run) as painter:
+    with charts.painting(len(points) > 1 and not options.dry_run) as painter:
         return _run_grid(spec, plan(points), reporter, options, executor, painter)
 
 
@@ -182,8 +181,7 @@ def _check_inputs(options: Options, data_root: str | None, train_size: int | Non
     return uri, client, data_mod.load(data_root, train_size, test_size)
 
 
-def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter: "Reporter",
-                options: Options) -> _Sweep:
+def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter: "Reporter", options: Options) -> _Sweep:
     from pipeline.liveness import reap_orphans
     from pipeline.store import local_state_dir
     from pipeline.tracking import Tracker
@@ -197,12 +195,14 @@ def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter:
     return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri))
 
 
-def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor,
-               painter: "charts.Painter | None" = None) -> SweepResult:
+def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor, painter) -> SweepResult:
     tracker, reporter = sweep.tracker, sweep.reporter
     _assign_run_keys(planned, sweep.identity)
     outcomes = _already_done(sweep, planned)
     todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
+    if painter is not None and len(todo) < 2:  # no charts to draw: one run compares with nothing
+        painter.close()
+        painter = None
     parent_id, adopted = _open_parent(sweep, spec, len(planned)) if todo else (None, False)
     jobs = [with_position(sweep.job(item, parent_id), n, len(todo)) for n, item in enumerate(todo, start=1)]
     closing = interrupts.last_resort(lambda: tracker.end_run(parent_id, KILLED, quick=True)) \
@@ -318,8 +318,7 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec,
-                    painter: "charts.Painter | None" = None):
+def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, painter):
     """The comparison table and charts, as artifacts of the parent run (under comparison/), and what
     the MLflow UI opens on (view.py): the sweep's saved view and the descriptions."""
     from pipeline import view
@@ -332,6 +331,8 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", sp
             return comparison
         with tempfile.TemporaryDirectory() as tmp:
             write_report(comparison, Path(tmp), painter)
+            if painter is not None and painter.failure:
+                reporter.note(f"charts drawn in this process: {painter.failure}")
             tracker.log_artifacts(parent_id, Path(tmp), "comparison")
         view.publish(tracker.client, comparison, spec.axes)
         return comparison

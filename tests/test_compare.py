@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import signal
 import subprocess
 
 import mlflow
@@ -123,8 +124,8 @@ def test_the_painter_process_draws_what_this_process_draws(sweep_store, tmp_path
     planned = charts.plan(build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES)))
     json.dumps(planned, allow_nan=True)  # plain values: they travel to the painter as JSON
     here = charts.draw(planned, tmp_path / "here")
-    with charts.Painter() as painter:
-        assert os.getpgid(painter._process.pid) != os.getpgid(0)  # the terminal's Ctrl-C is the sweep's alone
+    with charts.painting(True) as painter:
+        assert os.getpgid(painter.pid) != os.getpgid(0)  # the terminal's Ctrl-C is the sweep's alone
         # A process forked meanwhile (a DataLoader worker) holding the painter's stdin must not stall it.
         holder = subprocess.Popen(["sleep", "60"], pass_fds=[painter._process.stdin.fileno()])
         try:
@@ -132,21 +133,39 @@ def test_the_painter_process_draws_what_this_process_draws(sweep_store, tmp_path
         finally:
             holder.kill()
             holder.wait()
+    assert painter.failure is None
     assert [p.name for p in there] == [p.name for p in here] == list(planned)
     for a, b in zip(here, there):
         assert a.read_bytes() == b.read_bytes()
-    assert painter._process.returncode == 0
 
 
-def test_a_dead_painter_leaves_the_drawing_to_this_process(sweep_store, tmp_path):
+@pytest.mark.parametrize("trouble", ["dead", "hung"])
+def test_a_painter_in_trouble_leaves_the_drawing_to_this_process(sweep_store, tmp_path, monkeypatch, trouble):
     result, client, _ = sweep_store
     comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
-    painter = charts.Painter()
-    painter._process.kill()
-    paths = charts.write_all(comparison, tmp_path, painter)
-    painter.close()
+    monkeypatch.setattr(charts, "DRAW_TIMEOUT_S", 2)
+    with charts.painting(True) as painter:
+        os.kill(painter.pid, signal.SIGKILL if trouble == "dead" else signal.SIGSTOP)
+        paths = charts.write_all(comparison, tmp_path, painter)
     assert [p.name for p in paths] == list(charts.plan(comparison))
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+    assert ("drew nothing in 2 s" if trouble == "hung" else "failed (exit -9)") in painter.failure
+    with pytest.raises(ProcessLookupError):
+        os.kill(painter.pid, 0)  # ended and reaped
+
+
+def test_the_painter_ends_with_the_block_and_starts_only_for_two_points(write_grid, data_dir, tracking_uri,
+                                                                          monkeypatch):
+    with pytest.raises(KeyboardInterrupt), charts.painting(True) as painter:
+        raise KeyboardInterrupt
+    with pytest.raises(ProcessLookupError):
+        os.kill(painter.pid, 0)
+    started = []
+    monkeypatch.setattr(charts, "Painter", lambda: started.append(1))
+    one = write_grid("experiment: one\ngrid:\n  device: [cpu]\n")
+    run_grid(load_grid(one), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, dry_run=True))
+    assert started == []
 
 
 def test_a_sweep_draws_its_charts_in_the_painter(write_grid, data_dir, tracking_uri, monkeypatch):

@@ -35,19 +35,26 @@ def test_subset_sizes_take_the_first_examples(tmp_path):
         load(folder, train_size=41)
 
 
-def test_decoding_started_on_a_thread_is_what_load_returns_once_per_process(tmp_path):
+def test_decoding_started_on_a_thread_is_what_load_returns_once_per_process(tmp_path, monkeypatch):
     folder = make_idx(tmp_path / "d", 40, 20)
-    idx.start(folder)  # what a sweep does before importing torch and MLflow
-    started = [t for t in threading.enumerate() if t.name == "pipeline-idx"]
-    first, second = load(folder), load(folder, train_size=10)
-    for thread in started:
-        thread.join(timeout=5)
-        assert not thread.is_alive()
-    assert first.train.images.data_ptr() == second.train.images.data_ptr()  # decoded once, shared
+    decoded_on = []
+
+    def counted(*args):
+        decoded_on.append(threading.current_thread().name)
+        return decode(*args)
+
+    decode = idx._decode
+    monkeypatch.setattr(idx, "_decode", counted)
+    monkeypatch.chdir(tmp_path)
+    idx.start("d")  # what a sweep does before importing torch and MLflow; a relative spelling
+    first = load("d")
+    second = load(folder.resolve(), train_size=10)  # as a point's job names it: absolute
+    assert decoded_on == ["pipeline-idx"]  # once, on the thread
+    assert first.train.images.data_ptr() == second.train.images.data_ptr()  # shared, not copied
     idx.forget()
     fresh = load(folder)
+    assert decoded_on == ["pipeline-idx", "MainThread"]  # nothing started: decoded where asked
     assert torch.equal(fresh.train.images, first.train.images) and torch.equal(fresh.test.labels, first.test.labels)
-    assert fresh.train.images.data_ptr() != first.train.images.data_ptr()
 
 
 def test_a_failure_on_the_decoding_thread_is_raised_by_load_and_not_kept(tmp_path, capsys):
