@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tutorial_loop  # noqa: E402
 
 from pipeline import data as data_mod  # noqa: E402
+from pipeline import idx  # noqa: E402
 from pipeline.config import RunConfig  # noqa: E402
 from pipeline.device import DeviceUnavailable, hardware_name, resolve  # noqa: E402
 from pipeline.timing import steady_mean, timed_label  # noqa: E402
@@ -256,8 +257,8 @@ def report(args, tmp: Path) -> str:
     if args.synthetic:
         folder = synthetic_idx(tmp)
     else:
-        folder, _ = data_mod.locate(args.data_dir)
-    _, files = data_mod.locate(folder)
+        folder, _ = idx.locate(args.data_dir)
+    _, files = idx.locate(folder)
     dataset = data_mod.load(folder, verify=not args.synthetic)
     reference_root = tutorial_loop.torchvision_root(files, tmp / "torchvision")
     cpu = hardware_name(torch.device("cpu"))

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from pipeline import idx
 from pipeline.errors import UserError
-from pipeline.idx import HOW_TO_GET, locate
+from pipeline.idx import HOW_TO_GET
 
 WORKER_TIMEOUT_S = 300  # no batch of this dataset takes minutes; a worker that does has hung
 
@@ -61,8 +61,7 @@ def load(explicit: str | os.PathLike | None = None, train_size: int | None = Non
 
     `verify=False` skips the checksum comparison (benchmarks on generated data of the same size).
     """
-    folder, files = locate(explicit)
-    decoded = idx.decode(folder, tuple(sorted(files.items())), verify)
+    folder, decoded = idx.read(explicit, verify)
     splits = []
     for split, size in (("train", train_size), ("test", test_size)):
         # from_numpy shares the decoded arrays' memory: every load of a process uses one copy

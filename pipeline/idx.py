@@ -6,7 +6,7 @@ directly or as a torchvision root (FashionMNIST/raw/).
 
 Decoding is gunzip and sha256, which run without Python's lock: `start` begins it on a thread while
 the main thread imports torch and MLflow (about 0.4 s of a sweep's start on the full data), and
-`decode` returns that result, or decodes here when nothing was started.
+`read` returns that result, or decodes here when nothing was started.
 """
 
 from __future__ import annotations
@@ -143,48 +143,49 @@ _lock = threading.Lock()
 _jobs: collections.OrderedDict[tuple, Future] = collections.OrderedDict()
 
 
-def _job(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> tuple[Future, bool]:
-    """The decoding of these files (new: True when the caller is to do it)."""
-    key = (folder, files, verify)
+def _job(explicit: str | os.PathLike | None, verify: bool) -> tuple[Path, Future, tuple | None]:
+    """Where the files are, and their decoding; with what to decode when the caller asks first
+    (None when someone already has)."""
+    folder, files = locate(explicit)
+    key = (folder, tuple(sorted(files.items())), verify)
     with _lock:
         if key in _jobs:
             _jobs.move_to_end(key)
-            return _jobs[key], False
+            return folder, _jobs[key], None
         _jobs[key] = job = Future()
         while len(_jobs) > _KEEP:
             _jobs.popitem(last=False)
-        return job, True
+        return folder, job, key
 
 
-def _fill(job: Future, folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> None:
+def _fill(job: Future, key: tuple) -> None:
     try:
-        job.set_result(_decode(folder, files, verify))
+        job.set_result(_decode(*key))
     except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for the result
         with _lock:  # not kept: the next load reads the files again
-            if _jobs.get((folder, files, verify)) is job:
-                del _jobs[(folder, files, verify)]
+            if _jobs.get(key) is job:
+                del _jobs[key]
         job.set_exception(exc)
 
 
-def decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool = True) -> Decoded:
-    """The decoded files, once per process: started by `start`, or decoded now."""
-    job, new = _job(folder, files, verify)
-    if new:
-        _fill(job, folder, files, verify)
-    return job.result()
+def read(explicit: str | os.PathLike | None = None, verify: bool = True) -> tuple[Path, Decoded]:
+    """The folder `locate(explicit)` finds and its files decoded, once per process and folder: by
+    `start`'s thread, or now."""
+    folder, job, todo = _job(explicit, verify)
+    if todo is not None:
+        _fill(job, todo)
+    return folder, job.result()
 
 
 def start(explicit: str | os.PathLike | None = None, verify: bool = True) -> None:
     """Begin decoding the files `locate(explicit)` finds, on a thread; nothing when there are none
     (the load that follows reports that in its turn)."""
     try:
-        folder, files = locate(explicit)
+        _, job, todo = _job(explicit, verify)
     except UserError:
         return
-    key = tuple(sorted(files.items()))
-    job, new = _job(folder, key, verify)
-    if new:
-        threading.Thread(target=_fill, args=(job, folder, key, verify), name="pipeline-idx", daemon=True).start()
+    if todo is not None:
+        threading.Thread(target=_fill, args=(job, todo), name="pipeline-idx", daemon=True).start()
 
 
 def forget() -> None:

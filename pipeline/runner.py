@@ -291,9 +291,7 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
 def _dry_run(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options) -> SweepResult:
     """The plan, and which points a real run would skip as DONE (read from the store when it exists;
     nothing is created)."""
-    from pipeline import data as data_mod
-
-    folder, _ = data_mod.locate(options.data_dir or spec.data.root)
+    folder, _ = idx.locate(options.data_dir or spec.data.root)
     done = _done_without_writing(spec, planned, options)
     reporter.plan(spec, planned, folder, done)
     return SweepResult([done.get(p.point.index) or Outcome(p.point, SKIPPED, reason="dry run") for p in planned])
