@@ -204,6 +204,7 @@ def open_client(uri: str, must_exist: bool = False):
                 if delay is None or not _creation_race(exc):
                     raise
                 time.sleep(delay)
+                _drop_migration_leftovers(path, exc)
     except Exception as exc:  # a bad scheme, a missing driver, a file store: say so in one line
         hint = ""
         if isinstance(exc, ModuleNotFoundError):
@@ -227,6 +228,23 @@ def _creation_race(exc: BaseException) -> bool:
     text = str(exc)
     return not isinstance(exc, ImportError) and "MLFLOW_ALLOW_FILE_STORE" not in text \
         and "file is not a database" not in text
+
+
+def _drop_migration_leftovers(path: Path | None, exc: BaseException) -> None:
+    """When both sides of a creation race fail half-way through one of alembic's batch steps on
+    sqlite (copy a table into `_alembic_tmp_<name>`, drop the original, rename the copy), the copy
+    stays behind, and every later migration stops on it ("table _alembic_tmp_params already
+    exists") while the original table is still there. In a store made moments ago the copy holds
+    nothing of anyone's: drop it, and the next attempt migrates from where the store stands."""
+    import sqlite3
+
+    if path is None or "_alembic_tmp_" not in str(exc) or not path.exists():
+        return
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db, db:
+        leftovers = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                    "AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]
+        for name in leftovers:
+            db.execute(f'DROP TABLE IF EXISTS "{name}"')
 
 
 @contextlib.contextmanager

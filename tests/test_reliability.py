@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -270,6 +271,37 @@ def test_a_new_store_created_by_a_foreign_client_at_the_same_moment(tmp_path):
         foreign.wait(timeout=120)
         experiment = client.create_experiment("after-the-race")
         assert mlflow.MlflowClient(uri).get_experiment(experiment).name == "after-the-race"
+
+
+def test_a_copy_left_by_two_failed_migrations_is_dropped_and_the_store_opens(tmp_path):
+    """The state both sides of that race can leave (seen here about once in ten races): migrated up to
+    the revision before a batch step on `params`, with alembic's half-made copy `_alembic_tmp_params`
+    beside the intact table. Every migration stopped on the copy; ours drops it and migrates."""
+    import sqlite3
+
+    import sqlalchemy
+    from alembic import command
+    from mlflow.store.db.utils import _get_alembic_config
+    from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
+
+    from pipeline.store import open_client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    engine = sqlalchemy.create_engine(uri)
+    InitialBase.metadata.create_all(engine)
+    config = _get_alembic_config(uri)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "7f2a7d5fae7d")  # where the interrupted race stood
+    engine.dispose()
+    with contextlib.closing(sqlite3.connect(tmp_path / "mlflow.db")) as db, db:
+        db.execute("CREATE TABLE _alembic_tmp_params (key VARCHAR(250))")
+    client = open_client(uri)
+    experiment = client.create_experiment("after-the-leftover")
+    assert mlflow.MlflowClient(uri).get_experiment(experiment).name == "after-the-leftover"
+    with contextlib.closing(sqlite3.connect(tmp_path / "mlflow.db")) as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "params" in tables and not any(name.startswith("_alembic_tmp_") for name in tables)
 
 
 def test_secrets_in_the_environment_are_never_logged(write_grid, data_dir, tracking_uri, monkeypatch):
