@@ -260,10 +260,13 @@ def _file_lock(path: Path):
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Worth retrying: a busy sqlite file, a dropped connection, a 5xx or 429 from a server."""
+    """Worth retrying: a busy sqlite file, a dropped connection, a 5xx or 429 from a server, and a
+    401 once the sweep has started: its login was checked before anything was created
+    (check_login), and MLflow's auth app answers 401 to every request whose login it cannot look
+    up while its user database is down (a restart), once the login has left its cache."""
     text = f"{exc.__class__.__name__}: {exc}".lower()
-    return any(s in text for s in ("database is locked", "connection", "timed out", "timeout",
-                                   "max retries", "temporarily", "503", "502", "504", "429", "500 "))
+    return any(s in text for s in ("database is locked", "connection", "timed out", "timeout", "max retries",
+                                   "temporarily", "503", "502", "504", "429", "500 ", "error code 401"))
 
 
 class Retrying:

@@ -141,6 +141,26 @@ def test_unreachable_server_fails_fast():
         store.check_reachable("http://127.0.0.1:9", timeout_s=2)
 
 
+@pytest.mark.parametrize("status, body, retried", [
+    (401, "You are not authenticated. Please see the documentation.", True),  # auth database down
+    (503, "Service Unavailable", True),
+    (404, "Not Found", False),
+    (403, "Permission denied", False),
+])
+def test_which_server_answers_are_retried_mid_sweep(status, body, retried):
+    """A 401 after the sweep's login was checked is MLflow's auth app failing to look the login up
+    (its database restarting), so it is retried like a 503; a 403 or a 404 is an answer."""
+    import requests
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.rest_utils import verify_rest_response
+
+    response = requests.Response()
+    response.status_code, response._content = status, body.encode()
+    with pytest.raises(MlflowException) as info:
+        verify_rest_response(response, "/api/2.0/mlflow/runs/log-batch")
+    assert store.is_transient(info.value) is retried
+
+
 def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, monkeypatch):
     client = mlflow.MlflowClient(tracking_uri)
     experiment_id = client.create_experiment("project")
