@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -149,31 +150,32 @@ def accuracy(args, dataset, reference_root: Path) -> str:
 
 def epochs_table(args, dataset) -> str:
     """One fit of `--epochs` epochs per device and setting: the untimed warm-up, each epoch's time,
-    and cuda/cpu speedups on the steady-state epochs (the rule `pipeline compare` uses)."""
-    rows = []
-    for device, batch_size, workers in settings(args):
-        variants = [{}]
-        if args.cuda_variants and device.type == "cuda" and workers == 0:
-            variants += [{"cuda_graph": True}, {"prefetch": True}, {"cuda_graph": True, "prefetch": True},
-                         {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True},
-                         {"precision": "bf16"}, {"precision": "fp16"}]
-            if batch_size == min(args.batch_size):  # compiling takes a minute or so each: one batch size
-                variants += [{"compile": True}, {"precision": "bf16", "compile": True},
-                             {"precision": "fp16", "compile": True}]
-        for extra in variants:
-            config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, epochs=args.epochs, **extra)
+    and cuda/cpu speedups on the steady-state epochs (the rule `pipeline compare` uses). Each row is
+    printed whole as it is measured, so a run cut short by a time limit still leaves its rows; a
+    variant that fails is listed under the table (and the harness exits 1) while the others go on."""
+    rows, failures = [], []
+    for device, batch_size, workers, extra in _epoch_jobs(args):
+        config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, epochs=args.epochs, **extra)
+        label = str(device) + "".join(f" +{k}" if v is True else f" {v}" for k, v in extra.items())
+        try:
             result = fit(config, dataset, device)
-            times = [e.epoch_duration_s for e in result.epochs]
-            peak = max((e.peak_memory_mb or 0.0) for e in result.epochs)
-            joules = steady_mean([e.energy_j for e in result.epochs]) if result.final.energy_j is not None else None
-            label = str(device) + "".join(f" +{k}" if v is True else f" {v}" for k, v in extra.items())
-            rows.append({"device": label, "batch_size": batch_size, "workers": workers,
-                         # with compile, compiling is the warm-up
-                         "warmup_s": result.one_off.get("compile_s", result.warmup_s),
-                         "epochs_s": times, "steady_s": steady_mean(times),
-                         "peak_mb": peak, "joules": joules, "test_accuracy": result.final.test_accuracy})
-            print(f"{label} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, one-off {result.one_off}, "
-                  f"epochs {', '.join(f'{t:.3f}' for t in times)} s", flush=True)
+        except Exception as exc:  # one broken variant must not cost the rest of a one-shot GPU lease
+            traceback.print_exc()
+            failures.append(f"{label} bs {batch_size} w {workers}: {exc.__class__.__name__}: {exc}".splitlines()[0])
+            print(f"FAILED {failures[-1]}", flush=True)
+            continue
+        times = [e.epoch_duration_s for e in result.epochs]
+        peak = max((e.peak_memory_mb or 0.0) for e in result.epochs)
+        joules = steady_mean([e.energy_j for e in result.epochs]) if result.final.energy_j is not None else None
+        rows.append({"device": label, "batch_size": batch_size, "workers": workers,
+                     # with compile, compiling is the warm-up
+                     "warmup_s": result.one_off.get("compile_s", result.warmup_s),
+                     "epochs_s": times, "steady_s": steady_mean(times),
+                     "peak_mb": peak, "joules": joules, "test_accuracy": result.final.test_accuracy})
+        print(f"{label} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, one-off {result.one_off}, "
+              f"epochs {', '.join(f'{t:.3f}' for t in times)} s, peak {peak:,.0f} MiB, "
+              f"J/epoch {'-' if joules is None else f'{joules:.1f}'}, test acc {result.final.test_accuracy:.4f}",
+              flush=True)
     cpu = {(r["batch_size"], r["workers"]): r["steady_s"] for r in rows if r["device"] == "cpu"}
     lines = [f"per-epoch seconds, {args.epochs} epochs; steady state = {timed_label(args.epochs)}", "",
              "| device | batch | workers | warm-up (or compile) s | epoch s (1, 2, ...) | steady s | speedup vs cpu | peak MiB | J/epoch "
@@ -185,7 +187,27 @@ def epochs_table(args, dataset) -> str:
         lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {r['warmup_s']:.3f} | "
                      f"{', '.join(f'{t:.3f}' for t in r['epochs_s'])} | {r['steady_s']:.3f} | {speedup} | "
                      f"{r['peak_mb']:,.0f} | {energy} | {r['test_accuracy']:.4f} |")
+    lines += [f"- FAILED {failure}" for failure in failures]
+    args.failed = bool(failures)  # main exits 1 after writing the report
     return "\n".join(lines)
+
+
+def _epoch_jobs(args):
+    """(device, batch size, workers, variant) in the order they are timed: the compiled variants
+    (a minute or so of compiling each, at the smallest batch size only) after everything else."""
+    later = []
+    for device, batch_size, workers in settings(args):
+        yield device, batch_size, workers, {}
+        if not (args.cuda_variants and device.type == "cuda" and workers == 0):
+            continue
+        for extra in ({"cuda_graph": True}, {"prefetch": True}, {"cuda_graph": True, "prefetch": True},
+                      {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True},
+                      {"precision": "bf16"}, {"precision": "fp16"}):
+            yield device, batch_size, workers, extra
+        if batch_size == min(args.batch_size):
+            later += [(device, batch_size, workers, {"compile": True, **precision})
+                      for precision in ({}, {"precision": "bf16"}, {"precision": "fp16"})]
+    yield from later
 
 
 # --- tracking overhead (needs mlflow) ------------------------------------------------------------------
@@ -298,12 +320,15 @@ def main() -> None:
     args.device = args.device or ["cpu"]
     args.batch_size = args.batch_size or [1000]
     args.workers = args.workers or [0]
+    args.failed = False
     # Synthetic data and the tutorial's uncompressed copy: 50-100 MB, removed even when a run fails.
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-data-") as tmp:
         text = report(args, Path(tmp))
     print("\n" + text)
     if args.out:
         args.out.write_text(text)
+    if args.failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
