@@ -41,6 +41,10 @@ class GraphStep:
             self.loss = F.cross_entropy(self.logits, self.labels)
             self.loss.backward()
             optimizer.step()
+        # The outputs' memory is what each replay writes; detached, they no longer keep the captured
+        # autograd graph alive, whose gradient nodes belong to the capture stream (an eager step on
+        # the last, smaller batch would otherwise warn and synchronise with that stream).
+        self.logits, self.loss = self.logits.detach(), self.loss.detach()
         with torch.no_grad():
             for key, value in model.state_dict().items():
                 value.copy_(weights[key])
