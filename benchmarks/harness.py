@@ -16,6 +16,7 @@ loop comparison (the GPU machine has none); `--overhead` adds the tracking measu
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -78,8 +79,9 @@ def settings(args):
 def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
     reference = tutorial_loop.train_set(reference_root)
     rows = []
-    for device, batch_size, workers in settings(args):
-        config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, device=str(device), epochs=1)
+    for (device, batch_size, workers), precision in itertools.product(settings(args), args.precision):
+        config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, device=str(device), epochs=1,
+                           precision=precision)
         # Warm-up, untimed: first optimizer (torch imports its compiler), worker start, caches.
         warm = data_mod.Dataset(dataset.train.head(2 * batch_size), dataset.test.head(1000),
                                 dataset.folder, dataset.verified)
@@ -93,8 +95,8 @@ def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
             stats.append(result)
         ratios = [o / r for o, r in zip(ours_s, ref_s)]
         last = stats[-1]
-        row = {
-            "device": str(device), "hardware": hardware_name(device), "batch_size": batch_size,
+        row = {  # the tutorial's loop is fp32; a lower precision is the pipeline's alone
+            "device": str(device) + ("" if precision == "fp32" else f" {precision}"), "hardware": hardware_name(device), "batch_size": batch_size,
             "workers": workers, "tutorial_s": ref_s, "pipeline_s": ours_s, "ratio": ratios,
             "images_per_s": statistics.median(s.images_per_s for s in stats),
             "shares": [round(100 * getattr(last, k) / last.epoch_duration_s, 1)
@@ -183,7 +185,7 @@ def epochs_table(args, dataset) -> str:
     for r in rows:
         reference = cpu.get((r["batch_size"], r["workers"]))
         speedup = f"x{reference / r['steady_s']:.2f}" if reference and r["device"] != "cpu" else ""
-        energy = "-" if r["joules"] is None else f"{r['joules']:.1f}"
+        energy = "-" if r["joules"] is None else f"{r['joules']:.1f}" if r["joules"] else "0 (< 1 counter step)"
         lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {r['warmup_s']:.3f} | "
                      f"{', '.join(f'{t:.3f}' for t in r['epochs_s'])} | {r['steady_s']:.3f} | {speedup} | "
                      f"{r['peak_mb']:,.0f} | {energy} | {r['test_accuracy']:.4f} |")
@@ -198,7 +200,10 @@ def _epoch_jobs(args):
     later = []
     for device, batch_size, workers in settings(args):
         yield device, batch_size, workers, {}
+        lower = [{"precision": p} for p in args.precision if p != "fp32"]
         if not (args.cuda_variants and device.type == "cuda" and workers == 0):
+            for extra in lower:
+                yield device, batch_size, workers, extra
             continue
         for extra in ({"cuda_graph": True}, {"prefetch": True}, {"cuda_graph": True, "prefetch": True},
                       {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True},
@@ -305,6 +310,8 @@ def main() -> None:
     parser.add_argument("--device", action="append", help="cpu, cuda, ... (repeat; default cpu)")
     parser.add_argument("--batch-size", action="append", type=int, help="repeat; default 1000")
     parser.add_argument("--workers", action="append", type=int, help="repeat; default 0")
+    parser.add_argument("--precision", action="append", choices=("fp32", "bf16", "fp16"),
+                        help="the pipeline's precision (repeat; default fp32); the tutorial's loop stays fp32")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per setting (default 3)")
     parser.add_argument("--data-dir", help="Fashion-MNIST folder (default: the pipeline's search)")
     parser.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape")
@@ -320,6 +327,7 @@ def main() -> None:
     args.device = args.device or ["cpu"]
     args.batch_size = args.batch_size or [1000]
     args.workers = args.workers or [0]
+    args.precision = args.precision or ["fp32"]
     args.failed = False
     # Synthetic data and the tutorial's uncompressed copy: 50-100 MB, removed even when a run fails.
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-data-") as tmp:

@@ -100,10 +100,17 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         row["compile_s"] = run.metrics.get(COMPILE, math.nan)
         memory = run.histories.get("peak_memory_mb") or [run.metrics.get("peak_memory_mb", math.nan)]
         row["peak_memory_mb"] = max(memory)
+        # Counters advance in steps (NVML's every 100 ms): an epoch shorter than a step can read 0 J,
+        # and the mean over the steady epochs is right to one step. Zero in all of them is unknown.
         joules = steady(run.histories.get("energy_j") or [])
-        row["energy_j"] = _mean(joules)
-        row["images_per_j"] = int(run.params.get("train_size") or 0) / row["energy_j"] if joules else math.nan
         row["energy_source"] = run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
+        row["energy_j"] = _mean(joules)
+        if joules and row["energy_j"] == 0:
+            row["energy_j"] = math.nan
+            row["energy_source"] = (f"not measured: the counter ({row['energy_source']}) did not advance in the "
+                                    "steady epochs, each shorter than its update interval; train longer epochs")
+        energy = row["energy_j"]
+        row["images_per_j"] = int(run.params.get("train_size") or 0) / energy if energy > 0 else math.nan
         row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
         total = sum(steady(epochs))
         for bucket in TIME_BUCKETS:

@@ -242,6 +242,23 @@ def test_energy_is_measured_or_absent_with_the_reason(sweep_store):
         assert len(history) == 2 and all(m.value > 0 for m in history)
 
 
+def test_an_energy_counter_that_did_not_advance_is_unknown_not_free():
+    """NVML's counter moves every 100 ms: on an H200 an epoch of 25 ms read 0 J or one whole step.
+    Zeros average in (the mean over the steady epochs is right to one step); all zeros mean unknown."""
+    from pipeline.records import RunRecord, SweepRecord
+
+    def run(run_id, joules):
+        return RunRecord(run_id, run_id, {"batch_size": "1000", "train_size": "60000"}, {"test_accuracy": 0.8},
+                         {"pipeline.device": "cuda:0", "pipeline.energy": "NVML total energy of the whole GPU"},
+                         histories={"epoch_duration_s": [0.2, 0.03, 0.03], "energy_j": joules})
+
+    comparison = build(SweepRecord("p", "p", "1", "x", [run("short", [15.0, 0.0, 0.0]), run("some", [15.0, 0.0, 41.0])]))
+    rows = comparison.table.set_index("run_id")
+    assert math.isnan(rows.loc["short", "energy_j"]) and math.isnan(rows.loc["short", "images_per_j"])
+    assert rows.loc["some", "energy_j"] == 20.5 and rows.loc["some", "images_per_j"] == pytest.approx(60000 / 20.5)
+    assert any("short" in note and "did not advance" in note for note in comparison.notes), comparison.notes
+
+
 def test_repeats_are_aggregated_and_speedups_use_their_medians():
     """Points that differ only in seed: n, median and min-max; the device speedup is median/median."""
     from pipeline.records import RunRecord, SweepRecord
