@@ -194,6 +194,13 @@ def write_all(comparison: "Comparison", folder: Path, painter: "Painter | None" 
 # --- the painter: the drawing in a process of its own --------------------------------------------------
 
 
+def painter_pays() -> bool:
+    """Whether a painter would save this process time: it imports matplotlib on the other core. In a
+    process that has it already (one that ran a sweep before: a notebook, a test session) there is
+    nothing to move off the critical path, and a painter would import it again."""
+    return "matplotlib.pyplot" not in sys.modules
+
+
 @contextlib.contextmanager
 def painting(wanted: bool):
     """A started Painter for the block when `wanted` (None where none starts: drawn in-process)."""

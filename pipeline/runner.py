@@ -115,7 +115,7 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     # On the other core while this one imports torch and MLflow: the data's decoding and the charts'.
     idx.start(options.data_dir or spec.data.root)
     points = expand(spec)
-    with charts.painting(len(points) > 1 and not options.dry_run) as painter:
+    with charts.painting(len(points) > 1 and not options.dry_run and charts.painter_pays()) as painter:
         return _run_grid(spec, plan(points), reporter, options, executor, painter)
 
 
