@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import shutil
 import struct
@@ -63,19 +64,30 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+ISOLATED_VARS = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME",
+                 "PIPELINE_DATA_DIR")
+
+
+@contextlib.contextmanager
+def isolated(folder: Path):
+    """None of the caller's MLflow or data settings, and `folder` as the working directory: each
+    test's own (autouse, below), or a module-scoped fixture's, which is set up before any test's."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ISOLATED_VARS:
+            patch.delenv(name, raising=False)
+        patch.chdir(folder)
+        yield
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch, tmp_path):
-    """No test sees the caller's MLflow or data settings, and each runs in its own folder.
-    (Without mlflow, as on the GPU machine for tests/test_gpu.py, only the folder part applies.)"""
+def _isolated_env(tmp_path):
+    """(Without mlflow, as on the GPU machine for tests/test_gpu.py, only the folder part applies.)"""
     try:
         import mlflow
     except ImportError:
         mlflow = None
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID",
-                 "MLFLOW_EXPERIMENT_NAME", "PIPELINE_DATA_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    yield
+    with isolated(tmp_path):
+        yield
     if mlflow is not None:
         mlflow.set_tracking_uri(None)  # a test that aimed MLflow's fluent API somewhere leaves it unset
 
@@ -95,12 +107,17 @@ def _store_template(tmp_path_factory) -> Path:
     return path
 
 
+def new_store(folder: Path, template: Path) -> str:
+    """A sqlite store in `folder`, copied from the migrated template; its URI."""
+    path = folder / "store" / "mlflow.db"
+    path.parent.mkdir()
+    shutil.copy(template, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture
 def tracking_uri(tmp_path, _store_template) -> str:
-    path = tmp_path / "store" / "mlflow.db"
-    path.parent.mkdir()
-    shutil.copy(_store_template, path)
-    return f"sqlite:///{path}"
+    return new_store(tmp_path, _store_template)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
 
-from conftest import REPO
+from conftest import REPO, isolated, new_store
 from pipeline import charts, names
 from pipeline.cli import main
 from pipeline.compare import HISTORIES, build, render
@@ -28,12 +28,19 @@ from pipeline.records import read_sweep
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
 
-@pytest.fixture
-def sweep_store(write_grid, data_dir, tracking_uri):
+@pytest.fixture(scope="module")
+def sweep_store(tmp_path_factory, data_dir, _store_template):
     """A real 2-point cpu sweep, plus a fake 'cuda:0' twin of the batch_size=128 run logged by hand
     (this machine has no GPU), whose steady-state epoch takes a quarter of the cpu twin's time and
-    whose cold first epoch takes ten times as long."""
-    result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    whose cold first epoch takes ten times as long. One per module: the tests only read it."""
+    folder = tmp_path_factory.mktemp("cmp")
+    with isolated(folder):
+        return _sweep_store(folder, data_dir, new_store(folder, _store_template))
+
+
+def _sweep_store(folder, data_dir, tracking_uri):
+    (folder / "grid.yaml").write_text(GRID)
+    result = run_grid(load_grid(folder / "grid.yaml"), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     client = mlflow.MlflowClient(tracking_uri)
     cpu = next(r for r in client.search_runs([result.experiment_id], "params.batch_size = '128'"))
     twin = client.create_run(result.experiment_id, run_name="batch_size=128 device=cuda", tags={

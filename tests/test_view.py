@@ -8,15 +8,23 @@ import re
 import mlflow
 import pytest
 
-from conftest import invoke
+from conftest import invoke, isolated, new_store
 from pipeline import view
 
 GRID = "experiment: ui\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [2]\n"
 
 
-@pytest.fixture
-def swept(write_grid, data_dir, tracking_uri):
-    out = invoke("run", str(write_grid(GRID)), "--tracking-uri", tracking_uri, "--data-dir", str(data_dir))
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, data_dir, _store_template):
+    """One sweep for the module (the last test, which writes another view, runs last)."""
+    folder = tmp_path_factory.mktemp("view")
+    with isolated(folder):
+        return _swept(folder, data_dir, new_store(folder, _store_template))
+
+
+def _swept(folder, data_dir, tracking_uri):
+    (folder / "grid.yaml").write_text(GRID)
+    out = invoke("run", str(folder / "grid.yaml"), "--tracking-uri", tracking_uri, "--data-dir", str(data_dir))
     assert out.exit_code == 0, out.output
     client = mlflow.MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("ui")
@@ -82,11 +90,11 @@ def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_
     assert parent.data.params == {}
 
 
-def test_compare_writes_the_view_of_an_older_sweep_and_prints_its_link(swept, tracking_uri):
+def test_compare_writes_the_view_of_an_older_sweep_and_prints_its_link(swept):
     _, client, experiment_id, parent_id = swept
     key = f"mlflow.sharedViewState.sweep-{parent_id}"
     client.delete_experiment_tag(experiment_id, key)
-    out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", tracking_uri)
+    out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri)
     assert out.exit_code == 0, out.output
     assert f"viewStateShareKey=sweep-{parent_id}" in " ".join(out.output.split())
     assert key in client.get_experiment(experiment_id).tags
