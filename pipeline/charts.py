@@ -103,8 +103,9 @@ def plan(comparison: "Comparison") -> dict[str, dict]:
 
 
 def _finish(fig, ax, title: str) -> Figure:
+    # No tight_layout: savefig's bbox_inches="tight" fits the image to all that is drawn anyway, and
+    # the extra layout pass was a third of the drawing (0.96 s -> 0.61 s for the three charts).
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -168,7 +169,8 @@ _DRAW = {"epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_acc
 
 
 def figure(chart: dict) -> Figure:
-    """One planned chart as an open figure, for callers that look at its parts (close it after)."""
+    """One planned chart as an open figure, for callers that look at its parts (close it after).
+    Legends may lie outside the figure's own box: save it as `draw` does, with bbox_inches="tight"."""
     return _DRAW[chart["kind"]](chart)
 
 
