@@ -1,7 +1,8 @@
 """PNG charts of a comparison (matplotlib, no display needed).
 
 Two halves. `plan` turns a Comparison into plain data (names, numbers, labels); `draw` turns that
-data into PNG files with matplotlib. A sweep draws through a Painter: `python -m pipeline.charts`,
+data into PNG files with matplotlib's object API (Agg figures of its own, never pyplot: drawing in
+a notebook's process leaves its backend and figures alone). A sweep draws through a Painter: `python -m pipeline.charts`,
 started with the sweep, imports matplotlib (about 0.8 s of CPU here) on the other core while the
 sweep imports torch and MLflow, then waits, idle, for the comparison. `pipeline compare` draws
 in its own process.
@@ -28,13 +29,17 @@ TIME_BREAKDOWN_PNG = "time_breakdown.png"
 DRAW_TIMEOUT_S = 30  # three small charts take about a second
 
 
-def _pyplot():
-    import matplotlib
+DPI = 120
 
-    matplotlib.use("Agg")  # files only; works without a display
-    import matplotlib.pyplot as plt
 
-    return plt
+def _new_axes(figsize: tuple[float, float]):
+    """A figure with an Agg canvas (files only, no display, no pyplot) and its one axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
 
 
 # --- the data: Comparison -> plain values (no matplotlib) -------------------------------------------
@@ -112,7 +117,7 @@ def _finish(fig, ax, title: str) -> Figure:
 def _draw_epoch_duration(chart: dict) -> Figure:
     categories, devices = chart["categories"], chart["devices"]
     width = 0.8 / len(devices)
-    fig, ax = _pyplot().subplots(figsize=(max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
+    fig, ax = _new_axes((max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
     for i, device in enumerate(devices):
         bars = [(j + (i - (len(devices) - 1) / 2) * width, value) for j, d, value in chart["bars"] if d == i]
         drawn = ax.bar([x for x, _ in bars], [y for _, y in bars], width, label=device)
@@ -130,7 +135,7 @@ _MARKERS = "osD^vP<>X"
 
 
 def _draw_test_accuracy(chart: dict) -> Figure:
-    fig, ax = _pyplot().subplots(figsize=(8, 4.5))
+    fig, ax = _new_axes((8, 4.5))
     longest, lines = 1, chart["lines"]
     for i, (name, values) in enumerate(lines):
         if values:
@@ -152,7 +157,7 @@ def _draw_test_accuracy(chart: dict) -> Figure:
 
 def _draw_time_breakdown(chart: dict) -> Figure:
     labels = chart["labels"]
-    fig, ax = _pyplot().subplots(figsize=(8, 0.45 * len(labels) + 1.8))
+    fig, ax = _new_axes((8, 0.45 * len(labels) + 1.8))
     left = [0.0] * len(labels)
     for name, colour, seconds in chart["stacks"]:
         ax.barh(labels, seconds, left=left, color=colour, label=name)
@@ -169,8 +174,8 @@ _DRAW = {"epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_acc
 
 
 def figure(chart: dict) -> Figure:
-    """One planned chart as an open figure, for callers that look at its parts (close it after).
-    Legends may lie outside the figure's own box: save it as `draw` does, with bbox_inches="tight"."""
+    """One planned chart as a figure, for callers that look at its parts. Legends may lie outside
+    the figure's own box: save it as `draw` does, with bbox_inches="tight"."""
     return _DRAW[chart["kind"]](chart)
 
 
@@ -181,8 +186,7 @@ def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
     for name, chart in charts.items():
         fig = figure(chart)
         # "tight" grows the image to take in legends placed outside the axes.
-        fig.savefig(folder / name, dpi=120, bbox_inches="tight")
-        _pyplot().close(fig)
+        fig.savefig(folder / name, dpi=DPI, bbox_inches="tight")
         paths.append(folder / name)
     return paths
 
@@ -200,7 +204,7 @@ def painter_pays() -> bool:
     """Whether a painter would save this process time: it imports matplotlib on the other core. In a
     process that has it already (one that ran a sweep before: a notebook, a test session) there is
     nothing to move off the critical path, and a painter would import it again."""
-    return "matplotlib.pyplot" not in sys.modules
+    return "matplotlib.figure" not in sys.modules
 
 
 @contextlib.contextmanager
@@ -267,7 +271,7 @@ class Painter:
 
 
 def _serve() -> None:
-    _pyplot()  # the import, before the request comes
+    _new_axes((1, 1))  # the imports, before the request comes
     line = sys.stdin.readline()
     if not line:  # the sweep ended without charts
         return

@@ -112,26 +112,28 @@ def test_cli_compare_pipes_csv_and_writes_charts(sweep_store, tmp_path):
 
 
 def test_time_breakdown_legend_covers_no_bar(sweep_store, tmp_path):
-    import matplotlib.pyplot as plt
+    import matplotlib
 
     result, client, _ = sweep_store
     comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
     # Runs of equal length (a seed sweep, say) fill the plot's width: no place inside it is free of bars.
     comparison.table["epoch_duration_s"] = 1.0
-    fig = charts.figure(charts.plan(comparison)[charts.TIME_BREAKDOWN_PNG])
-    fig.canvas.draw()
+    planned = {charts.TIME_BREAKDOWN_PNG: charts.plan(comparison)[charts.TIME_BREAKDOWN_PNG]}
+    fig = charts.figure(planned[charts.TIME_BREAKDOWN_PNG])
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
     (ax,) = fig.axes
-    legend = ax.get_legend().get_window_extent()
-    bars = [patch.get_window_extent() for patch in ax.patches]
+    legend = ax.get_legend().get_window_extent(renderer)
+    bars = [patch.get_window_extent(renderer) for patch in ax.patches]
     assert len(bars) == 3 * len(comparison.table)  # data, transfer and compute for each run
     assert not [bar for bar in bars if legend.overlaps(bar)], legend
-    # The legend sticks out of the figure's own box; the saved image is widened to take it in.
-    assert legend.x1 > fig.bbox.x1
-    width_in = fig.get_figwidth()
-    plt.close(fig)
-    (png,) = charts.draw({charts.TIME_BREAKDOWN_PNG: charts.plan(comparison)[charts.TIME_BREAKDOWN_PNG]}, tmp_path)
+    # The saved image spans the figure's tight box, out to the legend's right edge.
+    tight = fig.get_tightbbox(renderer)  # inches
+    assert tight.x1 >= legend.x1 / fig.dpi
+    (png,) = charts.draw(planned, tmp_path)
+    pad = matplotlib.rcParams["savefig.pad_inches"]  # the tight box's margin on each side
     with Image.open(png) as image:
-        assert image.width / 120 > width_in  # drawn at 120 dpi
+        assert image.width == pytest.approx((tight.width + 2 * pad) * charts.DPI, abs=2)
 
 
 def test_the_painter_process_draws_what_this_process_draws(sweep_store, tmp_path):
@@ -199,16 +201,21 @@ def test_a_sweep_draws_its_charts_in_the_painter(write_grid, data_dir, tracking_
 def test_no_painter_where_this_process_has_matplotlib_already(write_grid, data_dir, tracking_uri, monkeypatch):
     """The painter only moves matplotlib's import off the critical path: a fresh `pipeline` process
     starts one, a process that has drawn before (a notebook, a test session) draws in-process."""
-    fresh = subprocess.run([sys.executable, "-c", "from pipeline import charts; print(charts.painter_pays())"],
+    # What a sweep's process has imported by the time it decides: the CLI and the runner.
+    fresh = subprocess.run([sys.executable, "-c", "from pipeline import charts, cli, runner; print(charts.painter_pays())"],
                            capture_output=True, text=True, cwd=REPO, check=True)
     assert fresh.stdout.strip() == "True"
-    import matplotlib.pyplot  # noqa: F401  (as after an earlier sweep in this process)
+    import matplotlib
+    import matplotlib.pyplot  # noqa: F401  (a notebook's, say)
 
+    backend, figures = matplotlib.get_backend(), matplotlib.pyplot.get_fignums()
     started = []
     monkeypatch.setattr(charts, "Painter", lambda: started.append(1))
     result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     logged = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(result.parent_run_id, "comparison")}
     assert started == [] and f"comparison/{charts.EPOCH_DURATION_PNG}" in logged
+    # Drawn beside the notebook's plots, not in them: pyplot's backend and figures are untouched.
+    assert matplotlib.get_backend() == backend and matplotlib.pyplot.get_fignums() == figures
 
 
 def test_sweep_logs_comparison_and_network_artifacts(sweep_store):
