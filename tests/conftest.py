@@ -71,25 +71,26 @@ ISOLATED_VARS = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID",
 @contextlib.contextmanager
 def isolated(folder: Path):
     """None of the caller's MLflow or data settings, and `folder` as the working directory: each
-    test's own (autouse, below), or a module-scoped fixture's, which is set up before any test's."""
+    test's own (autouse, below), or a module-scoped fixture's, which is set up before any test's.
+    Afterwards MLflow's fluent API aims nowhere, wherever the block aimed it. (Without mlflow, as on
+    the GPU machine for tests/test_gpu.py, there is no fluent API to reset.)"""
+    try:
+        import mlflow
+    except ImportError:
+        mlflow = None
     with pytest.MonkeyPatch.context() as patch:
         for name in ISOLATED_VARS:
             patch.delenv(name, raising=False)
         patch.chdir(folder)
         yield
+    if mlflow is not None:
+        mlflow.set_tracking_uri(None)
 
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path):
-    """(Without mlflow, as on the GPU machine for tests/test_gpu.py, only the folder part applies.)"""
-    try:
-        import mlflow
-    except ImportError:
-        mlflow = None
     with isolated(tmp_path):
         yield
-    if mlflow is not None:
-        mlflow.set_tracking_uri(None)  # a test that aimed MLflow's fluent API somewhere leaves it unset
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,8 @@ def test_the_harness_reports_loops_and_per_epoch_times(data_dir, tmp_path):
     args = argparse.Namespace(device=["cpu", "cuda"], batch_size=[100], workers=[0], rounds=1, data_dir=str(data_dir),
                               synthetic=False, accuracy_epochs=0, epochs=2, cuda_variants=True, overhead=False,
                               no_loops=False, out=None, precision=["fp32"])
-    text = harness.report(args, tmp_path)
+    text, failures = harness.report(args, tmp_path)
+    assert failures == []
     lines = text.splitlines()
     epochs_header = next(i for i, line in enumerate(lines) if line.startswith("| device | batch | workers | warm-up"))
     rows = [line.split(" | ") for line in lines[epochs_header + 2:] if line.startswith("| cpu")]
@@ -65,8 +66,7 @@ def test_a_failing_variant_is_listed_and_the_others_are_measured(data_dir, monke
         return real_fit(config, dataset, device)
 
     monkeypatch.setattr(harness, "fit", fit)
-    args = _args(precision=["fp32", "bf16"])
-    text = harness.epochs_table(args, harness.data_mod.load(data_dir))
-    assert args.failed
+    text, failures = harness.epochs_table(_args(precision=["fp32", "bf16"]), harness.data_mod.load(data_dir))
+    assert failures == ["cpu bf16 bs 100 w 0: RuntimeError: no kernel for this"]
     assert "- FAILED cpu bf16 bs 100 w 0: RuntimeError: no kernel for this" in text and "second line" not in text
     assert any(line.startswith("| cpu | 100 | 0 |") for line in text.splitlines())

@@ -16,7 +16,7 @@ GRID = "experiment: ui\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epoch
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory, data_dir, _store_template):
-    """One sweep for the module (the last test, which writes another view, runs last)."""
+    """One sweep for the module; a test that changes it puts it back."""
     folder = tmp_path_factory.mktemp("view")
     with isolated(folder):
         return _swept(folder, data_dir, new_store(folder, _store_template))
@@ -93,11 +93,15 @@ def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_
 def test_compare_writes_the_view_of_an_older_sweep_and_prints_its_link(swept):
     _, client, experiment_id, parent_id = swept
     key = f"mlflow.sharedViewState.sweep-{parent_id}"
+    saved = client.get_experiment(experiment_id).tags[key]
     client.delete_experiment_tag(experiment_id, key)
-    out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri)
-    assert out.exit_code == 0, out.output
-    assert f"viewStateShareKey=sweep-{parent_id}" in " ".join(out.output.split())
-    assert key in client.get_experiment(experiment_id).tags
+    try:
+        out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri)
+        assert out.exit_code == 0, out.output
+        assert f"viewStateShareKey=sweep-{parent_id}" in " ".join(out.output.split())
+        assert key in client.get_experiment(experiment_id).tags
+    finally:  # the module's other tests share this sweep
+        client.set_experiment_tag(experiment_id, key, saved)
 
 
 def test_envelope_round_trip_and_size():
