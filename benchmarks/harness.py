@@ -197,10 +197,9 @@ def epochs_table(args, dataset) -> tuple[str, list[str]]:
 def _epoch_jobs(args):
     """(device, batch size, workers, variant) in the order they are timed: the compiled variants
     (a minute or so of compiling each, at the smallest batch size only) after everything else."""
-    later = []
+    later, lower = [], [{"precision": p} for p in args.precision if p != "fp32"]
     for device, batch_size, workers in settings(args):
         yield device, batch_size, workers, {}
-        lower = [{"precision": p} for p in args.precision if p != "fp32"]
         if not (args.cuda_variants and device.type == "cuda" and workers == 0):
             for extra in lower:
                 yield device, batch_size, workers, extra

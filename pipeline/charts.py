@@ -107,13 +107,6 @@ def plan(comparison: "Comparison") -> dict[str, dict]:
 # --- the drawing: plain values -> PNG (matplotlib) ---------------------------------------------------
 
 
-def _finish(fig, ax, title: str) -> Figure:
-    # No tight_layout: savefig's bbox_inches="tight" fits the image to all that is drawn anyway, and
-    # the extra layout pass was a third of the drawing (0.96 s -> 0.61 s for the three charts).
-    ax.set_title(title, fontsize=10)
-    return fig
-
-
 def _draw_epoch_duration(chart: dict) -> Figure:
     categories, devices = chart["categories"], chart["devices"]
     width = 0.8 / len(devices)
@@ -127,7 +120,7 @@ def _draw_epoch_duration(chart: dict) -> Figure:
     ax.set_ylabel(chart["ylabel"])
     ax.legend(title="device")
     ax.margins(y=0.15)
-    return _finish(fig, ax, chart["title"])
+    return fig
 
 
 _DASHES = ("-", "--", "-.", ":")
@@ -152,7 +145,7 @@ def _draw_test_accuracy(chart: dict) -> Figure:
     ax.set_xlim(0.5, longest + 0.5)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="run")
-    return _finish(fig, ax, chart["title"])
+    return fig
 
 
 def _draw_time_breakdown(chart: dict) -> Figure:
@@ -166,7 +159,7 @@ def _draw_time_breakdown(chart: dict) -> Figure:
     ax.set_xlabel(chart["xlabel"])
     # Right of the axes: the bars span the plot's whole width, so any legend inside covers one.
     ax.legend(title="time spent on", fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return _finish(fig, ax, chart["title"])
+    return fig
 
 
 _DRAW = {"epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_accuracy,
@@ -176,7 +169,9 @@ _DRAW = {"epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_acc
 def figure(chart: dict) -> Figure:
     """One planned chart as a figure, for callers that look at its parts. Legends may lie outside
     the figure's own box: save it as `draw` does, with bbox_inches="tight"."""
-    return _DRAW[chart["kind"]](chart)
+    fig = _DRAW[chart["kind"]](chart)
+    fig.axes[0].set_title(chart["title"], fontsize=10)
+    return fig
 
 
 def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
@@ -185,7 +180,8 @@ def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
     paths = []
     for name, chart in charts.items():
         fig = figure(chart)
-        # "tight" grows the image to take in legends placed outside the axes.
+        # "tight" grows the image to take in legends placed outside the axes; no tight_layout before
+        # it: the same fit again, a third of the drawing (0.96 s -> 0.61 s for the three charts).
         fig.savefig(folder / name, dpi=DPI, bbox_inches="tight")
         paths.append(folder / name)
     return paths

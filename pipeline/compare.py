@@ -103,13 +103,11 @@ def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
         # Counters advance in steps (NVML's every 100 ms): an epoch shorter than a step can read 0 J,
         # and the mean over the steady epochs is right to one step. Zero in all of them is unknown.
         joules = steady(run.histories.get("energy_j") or [])
-        row["energy_source"] = run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
-        row["energy_j"] = _mean(joules)
-        if joules and row["energy_j"] == 0:
-            row["energy_j"] = math.nan
-            row["energy_source"] = (f"not measured: the counter ({row['energy_source']}) did not advance in the "
-                                    "steady epochs, each shorter than its update interval; train longer epochs")
-        energy = row["energy_j"]
+        energy, source = _mean(joules), run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
+        if joules and energy == 0:
+            energy, source = math.nan, (f"not measured: the counter ({source}) did not advance in the steady "
+                                        "epochs, each shorter than its update interval; train longer epochs")
+        row["energy_j"], row["energy_source"] = energy, source
         row["images_per_j"] = int(run.params.get("train_size") or 0) / energy if energy > 0 else math.nan
         row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
         total = sum(steady(epochs))

@@ -18,7 +18,6 @@ from torch.utils.data import DataLoader, Sampler
 
 from pipeline import idx
 from pipeline.errors import UserError
-from pipeline.idx import HOW_TO_GET
 
 WORKER_TIMEOUT_S = 300  # no batch of this dataset takes minutes; a worker that does has hung
 
@@ -81,7 +80,7 @@ def download(root: str | os.PathLike = "data") -> Path:
         for train in (True, False):
             FashionMNIST(root=str(root), train=train, download=True)
     except Exception as exc:
-        raise UserError(f"download into {root} failed ({exc.__class__.__name__}: {exc}); {HOW_TO_GET}") from None
+        raise UserError(f"download into {root} failed ({exc.__class__.__name__}: {exc}); {idx.HOW_TO_GET}") from None
     return Path(root) / "FashionMNIST" / "raw"
 
 

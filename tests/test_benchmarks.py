@@ -19,9 +19,7 @@ def _harness():
 
 def test_the_harness_reports_loops_and_per_epoch_times(data_dir, tmp_path):
     harness = _harness()
-    args = argparse.Namespace(device=["cpu", "cuda"], batch_size=[100], workers=[0], rounds=1, data_dir=str(data_dir),
-                              synthetic=False, accuracy_epochs=0, epochs=2, cuda_variants=True, overhead=False,
-                              no_loops=False, out=None, precision=["fp32"])
+    args = _args(device=["cpu", "cuda"], data_dir=str(data_dir), no_loops=False)
     text, failures = harness.report(args, tmp_path)
     assert failures == []
     lines = text.splitlines()
