@@ -213,3 +213,33 @@ def test_server_refuses_a_database_it_cannot_use_in_one_line(scheme, expected):
     assert out.exit_code == 2, out.output
     assert len(out.output.strip().splitlines()) == 1 and expected in out.output, out.output
     assert "hunter2" not in out.output and "mlflow:***@127.0.0.1" in out.output
+
+
+def test_the_command_starts_without_the_collector_and_the_first_point_turns_it_back_on(data_dir, tracking_uri,
+                                                                                      tmp_path):
+    """`pipeline` and `python -m pipeline` go through pipeline.__main__, which pauses Python's collector for the
+    start-up; the first point to train freezes start-up's objects and turns it back on."""
+    import gc
+    from importlib.metadata import entry_points
+
+    from pipeline import startup
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "pipeline"]
+    assert script.value == "pipeline.__main__:main"
+    code = ("import gc, pipeline.cli as c, pipeline.__main__ as m\n"
+            "c.main = lambda: print('COLLECTING', gc.isenabled())\nm.main()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "COLLECTING False" in out.stdout
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("experiment: collector\ngrid:\n  batch_size: [128]\n  device: [cpu]\n")
+    startup.pause()
+    try:
+        assert not gc.isenabled()
+        out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri",
+                                        tracking_uri], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
