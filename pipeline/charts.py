@@ -11,10 +11,12 @@ in its own process.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -266,13 +268,43 @@ class Painter:
         self._process.wait()
 
 
+def _draw_forked(charts: dict[str, dict], folder: Path) -> list[Path]:
+    """`draw`, each chart but the first in a child forked from this process (matplotlib imported
+    already), the first here: the sweep waits idle meanwhile, so both cores draw. Three charts of a
+    six-run grid: 0.65 s one after the other, 0.42 s this way (2 cores)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names, children = list(charts), []
+    for name in names[1:]:
+        pid = os.fork()
+        if pid == 0:  # the child: draw one chart, say why on stderr if it cannot, and go
+            code = 1
+            try:
+                draw({name: charts[name]}, folder)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        children.append((pid, name))
+    draw({names[0]: charts[names[0]]}, folder)
+    failed = [name for pid, name in children if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
+    if failed:
+        raise RuntimeError(f"drawing {', '.join(failed)} failed")
+    return [folder / name for name in names]
+
+
 def _serve() -> None:
+    # One drawing and out: no collector (startup.py says why), and no teardown, which took 0.28 s
+    # after matplotlib here while the sweep waited for this process's end.
+    gc.disable()
     _new_axes((1, 1))  # the imports, before the request comes
     line = sys.stdin.readline()
     if not line:  # the sweep ended without charts
         return
     request = json.loads(line)
-    print(json.dumps([str(path) for path in draw(request["charts"], Path(request["folder"]))]))
+    draw_all = _draw_forked if hasattr(os, "fork") else draw
+    print(json.dumps([str(path) for path in draw_all(request["charts"], Path(request["folder"]))]), flush=True)
+    os._exit(0)  # the PNGs are closed files: nothing is left to flush
 
 
 if __name__ == "__main__":
