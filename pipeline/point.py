@@ -206,7 +206,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
         run_id = tracker.adopt(job.adopt_run_id, job.point.name, tags)
     else:
         run_id = tracker.start_run(job.point.name, job.parent_run_id, tags)
-    tracker.log_params(run_id, params_of(job))
+    tracker.log_params(run_id, params_of(job), new_run=not job.adopt_run_id)
     return run_id, tags
 
 

@@ -86,11 +86,12 @@ class Tracker:
 
     # --- what a run holds ---------------------------------------------------------------------------
 
-    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        """Log params in one batch; keys the run already has (e.g. from `mlflow run -P`) are kept."""
+    def log_params(self, run_id: str, params: dict[str, Any], new_run: bool = False) -> None:
+        """Log params in one batch; keys the run already has (e.g. from `mlflow run -P`) are kept.
+        `new_run`: one this process just created, which has none (no read of the run)."""
         from mlflow.entities import Param
 
-        existing = self.client.get_run(run_id).data.params
+        existing = {} if new_run else self.client.get_run(run_id).data.params
         new = [Param(k, param_str(v)) for k, v in params.items() if k not in existing]
         if new:
             self.client.log_batch(run_id, params=new)
