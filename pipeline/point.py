@@ -125,9 +125,6 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     from pipeline.tracking import Tracker
     from pipeline.train import EpochStats, fit
 
-    from pipeline import startup
-
-    startup.resume()  # start-up is over: its objects frozen, the collector back on for the training
     progress = progress or Progress()
     dataset, device = job.data.load(), torch.device(job.device)
     tracker = Tracker.attach(job.tracking_uri, job.experiment_id, job.experiment_name)

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from pipeline import charts, idx, interrupts, results
+from pipeline import charts, idx, interrupts, results, startup
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
@@ -157,6 +157,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)
     _assign_run_keys([item], sweep.identity)
     job = sweep.job(item, parent_id=None, adopt=_project_run_id())
+    startup.resume()
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
     result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
@@ -207,6 +208,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     jobs = [with_position(sweep.job(item, parent_id), n, len(todo)) for n, item in enumerate(todo, start=1)]
     closing = interrupts.last_resort(lambda: tracker.end_run(parent_id, KILLED, quick=True)) \
         if parent_id else contextlib.nullcontext()
+    startup.resume()  # start-up is over: its objects frozen, the collector back on for the training
     try:
         with interrupts.handled(), closing:
             ran = executor.run(jobs, lambda job, outcome: _keep(sweep, job, outcome))

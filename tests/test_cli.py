@@ -215,10 +215,10 @@ def test_server_refuses_a_database_it_cannot_use_in_one_line(scheme, expected):
     assert "hunter2" not in out.output and "mlflow:***@127.0.0.1" in out.output
 
 
-def test_the_command_starts_without_the_collector_and_the_first_point_turns_it_back_on(data_dir, tracking_uri,
-                                                                                      tmp_path):
+def test_the_command_starts_without_the_collector_and_it_is_back_on_for_the_training(data_dir, tracking_uri,
+                                                                                     tmp_path, monkeypatch):
     """`pipeline` and `python -m pipeline` go through pipeline.__main__, which pauses Python's collector for the
-    start-up; the first point to train freezes start-up's objects and turns it back on."""
+    start-up; once the sweep's jobs start, start-up's objects are frozen and it is back on."""
     import gc
     from importlib.metadata import entry_points
 
@@ -233,13 +233,23 @@ def test_the_command_starts_without_the_collector_and_the_first_point_turns_it_b
 
     grid = tmp_path / "grid.yaml"
     grid.write_text("experiment: collector\ngrid:\n  batch_size: [128]\n  device: [cpu]\n")
+    import pipeline.train
+
+    real_fit, seen = pipeline.train.fit, []
+
+    def fit(*args, **kwargs):
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline.train, "fit", fit)
     startup.pause()
     try:
         assert not gc.isenabled()
         out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri",
                                         tracking_uri], catch_exceptions=False)
         assert out.exit_code == 0, out.output
-        assert gc.isenabled() and gc.get_freeze_count() > 0
+        ((collecting, frozen),) = seen
+        assert collecting and frozen > 0
     finally:
         gc.unfreeze()
         gc.enable()
