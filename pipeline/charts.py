@@ -14,6 +14,7 @@ import contextlib
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -261,8 +262,11 @@ class Painter:
         return [Path(path) for path in json.loads(out)]
 
     def close(self) -> None:
-        if self._process.poll() is None:
-            self._process.kill()
+        # The painter and any child it forked to draw: it leads a session, hence a process group, of
+        # its own, whose id stays its own until the painter (a zombie at worst) is waited for.
+        if self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
         for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
             stream.close()
         self._process.wait()
@@ -284,10 +288,13 @@ def _draw_forked(charts: dict[str, dict], folder: Path) -> list[Path]:
             except BaseException:
                 traceback.print_exc()
             finally:
+                sys.stderr.flush()
                 os._exit(code)
         children.append((pid, name))
-    draw({names[0]: charts[names[0]]}, folder)
-    failed = [name for pid, name in children if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
+    try:
+        draw({names[0]: charts[names[0]]}, folder)
+    finally:  # reaped whatever happens here
+        failed = [name for pid, name in children if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
     if failed:
         raise RuntimeError(f"drawing {', '.join(failed)} failed")
     return [folder / name for name in names]

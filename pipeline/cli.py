@@ -1,7 +1,6 @@
 """The `pipeline` command: parses, calls and prints. Logic lives in the modules below it.
 
-Heavy imports (torch, mlflow) happen inside the commands that need them, so `pipeline --help` and
-`pipeline validate` answer in a fraction of a second.
+Heavy imports (torch, mlflow) happen inside the commands that need them: `pipeline --help` is quick.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Any
 
 import click
 
-from pipeline import __version__
+from pipeline import __version__, startup
 from pipeline.errors import UserError
 
 EXIT_INTERRUPTED = 130
@@ -80,6 +79,7 @@ def main() -> None:
     from pipeline.store import configure_process
 
     configure_process()
+    startup.resume_unless_training(click.get_current_context().invoked_subcommand)
 
 
 @main.command()

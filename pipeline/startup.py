@@ -7,8 +7,10 @@ teardown walks them once more (about 2 s after `import torch, mlflow` alone). So
 starts with the collector off (`pause`); once the sweep's jobs start, what start-up built is frozen
 (`gc.freeze`: kept, never walked again) and the collector is back on (`resume`), so a long sweep
 collects its garbage as usual; at exit everything is frozen before the teardown, which then frees
-memory without walking it. Objects still die by reference counting throughout; only cycles wait.
-A process that did not pause (a notebook, a test, a Ray worker) is left alone.
+memory without walking it. Commands that train nothing resume at once. Objects still die by
+reference counting throughout; garbage cycles made during start-up are frozen with the rest and
+kept for the process's life (peak memory of a 6-run grid: 957 MiB before, 962 after). A process
+that did not pause (a notebook, a test, a Ray worker) is left alone.
 """
 
 from __future__ import annotations
@@ -36,3 +38,13 @@ def resume() -> None:
         gc.freeze()
         gc.enable()
 
+
+
+TRAINING = ("run", "train")  # their runner calls `resume` when the jobs start (runner.py)
+
+
+def resume_unless_training(command: str | None) -> None:
+    """`resume` at once for any other command: relog, predict or compare may run for long, and only
+    a sweep knows where its start-up ends. They keep the quick exit."""
+    if command not in TRAINING:
+        resume()

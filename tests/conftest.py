@@ -9,20 +9,21 @@ import shutil
 import struct
 from pathlib import Path
 
-import numpy as np
-import pytest
-
-from pipeline.idx import FILES
-
-REPO = Path(__file__).resolve().parents[1]
-
 # Under xdist, one core's share of torch threads per worker (and for the pipelines, servers and
-# `mlflow run`s it starts), set before anything imports torch. Two workers each running torch's
-# default pool of 2 OpenMP threads put 4 spinning threads on 2 cores: the suite took 7:36 that way
-# and 5:54 this way (user CPU 10:04 and 7:13, same tree). A serial run keeps torch's default.
+# `mlflow run`s it starts), set before anything imports torch or numpy. Two workers each running
+# torch's default pool of 2 OpenMP threads put 4 spinning threads on 2 cores: the suite took 7:36
+# that way and 5:54 this way (user CPU 10:04 and 7:13, same tree). A serial run keeps the default.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _CORES // _WORKERS)))
+
+import numpy as np  # noqa: E402 (after OMP_NUM_THREADS, above)
+import pytest  # noqa: E402
+
+from pipeline.idx import FILES  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = Path("/usr/share/datasets/fashion-mnist")
 
 

@@ -217,8 +217,9 @@ def test_server_refuses_a_database_it_cannot_use_in_one_line(scheme, expected):
 
 def test_the_command_starts_without_the_collector_and_it_is_back_on_for_the_training(data_dir, tracking_uri,
                                                                                      tmp_path, monkeypatch):
-    """`pipeline` and `python -m pipeline` go through pipeline.__main__, which pauses Python's collector for the
-    start-up; once the sweep's jobs start, start-up's objects are frozen and it is back on."""
+    """The `pipeline` script goes through pipeline.__main__ (as `python -m pipeline` does), which pauses
+    Python's collector for the start-up; once the sweep's jobs start, start-up's objects are frozen and
+    it is back on."""
     import gc
     from importlib.metadata import entry_points
 
@@ -249,7 +250,12 @@ def test_the_command_starts_without_the_collector_and_it_is_back_on_for_the_trai
                                         tracking_uri], catch_exceptions=False)
         assert out.exit_code == 0, out.output
         ((collecting, frozen),) = seen
-        assert collecting and frozen > 0
+        assert collecting, "the collector is still off while the point trains"
+        assert frozen > 0, "start-up's objects were not frozen"
+        # A command that trains nothing turns it back on at once.
+        startup.pause()
+        assert CliRunner().invoke(main, ["devices"]).exit_code == 0 and gc.isenabled()
     finally:
+        monkeypatch.setattr(startup, "_paused", False)
         gc.unfreeze()
         gc.enable()
