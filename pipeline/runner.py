@@ -157,7 +157,6 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)
     _assign_run_keys([item], sweep.identity)
     job = sweep.job(item, parent_id=None, adopt=_project_run_id())
-    startup.resume()
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
     result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
@@ -193,6 +192,7 @@ def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter:
         reporter.note(f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: "
                       f"{', '.join(reaped)}")
     data = DataRef(str(dataset.folder), len(dataset.train), len(dataset.test))
+    startup.resume()  # imports done, store open, data loaded: start-up is over (startup.py)
     return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri))
 
 
@@ -208,7 +208,6 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     jobs = [with_position(sweep.job(item, parent_id), n, len(todo)) for n, item in enumerate(todo, start=1)]
     closing = interrupts.last_resort(lambda: tracker.end_run(parent_id, KILLED, quick=True)) \
         if parent_id else contextlib.nullcontext()
-    startup.resume()  # start-up is over: its objects frozen, the collector back on for the training
     try:
         with interrupts.handled(), closing:
             ran = executor.run(jobs, lambda job, outcome: _keep(sweep, job, outcome))

@@ -4,7 +4,7 @@ Start-up imports torch, MLflow and SQLAlchemy and opens the store: over 400,000 
 collector tracks, made faster than any die, and every full collection walks them all. In a one-run
 sweep on 2 cores the collector took 1.8 s (1.4 s in 7 full collections), and the interpreter's
 teardown walks them once more (about 2 s after `import torch, mlflow` alone). So the command
-starts with the collector off (`pause`); once the sweep's jobs start, what start-up built is frozen
+starts with the collector off (`pause`); once the sweep is open, what start-up built is frozen
 (`gc.freeze`: kept, never walked again) and the collector is back on (`resume`), so a long sweep
 collects its garbage as usual; at exit everything is frozen before the teardown, which then frees
 memory without walking it. Commands that train nothing resume at once. Objects still die by
@@ -39,8 +39,7 @@ def resume() -> None:
         gc.enable()
 
 
-
-TRAINING = ("run", "train")  # their runner calls `resume` when the jobs start (runner.py)
+TRAINING = ("run", "train")  # their runner calls `resume` once the sweep is open (runner.py)
 
 
 def resume_unless_training(command: str | None) -> None:

@@ -215,14 +215,15 @@ def test_server_refuses_a_database_it_cannot_use_in_one_line(scheme, expected):
     assert "hunter2" not in out.output and "mlflow:***@127.0.0.1" in out.output
 
 
-def test_the_command_starts_without_the_collector_and_it_is_back_on_for_the_training(data_dir, tracking_uri,
-                                                                                     tmp_path, monkeypatch):
+def test_the_command_starts_without_the_collector_and_it_is_back_on_for_the_training(cli, data_dir, tracking_uri,
+                                                                                     write_grid, monkeypatch):
     """The `pipeline` script goes through pipeline.__main__ (as `python -m pipeline` does), which pauses
-    Python's collector for the start-up; once the sweep's jobs start, start-up's objects are frozen and
+    Python's collector for the start-up; once the sweep is open, start-up's objects are frozen and
     it is back on."""
     import gc
     from importlib.metadata import entry_points
 
+    import pipeline.train
     from pipeline import startup
 
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "pipeline"]
@@ -232,10 +233,7 @@ def test_the_command_starts_without_the_collector_and_it_is_back_on_for_the_trai
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "COLLECTING False" in out.stdout
 
-    grid = tmp_path / "grid.yaml"
-    grid.write_text("experiment: collector\ngrid:\n  batch_size: [128]\n  device: [cpu]\n")
-    import pipeline.train
-
+    grid = write_grid("experiment: collector\ngrid:\n  batch_size: [128]\n  device: [cpu]\n")
     real_fit, seen = pipeline.train.fit, []
 
     def fit(*args, **kwargs):
@@ -246,15 +244,14 @@ def test_the_command_starts_without_the_collector_and_it_is_back_on_for_the_trai
     startup.pause()
     try:
         assert not gc.isenabled()
-        out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri",
-                                        tracking_uri], catch_exceptions=False)
+        out = cli("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
         assert out.exit_code == 0, out.output
         ((collecting, frozen),) = seen
         assert collecting, "the collector is still off while the point trains"
         assert frozen > 0, "start-up's objects were not frozen"
         # A command that trains nothing turns it back on at once.
         startup.pause()
-        assert CliRunner().invoke(main, ["devices"]).exit_code == 0 and gc.isenabled()
+        assert cli("devices").exit_code == 0 and gc.isenabled()
     finally:
         monkeypatch.setattr(startup, "_paused", False)
         gc.unfreeze()
