@@ -143,7 +143,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     with interrupts.last_resort(lambda: tracker.end_run(run_id, KILLED, quick=True)):
         try:
             with tracker.system_metrics(run_id, job.system_metrics):
-                result = fit(job.point.config, dataset, device, hooks, resume=resume)
+                result = fit(job.point.config, dataset, device, hooks, resume=resume, warmed=_warmed(job))
             outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
             if hooks.tracking_error is None:
                 _record_result(tracker, run_id, result, dataset, hooks)
@@ -170,10 +170,20 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
         # Here, not in `except`: until the exception is gone its traceback holds the model, the
         # optimizer and the activations, and nothing could be released.
         _free_device_memory(device)
+        _WARMED.pop(job.parent_run_id, None)  # the caches just emptied: the next run warms up again
     if outcome.trained and checkpoint is not None:
         checkpoint.unlink(missing_ok=True)  # whatever the flags: a later run must never resume a finished point
     progress.run_end(outcome)
     return outcome
+
+
+# What each sweep's runs have warmed up in this process (train.fit's `warmed`), by the sweep's run id.
+# A sweep's later run at the same shapes finds the process warm; a single run never shares.
+_WARMED: dict[str, set] = {}
+
+
+def _warmed(job: PointJob) -> set | None:
+    return _WARMED.setdefault(job.parent_run_id, set()) if job.parent_run_id else None
 
 
 def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "torch.device",
@@ -220,8 +230,9 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
     from pipeline.store import TrackingUnavailable
 
     try:
-        tracker.log_run_metrics(run_id, {names.RUN_DURATION: result.duration_s})
-        tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch)
+        tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch,
+                          params=params_of(hooks.job), link=hooks.final_metrics,
+                          run_metrics={names.RUN_DURATION: result.duration_s})
         tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
         hooks.tracking_error = exc
@@ -247,30 +258,37 @@ class _PointHooks:
         self.outcome, self.progress, self.checkpoint = outcome, progress, checkpoint
         self.checkpointing = job.save_checkpoints and checkpoint is not None
         self.tracking_error: Exception | None = None
+        self.final_metrics: list = []  # the last epoch's metrics as logged: linked to the model at the end
+        self.devices = ""  # where the model's parameters live, once it is made
 
-    def _track(self, call, *args) -> None:
+    def _track(self, call, *args):
         from pipeline.store import TrackingUnavailable
 
         if self.tracking_error is None:
             try:
-                call(*args)
+                return call(*args)
             except TrackingUnavailable as exc:
                 self.tracking_error = exc
+        return None
+
+    def _log_epochs(self, epochs: list["EpochStats"]) -> None:
+        logged = self._track(self.tracker.log_epochs, self.run_id, epochs) or []
+        self.final_metrics = [m for m in logged if m.step == epochs[-1].epoch]
 
     def model_ready(self, model) -> None:
         from pipeline.data import image_grid
         from pipeline.model import summary
 
         images = self.dataset.train.images[: min(self.job.point.config.batch_size, 64)]
-        devices = ",".join(sorted({str(p.device) for p in model.parameters()}))
+        self.devices = ",".join(sorted({str(p.device) for p in model.parameters()}))
         self._track(self.tracker.log_image, self.run_id, image_grid(images), names.ARTIFACT_BATCH)
         self._track(self.tracker.log_text, self.run_id, summary(model), names.ARTIFACT_SUMMARY)
-        self._track(self.tracker.log_tags, self.run_id, {names.TAG_PARAM_DEVICES: devices})
         if self.outcome.epochs:  # epochs restored from a checkpoint: log them again in this run
-            self._track(self.tracker.log_epochs, self.run_id, self.outcome.epochs)
+            self._log_epochs(self.outcome.epochs)
 
     def before_training(self, one_off: dict[str, float]) -> None:
-        self._track(self.tracker.log_run_metrics, self.run_id, one_off)
+        # One call for the one-off costs and where the parameters live (known since model_ready).
+        self._track(self.tracker.log_run_metrics, self.run_id, one_off, {names.TAG_PARAM_DEVICES: self.devices})
 
     def epoch_start(self, epoch: int, steps: int) -> None:
         self.progress.epoch_start(epoch, self.job.point.config.epochs, steps)
@@ -280,7 +298,7 @@ class _PointHooks:
 
     def epoch_end(self, stats: "EpochStats") -> None:
         self.outcome.epochs.append(stats)
-        self._track(self.tracker.log_epoch, self.run_id, stats)
+        self._log_epochs([stats])
         self.progress.epoch_end(stats, self.job.point.config.epochs)
 
     def save_state(self, state: dict) -> None:

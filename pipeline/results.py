@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION, TAG_KILLED_REASON,
-                            TAG_RELOGGED, TAG_ROLE)
+from pipeline.names import (CHECKPOINT_DIR, EPOCH_METRICS, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION,
+                            TAG_KILLED_REASON, TAG_RELOGGED, TAG_ROLE)
 
 MODELS_DIR = "unlogged-models"  # under CHECKPOINT_DIR: weights of points trained during an outage
 
@@ -137,9 +137,12 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
         logged_steps = {m.step for m in tracker.client.get_metric_history(run_id, "epoch_duration_s")}
     tracker.log_params(run_id, entry["params"])
     epochs = [EpochStats(**e) for e in entry["epochs"] if e["epoch"] not in logged_steps]
-    tracker.log_epochs(run_id, epochs, {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})})
+    logged = tracker.log_epochs(run_id, epochs, {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})})
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
-        _log_model(tracker, run_id, Path(entry["model_file"]), entry["epochs"][-1]["epoch"] if entry["epochs"] else 0)
+        step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
+        link = [m for m in logged if m.step == step and m.key in EPOCH_METRICS] if step not in logged_steps \
+            else _logged_at(tracker, run_id, step)
+        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"], link)
     tracker.end_run(run_id, FINISHED)
     return run_id
 
@@ -148,7 +151,12 @@ def _has_model(run) -> bool:
     return bool(run is not None and run.outputs and run.outputs.model_outputs)
 
 
-def _log_model(tracker, run_id: str, model_file: Path, step: int) -> None:
+def _logged_at(tracker, run_id: str, step: int) -> list:
+    """The run's per-epoch metrics at `step` as the store holds them (logged before the outage)."""
+    return [m for name in EPOCH_METRICS for m in tracker.client.get_metric_history(run_id, name) if m.step == step]
+
+
+def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any], link: list) -> None:
     import numpy as np
     import torch
 
@@ -156,7 +164,7 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int) -> None:
 
     network = Network()
     network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
-    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step)
+    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params, link=link)
     model_file.unlink(missing_ok=True)
 
 

@@ -158,17 +158,20 @@ def evaluate(model: torch.nn.Module, split: Split, device: torch.device, precisi
 
 
 def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | None = None,
-        resume: dict | None = None) -> FitResult:
+        resume: dict | None = None, warmed: set | None = None) -> FitResult:
     """Train `config.epochs` epochs with Adam and cross-entropy; evaluate on the test set each epoch.
 
     `resume` is a state from Hooks.save_state: training continues after its last epoch, with the
     same weights, optimizer moments and shuffling order it would have had without the break.
+    `warmed`: what this process has already warmed up (a sweep passes the same set to each of its
+    runs): a run whose device, precision, threads and shapes are in it skips the warm-up, and logs
+    `warmup_s` 0. Its kernels, primitive caches and allocator are warm from the earlier run.
     """
     # On cuda:N, N is the current device for the whole fit, so that CUDA events are recorded on
     # N's stream rather than GPU 0's.
     on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with _torch_threads(config.num_workers), on_device:
-        return _fit(config, data, device, hooks or Hooks(), resume)
+        return _fit(config, data, device, hooks or Hooks(), resume, warmed)
 
 
 def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
@@ -229,6 +232,12 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
     return time.perf_counter() - start
 
 
+def _warm_key(config: RunConfig, data: Dataset, device: torch.device) -> tuple:
+    """What a warm-up warms: a later run with the same key finds the process warm (compile runs never
+    share: each compiles anew)."""
+    return (str(device), config.precision, torch.get_num_threads(), tuple(_shapes(config, data)))
+
+
 def _timed(device: torch.device, make):
     """`make()` and the seconds it took, its device work included (a one-off cost of the run)."""
     start = time.perf_counter()
@@ -242,7 +251,8 @@ def _diverged(epoch: int, step: int | None = None) -> Diverged:
     return Diverged(f"diverged at {where}: the training loss became NaN or inf; try a lower lr")
 
 
-def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None) -> FitResult:
+def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None,
+         warmed: set | None) -> FitResult:
     torch.manual_seed(config.seed)
     model = Network().to(device)  # initialised on the CPU by the seed, then moved: same weights anywhere
     channels_last = uses_channels_last(device)
@@ -275,8 +285,14 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     if config.compile:
         torch._dynamo.reset()  # each run compiles (and is timed compiling) as if it were the first
         net = torch.compile(model, dynamic=False)
+    key = None if warmed is None or config.compile else _warm_key(config, data, device)
     try:
-        result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
+        if key is not None and key in warmed:
+            result.one_off[WARMUP] = 0.0
+        else:
+            result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
+            if key is not None:
+                warmed.add(key)
     except Exception as exc:
         if not config.compile or isinstance(exc, torch.OutOfMemoryError):
             raise

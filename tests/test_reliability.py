@@ -198,14 +198,14 @@ def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_u
     from pipeline.tracking import Tracker
 
     grid = write_grid("experiment: outage\ngrid:\n  batch_size: [64, 128, 256]\n  device: [cpu]\n  epochs: [2]\n")
-    real = Tracker.log_epoch
+    real = Tracker.log_epochs
 
-    def down_for_the_second_point(self, run_id, stats):
-        if self.client.get_run(run_id).data.params["batch_size"] == "128":
+    def down_for_the_second_point(self, run_id, epochs, *args):
+        if epochs and self.client.get_run(run_id).data.params["batch_size"] == "128":
             raise TrackingUnavailable("http://tracking: Connection refused")
-        return real(self, run_id, stats)
+        return real(self, run_id, epochs, *args)
 
-    monkeypatch.setattr(Tracker, "log_epoch", down_for_the_second_point)
+    monkeypatch.setattr(Tracker, "log_epochs", down_for_the_second_point)
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     words = " ".join(out.output.split())
     assert out.exit_code == 1 and "tracking store stopped answering" in words and "`pipeline relog`" in words
@@ -216,7 +216,7 @@ def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_u
     statuses = {r.data.params["batch_size"]: r.info.status for r in children(runs_of(tracking_uri, "outage"))}
     assert statuses == {"64": "FINISHED", "128": "FAILED"}  # 256 was not started
 
-    monkeypatch.setattr(Tracker, "log_epoch", real)
+    monkeypatch.setattr(Tracker, "log_epochs", real)
     out = invoke("relog", "--tracking-uri", tracking_uri)
     assert out.exit_code == 0 and "logged 1 run(s)" in out.output
     client = mlflow.MlflowClient(tracking_uri)

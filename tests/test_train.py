@@ -148,6 +148,26 @@ def test_warm_up_is_untimed_and_changes_nothing(data_dir, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(warmed.model.state_dict().values(), cold.model.state_dict().values()))
 
 
+def test_a_sweeps_warm_up_is_shared_by_runs_at_the_same_shapes(data_dir, monkeypatch):
+    """Runs sharing a `warmed` set (a sweep's, in one process) warm up once per device, precision,
+    thread count and shapes; the seed or lr does not matter, the batch size does."""
+    from pipeline import train
+
+    calls = []
+    real = train._warm_up
+    monkeypatch.setattr(train, "_warm_up", lambda *args: calls.append(args[1].batch_size) or real(*args))
+    dataset, cpu, warmed = load(data_dir), torch.device("cpu"), set()
+    first = fit(RunConfig(batch_size=128, seed=0), dataset, cpu, warmed=warmed)
+    second = fit(RunConfig(batch_size=128, seed=1, lr=0.001), dataset, cpu, warmed=warmed)
+    other = fit(RunConfig(batch_size=64), dataset, cpu, warmed=warmed)
+    alone = fit(RunConfig(batch_size=128), dataset, cpu)  # no set: always warms up
+    assert calls == [128, 64, 128]
+    assert first.warmup_s > 0 and second.one_off == {"warmup_s": 0.0} and other.warmup_s > 0 and alone.warmup_s > 0
+    assert len(warmed) == 2
+    again = fit(RunConfig(batch_size=128, seed=1, lr=0.001), dataset, cpu)  # skipping it changes no number
+    assert [e.train_loss for e in second.epochs] == [e.train_loss for e in again.epochs]
+
+
 def test_peak_memory_on_the_cpu_sees_a_large_allocation():
     from pipeline.device import PeakMemory
 
