@@ -276,13 +276,13 @@ class _PointHooks:
         self.final_metrics = [m for m in logged if m.step == epochs[-1].epoch]
 
     def model_ready(self, model) -> None:
-        from pipeline.data import image_grid
+        from pipeline.data import image_grid, png
         from pipeline.model import summary
 
         images = self.dataset.train.images[: min(self.job.point.config.batch_size, 64)]
         self.devices = ",".join(sorted({str(p.device) for p in model.parameters()}))
-        self._track(self.tracker.log_image, self.run_id, image_grid(images), names.ARTIFACT_BATCH)
-        self._track(self.tracker.log_text, self.run_id, summary(model), names.ARTIFACT_SUMMARY)
+        self._track(self.tracker.log_files, self.run_id, {names.ARTIFACT_BATCH: png(image_grid(images)),
+                                                          names.ARTIFACT_SUMMARY: summary(model)})
         if self.outcome.epochs:  # epochs restored from a checkpoint: log them again in this run
             self._log_epochs(self.outcome.epochs)
 

@@ -33,14 +33,25 @@ class SweepRecord:
     children: list[RunRecord]
 
 
-def record(client, run, histories: tuple[str, ...] = ()) -> RunRecord:
-    """One MLflow run as a RunRecord, with the per-epoch history of each metric in `histories`."""
+def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[float]] | None = None) -> RunRecord:
+    """One MLflow run as a RunRecord, with the per-epoch history of each metric in `histories`: read
+    from the store, or taken from `known` (what this process logged, see `histories_of`)."""
     result = RunRecord(run.info.run_id, run.info.run_name, dict(run.data.params), dict(run.data.metrics),
                        dict(run.data.tags))
     for name in histories:
+        if known is not None and name in known:
+            result.histories[name] = known[name]
+            continue
         steps = client.get_metric_history(run.info.run_id, name)
         result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
     return result
+
+
+def histories_of(epochs: list, names: tuple[str, ...]) -> dict[str, list[float]]:
+    """Per-epoch values of each metric in `names`, as the store holds them once logged (epoch order; a
+    None, a value that cannot be told, was never logged)."""
+    ordered = sorted(epochs, key=lambda e: e.epoch)
+    return {name: [float(v) for e in ordered if (v := getattr(e, name)) is not None] for name in names}
 
 
 def finished_by_key(client, experiment_id: str | None) -> dict[str, object]:
@@ -61,8 +72,10 @@ def experiment_id_of(client, name: str) -> str | None:
 
 
 def read_sweep(client, experiment: str | None = None, parent_run_id: str | None = None,
-               histories: tuple[str, ...] = ()) -> SweepRecord:
+               histories: tuple[str, ...] = (), known: dict[str, dict[str, list[float]]] | None = None) -> SweepRecord:
     """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
+    `known`: histories by run id that the caller logged itself, not read back (a sweep's own runs:
+    nine reads a run saved).
 
     Raises UserError when there is nothing to read.
     """
@@ -76,7 +89,7 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
             f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
             order_by=["attributes.start_time ASC"],
         )
-        children = [record(client, run, histories) for run in runs]
+        children = [record(client, run, histories, (known or {}).get(run.info.run_id)) for run in runs]
         experiment_name = client.get_experiment(parent.info.experiment_id).name
     except MlflowException as exc:
         raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None

@@ -228,7 +228,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
-        comparison = _log_comparison(tracker, parent_id, reporter, spec, painter)
+        comparison = _log_comparison(tracker, parent_id, reporter, spec, painter, result.outcomes)
         if not adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
@@ -317,15 +317,18 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, painter):
+def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, painter,
+                    outcomes: list[Outcome]):
     """The comparison table and charts, as artifacts of the parent run (under comparison/), and what
-    the MLflow UI opens on (view.py): the sweep's saved view and the descriptions."""
+    the MLflow UI opens on (view.py): the sweep's saved view and the descriptions. The runs' epochs
+    are the ones in `outcomes`, as they were logged; the rest is read back from the store."""
     from pipeline import view
     from pipeline.compare import HISTORIES, build, write_report
-    from pipeline.records import read_sweep
+    from pipeline.records import histories_of, read_sweep
 
+    known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
-        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES))
+        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known))
         if comparison.table.empty:
             return comparison
         with tempfile.TemporaryDirectory() as tmp:

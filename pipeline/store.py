@@ -270,9 +270,9 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class Retrying:
-    """Wraps an MlflowClient: each call retries transient failures with backoff, then raises
-    TrackingUnavailable. Everything else passes through unchanged. `once` is the bare client: one
-    attempt, for a second Ctrl-C or a store already known to be down."""
+    """Wraps an MlflowClient (or an artifact repository): each call retries transient failures with
+    backoff, then raises TrackingUnavailable. Everything else passes through unchanged. `once` is the
+    bare client: one attempt, for a second Ctrl-C or a store already known to be down."""
 
     def __init__(self, client) -> None:
         self.once = client
@@ -295,6 +295,15 @@ class Retrying:
                     time.sleep(delay)
 
         return call
+
+
+def artifact_store(artifact_uri: str, tracking_uri: str) -> Retrying:
+    """The artifact repository at `artifact_uri` (a run's or a LoggedModel's, as its creation returned
+    it), retrying like the client. MLflow's client looks the location up in the store again before a
+    run's or a model's first upload (a get_run or get_logged_model: about 8 ms on sqlite)."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    return Retrying(get_artifact_repository(artifact_uri, tracking_uri=tracking_uri))
 
 
 @contextlib.contextmanager

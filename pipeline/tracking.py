@@ -9,6 +9,7 @@ a run holds are `names`'; reading runs back is `records`'.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
 import traceback
 from dataclasses import asdict
@@ -20,7 +21,8 @@ from pipeline.errors import UserError
 from pipeline.interrupts import critical
 from pipeline.liveness import process_tags
 from pipeline.names import EPOCH_METRICS, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
-from pipeline.store import TrackingUnavailable, first_line, is_transient, open_client, ui_hint
+from pipeline.store import (TrackingUnavailable, artifact_store, first_line, is_transient, open_client,
+                            ui_hint)
 
 
 class Tracker:
@@ -29,6 +31,7 @@ class Tracker:
     def __init__(self, uri: str, client, experiment_id: str, experiment_name: str) -> None:
         self.uri, self.client = uri, client
         self.experiment_id, self.experiment_name = experiment_id, experiment_name
+        self._artifact_uris: dict[str, str] = {}  # of the runs this tracker created, until they end
 
     @classmethod
     def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> "Tracker":
@@ -63,6 +66,7 @@ class Tracker:
         if parent_id:
             tags[MLFLOW_PARENT_RUN_ID] = parent_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        self._artifact_uris[run.info.run_id] = run.info.artifact_uri
         return run.info.run_id
 
     def adopt(self, run_id: str, name: str, tags: dict[str, str]) -> str:
@@ -77,6 +81,7 @@ class Tracker:
     def end_run(self, run_id: str, status: str, quick: bool = False) -> None:
         """FINISHED, FAILED or KILLED. `quick`: one attempt, no retries, errors ignored (for a
         second Ctrl-C, or a store that is already known to be down)."""
+        self._artifact_uris.pop(run_id, None)
         if not quick:
             self.client.set_terminated(run_id, status)
             return
@@ -121,11 +126,20 @@ class Tracker:
         """Run-level metrics (run duration, warm-up) at step 0, and tags, in one call."""
         self.log_epochs(run_id, [], metrics, tags)
 
-    def log_image(self, run_id: str, image: Any, path: str) -> None:
-        self.client.log_image(run_id, image, path)
+    def log_files(self, run_id: str, files: dict[str, bytes | str]) -> None:
+        """Files (contents by artifact path) into the run's artifacts, in one upload."""
+        with tempfile.TemporaryDirectory() as tmp:
+            for path, content in files.items():
+                target = Path(tmp, path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content if isinstance(content, bytes) else content.encode())
+            if run_id in self._artifact_uris:
+                artifact_store(self._artifact_uris[run_id], self.uri).log_artifacts(tmp)
+            else:  # a run this tracker did not create (`mlflow run`'s): the client finds its store
+                self.client.log_artifacts(run_id, tmp)
 
     def log_text(self, run_id: str, text: str, path: str) -> None:
-        self.client.log_text(run_id, text, path)
+        self.log_files(run_id, {path: text})
 
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
         self.client.log_artifacts(run_id, str(folder), artifact_path)
@@ -184,7 +198,6 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
     """
     import copy
     import shutil
-    import tempfile
 
     import cloudpickle
     import mlflow
@@ -224,7 +237,7 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
                         f"cloudpickle=={cloudpickle.__version__}",
                     ],
                 )
-                client.log_model_artifacts(logged.model_id, str(local))
+                artifact_store(logged.artifact_location, client.once.tracking_uri).log_artifacts(str(local))
             client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=step)])
             # The same values, timestamps and step as logged, now with the model's id: the store adds
             # them to the model without a second point in the run's history (MLflow links them so).

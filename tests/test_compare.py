@@ -24,7 +24,7 @@ from pipeline.compare import HISTORIES, build, render
 from pipeline.config import load_grid
 from pipeline.report import Reporter
 from pipeline.runner import Options, run_grid
-from pipeline.records import read_sweep
+from pipeline.records import histories_of, read_sweep
 
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -85,6 +85,18 @@ def test_rows_speedups_and_shares(sweep_store):
     assert 0 < ref[["data_share", "transfer_share", "compute_share"]].sum() <= 1.01
     (line,) = comparison.speedups
     assert line.startswith("batch_size=128: cuda:0 x4.00") and "vs cpu" in line and line.endswith("timed on epoch 2")
+
+
+def test_the_histories_a_sweep_keeps_are_the_ones_its_store_holds(sweep_store):
+    """The sweep's comparison takes its runs' epochs from memory (histories_of), `pipeline compare`
+    reads them back: the same numbers, the same order, the same gaps (energy where none was told)."""
+    result, client, _ = sweep_store
+    stored = {r.run_id: r.histories for r in read_sweep(client, parent_run_id=result.parent_run_id,
+                                                        histories=HISTORIES).children}
+    finished = [o for o in result.outcomes if o.status == "FINISHED"]
+    assert len(finished) == 2
+    for outcome in finished:
+        assert histories_of(outcome.epochs, HISTORIES) == stored[outcome.run_id]
 
 
 def test_formats_and_sort(sweep_store):
@@ -249,6 +261,8 @@ def test_sweep_logs_comparison_and_network_artifacts(sweep_store):
     assert {"comparison/epoch_duration.png", "comparison/test_accuracy.png", "comparison/results.csv",
             "comparison/results.md"} <= logged
     assert {a.path for a in client.list_artifacts(cpu.info.run_id, "inputs")} == {names.ARTIFACT_BATCH}
+    with Image.open(client.download_artifacts(cpu.info.run_id, names.ARTIFACT_BATCH)) as batch:
+        assert batch.format == "PNG" and batch.size == (8 * 30 + 2, 8 * 30 + 2)  # 64 images, 8 wide, 2 px apart
     summary = open(client.download_artifacts(cpu.info.run_id, names.ARTIFACT_SUMMARY)).read()
     assert "conv1.weight" in summary and "(6, 1, 5, 5)" in summary and "out.bias" in summary and "cpu" in summary
     assert cpu.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
