@@ -266,7 +266,7 @@ def _open_parent(sweep: _Sweep, spec: GridSpec, size: int) -> tuple[str, bool]:
     project_run = _project_run_id()
     parent_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
     with contextlib.suppress(OSError):
-        tracker.log_text(parent_id, spec.path.read_text(encoding="utf-8"), f"grid/{spec.path.name}")
+        tracker.log_files(parent_id, {f"grid/{spec.path.name}": spec.path.read_text(encoding="utf-8")})
     sweep.reporter.sweep_start(tracker, parent_id, size)
     return parent_id, bool(project_run)
 
@@ -317,11 +317,9 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, painter,
-                    outcomes: list[Outcome]):
-    """The comparison table and charts, as artifacts of the parent run (under comparison/), and what
-    the MLflow UI opens on (view.py): the sweep's saved view and the descriptions. The runs' epochs
-    are the ones in `outcomes`, as they were logged; the rest is read back from the store."""
+def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, painter, outcomes):
+    """The comparison table and charts as the parent run's artifacts (comparison/), and what the MLflow
+    UI opens on (view.py): saved view, descriptions. The epochs of `outcomes` as logged; the rest read back."""
     from pipeline import view
     from pipeline.compare import HISTORIES, build, write_report
     from pipeline.records import histories_of, read_sweep

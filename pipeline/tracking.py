@@ -138,9 +138,6 @@ class Tracker:
             else:  # a run this tracker did not create (`mlflow run`'s): the client finds its store
                 self.client.log_artifacts(run_id, tmp)
 
-    def log_text(self, run_id: str, text: str, path: str) -> None:
-        self.log_files(run_id, {path: text})
-
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
         self.client.log_artifacts(run_id, str(folder), artifact_path)
 
@@ -153,12 +150,9 @@ class Tracker:
 
     def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *, params: dict[str, Any] | None = None,
                   link: list[Any] = (), run_metrics: dict[str, float | None] | None = None) -> str:
-        """Log a CPU copy of `model` with a signature as the run's `model` (an MLflow LoggedModel, its
-        output at `step`, the final epoch); returns the model URI.
-        `params`: the run's, copied onto the model as MLflow's log_model copies them. `link`: metrics
-        already logged at `step` (as log_epochs returned them), linked to the model. `run_metrics`:
-        run-level metrics logged in the same call (the run's duration).
-        A store that stops answering here is TrackingUnavailable, as anywhere else."""
+        """Log a CPU copy of `model` as the run's LoggedModel `model`, its output at `step` (the final
+        epoch); returns the URI. `params`: the run's, copied onto the model; `link`: metrics logged at
+        `step` (as log_epochs returned them), linked to it; `run_metrics`: logged in the same call."""
         try:
             return log_pytorch_model(self.client, self.experiment_id, run_id, model, example, step,
                                      params or {}, link, run_metrics or {})
