@@ -131,7 +131,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     checkpoint = Path(job.checkpoint) if job.checkpoint else None
     resume = _load_checkpoint(checkpoint) if job.resume else None
     try:
-        run_id, tags = _open_run(tracker, job, dataset, device, resume)
+        run_id, tags, run_params = _open_run(tracker, job, dataset, device, resume)
     except TrackingUnavailable as exc:
         return Outcome(job.point, NOT_RUN, device=job.device, reason=str(exc), store_down=True)
     outcome = Outcome(job.point, FAILED, device=job.device, run_id=run_id, tags=tags)
@@ -139,7 +139,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     if resume is not None:
         outcome.epochs = [EpochStats(**e) for e in resume["epochs"]]  # logged again by model_ready
         progress.note(f"resuming from the checkpoint after epoch {resume['epoch']} ({checkpoint})")
-    hooks = _PointHooks(tracker, run_id, job, dataset, outcome, progress, checkpoint)
+    hooks = _PointHooks(tracker, run_id, job, dataset, outcome, progress, checkpoint, run_params)
     with interrupts.last_resort(lambda: tracker.end_run(run_id, KILLED, quick=True)):
         try:
             with tracker.system_metrics(run_id, job.system_metrics):
@@ -177,17 +177,23 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     return outcome
 
 
-# What each sweep's runs have warmed up in this process (train.fit's `warmed`), by the sweep's run id.
-# A sweep's later run at the same shapes finds the process warm; a single run never shares.
+# What the current sweep's runs have warmed up in this process (train.fit's `warmed`), by the sweep's
+# run id: a sweep's later run at the same shapes finds the process warm; a single run never shares.
+# Only the latest sweep's set is kept.
 _WARMED: dict[str, set] = {}
+WARMUP_SHARED = "an earlier run of this sweep warmed this process up (same device, precision, threads, shapes)"
 
 
 def _warmed(job: PointJob) -> set | None:
-    return _WARMED.setdefault(job.parent_run_id, set()) if job.parent_run_id else None
+    if not job.parent_run_id:
+        return None
+    if job.parent_run_id not in _WARMED:
+        _WARMED.clear()
+    return _WARMED.setdefault(job.parent_run_id, set())
 
 
 def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "torch.device",
-              resume: dict | None) -> tuple[str, dict[str, str]]:
+              resume: dict | None) -> tuple[str, dict[str, str], dict[str, str]]:
     import torch
 
     from pipeline.device import arithmetic_tags, hardware_name
@@ -213,8 +219,8 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
         run_id = tracker.adopt(job.adopt_run_id, job.point.name, tags)
     else:
         run_id = tracker.start_run(job.point.name, job.parent_run_id, tags)
-    tracker.log_params(run_id, params_of(job), new_run=not job.adopt_run_id)
-    return run_id, tags
+    run_params = tracker.log_params(run_id, params_of(job), new_run=not job.adopt_run_id)
+    return run_id, tags, run_params
 
 
 def params_of(job: PointJob) -> dict:
@@ -231,7 +237,7 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
 
     try:
         tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch,
-                          params=params_of(hooks.job), link=hooks.final_metrics,
+                          params=hooks.run_params, link=hooks.final_metrics,
                           run_metrics={names.RUN_DURATION: result.duration_s})
         tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
@@ -253,8 +259,9 @@ class _PointHooks:
     A store that stops answering does not stop training: the results go to the results file."""
 
     def __init__(self, tracker: "Tracker", run_id: str, job: PointJob, dataset: "Dataset", outcome: Outcome,
-                 progress: Progress, checkpoint: Path | None) -> None:
+                 progress: Progress, checkpoint: Path | None, run_params: dict[str, str]) -> None:
         self.tracker, self.run_id, self.job, self.dataset = tracker, run_id, job, dataset
+        self.run_params = run_params  # all the run's params: copied onto its model, as MLflow does
         self.outcome, self.progress, self.checkpoint = outcome, progress, checkpoint
         self.checkpointing = job.save_checkpoints and checkpoint is not None
         self.tracking_error: Exception | None = None
@@ -288,7 +295,10 @@ class _PointHooks:
 
     def before_training(self, one_off: dict[str, float]) -> None:
         # One call for the one-off costs and where the parameters live (known since model_ready).
-        self._track(self.tracker.log_run_metrics, self.run_id, one_off, {names.TAG_PARAM_DEVICES: self.devices})
+        tags = {names.TAG_PARAM_DEVICES: self.devices}
+        if names.WARMUP not in one_off and names.COMPILE not in one_off:  # fit's `warmed`: nothing was timed
+            tags[names.TAG_WARMUP_SHARED] = WARMUP_SHARED
+        self._track(self.tracker.log_run_metrics, self.run_id, one_off, tags)
 
     def epoch_start(self, epoch: int, steps: int) -> None:
         self.progress.epoch_start(epoch, self.job.point.config.epochs, steps)

@@ -140,8 +140,10 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     logged = tracker.log_epochs(run_id, epochs, {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})})
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
         step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
-        link = [m for m in logged if m.step == step and m.key in EPOCH_METRICS] if step not in logged_steps \
-            else _logged_at(tracker, run_id, step)
+        if step in logged_steps:  # the final epoch reached the store before the outage
+            link = _logged_at(tracker, run_id, step)
+        else:
+            link = [m for m in logged if m.step == step and m.key in EPOCH_METRICS]
         _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"], link)
     tracker.end_run(run_id, FINISHED)
     return run_id

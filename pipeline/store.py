@@ -309,8 +309,7 @@ def artifact_store(artifact_uri: str, tracking_uri: str) -> Retrying:
 @contextlib.contextmanager
 def fluent_target(uri: str, experiment_id: str):
     """MLflow's fluent APIs aimed at this store and experiment for the duration of one call, then
-    restored. log_model creates its LoggedModel through them; without an experiment it would land
-    in the Default one, apart from its run."""
+    restored. Registering a model version resolves its `models:/m-...` source through them."""
     import mlflow
 
     previous_uri = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None

@@ -90,15 +90,17 @@ class Tracker:
 
     # --- what a run holds ---------------------------------------------------------------------------
 
-    def log_params(self, run_id: str, params: dict[str, Any], new_run: bool = False) -> None:
+    def log_params(self, run_id: str, params: dict[str, Any], new_run: bool = False) -> dict[str, str]:
         """Log params in one batch; keys the run already has (e.g. from `mlflow run -P`) are kept.
-        `new_run`: one this process just created, which has none (no read of the run)."""
+        `new_run`: one this process just created, which has none (no read of the run). Returns
+        all the run's params, as the store now holds them."""
         from mlflow.entities import Param
 
         existing = {} if new_run else self.client.get_run(run_id).data.params
         new = [Param(k, param_str(v)) for k, v in params.items() if k not in existing]
         if new:
             self.client.log_batch(run_id, params=new)
+        return {**existing, **{p.key: p.value for p in new}}
 
     def log_tags(self, run_id: str, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag
@@ -205,7 +207,9 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
     with torch.no_grad():
         output = cpu_model(torch.from_numpy(example)).numpy()
     with critical():
-        logged = client.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=run_id,
+        # Calls that are not idempotent go through the bare client, as in MLflow's own log_model (its
+        # HTTP layer retries a refused connection): a retry after a lost reply would add a model.
+        logged = client.once.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=run_id,
                                             params={k: param_str(v) for k, v in params.items()}, tags=context_tags())
         try:
             with tempfile.TemporaryDirectory() as tmp, _without_self_checks():
@@ -232,7 +236,7 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
                     ],
                 )
                 artifact_store(logged.artifact_location, client.once.tracking_uri).log_artifacts(str(local))
-            client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=step)])
+            client.once.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=step)])
             # The same values, timestamps and step as logged, now with the model's id: the store adds
             # them to the model without a second point in the run's history (MLflow links them so).
             linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=logged.model_id) for m in link]

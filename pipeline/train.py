@@ -164,8 +164,8 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
     `resume` is a state from Hooks.save_state: training continues after its last epoch, with the
     same weights, optimizer moments and shuffling order it would have had without the break.
     `warmed`: what this process has already warmed up (a sweep passes the same set to each of its
-    runs): a run whose device, precision, threads and shapes are in it skips the warm-up, and logs
-    `warmup_s` 0. Its kernels, primitive caches and allocator are warm from the earlier run.
+    runs): a run whose device, precision, threads and shapes are in it skips the warm-up (no
+    `warmup_s` in `one_off`). Its kernels, primitive caches and allocator are warm from the earlier run.
     """
     # On cuda:N, N is the current device for the whole fit, so that CUDA events are recorded on
     # N's stream rather than GPU 0's.
@@ -287,9 +287,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         net = torch.compile(model, dynamic=False)
     key = None if warmed is None or config.compile else _warm_key(config, data, device)
     try:
-        if key is not None and key in warmed:
-            result.one_off[WARMUP] = 0.0
-        else:
+        if key is None or key not in warmed:
             result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
             if key is not None:
                 warmed.add(key)

@@ -79,8 +79,8 @@ def test_server_down_mid_point_then_relog_then_rerun(server, tmp_path, write_gri
 
 
 def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid, data_dir, tracking_uri, monkeypatch):
-    """The model goes through MLflow's own client: a dropped connection there is an outage too, not
-    a FAILED run that loses the training."""
+    """A dropped connection while the model is logged is an outage too, not a FAILED run that loses
+    the training."""
     import pipeline.tracking
 
     real = pipeline.tracking.log_pytorch_model

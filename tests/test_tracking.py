@@ -78,25 +78,29 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
 
 
 def test_a_sweeps_repeat_skips_the_warm_up_and_its_model_holds_the_last_epoch(write_grid, data_dir, tracking_uri):
-    """Two seeds at the same shapes: the first run warms the process up, the second logs warmup_s 0;
-    the next sweep warms up anew. Each model is linked to its run's final epoch, whose metrics keep
-    one point in the run's history."""
-    grid = write_grid("experiment: repeats\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  seed: [0, 1]\n")
+    """Two seeds at the same shapes: the first run warms the process up, the second has no warm-up
+    of its own (no warmup_s, a tag says why); the next sweep warms up anew. Each model is linked to
+    its run's final epoch, whose metrics keep one point per epoch in the run's history, and carries
+    the run's params as MLflow's log_model copies them."""
+    grid = write_grid("experiment: repeats\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  seed: [0, 1]\n"
+                      "  epochs: [2]\n")
     client = mlflow.MlflowClient(tracking_uri)
     for sweep in range(2):
         result = run_grid(load_grid(grid), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir),
                                                                rerun=True))
         first, second = (client.get_run(o.run_id) for o in result.outcomes)
-        assert first.data.metrics["warmup_s"] > 0 and second.data.metrics["warmup_s"] == 0, sweep
+        assert first.data.metrics["warmup_s"] > 0 and names.TAG_WARMUP_SHARED not in first.data.tags, sweep
+        assert "warmup_s" not in second.data.metrics and second.data.tags[names.TAG_WARMUP_SHARED], sweep
     for run in (first, second):
         assert run.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
         (output,) = run.outputs.model_outputs
+        assert output.step == 2
         model = client.get_logged_model(output.model_id)
         assert model.status == "READY" and model.source_run_id == run.info.run_id and model.name == "model"
-        assert model.params["seed"] == run.data.params["seed"] and model.tags["mlflow.user"]
+        assert model.params == run.data.params and model.tags["mlflow.user"]
         linked = {m.key: (m.step, m.value) for m in model.metrics}
-        assert linked["test_accuracy"] == (1, run.data.metrics["test_accuracy"]) and "run_duration_s" not in linked
-        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1]
+        assert linked["test_accuracy"] == (2, run.data.metrics["test_accuracy"]) and "run_duration_s" not in linked
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
 
 
 def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, tracking_uri, monkeypatch):
