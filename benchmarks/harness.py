@@ -240,9 +240,10 @@ def _run_overheads(results: Path, start: int, end: int) -> list[float]:
     import mlflow
 
     lines = [json.loads(line) for line in results.read_text().splitlines()[start:end]]
+    clients = {uri: mlflow.MlflowClient(uri) for uri in {line["tracking_uri"] for line in lines}}
     overheads = []
     for line in lines:
-        info = mlflow.MlflowClient(line["tracking_uri"]).get_run(line["run_id"]).info
+        info = clients[line["tracking_uri"]].get_run(line["run_id"]).info
         overheads.append((info.end_time - info.start_time) / 1000 - line["run_duration_s"])
     return overheads
 

@@ -12,7 +12,6 @@ import contextlib
 import tempfile
 import time
 import traceback
-from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -110,14 +109,10 @@ class Tracker:
     def log_epochs(self, run_id: str, epochs: list[Any], run_metrics: dict[str, float | None] | None = None,
                    tags: dict[str, Any] | None = None) -> list[Any]:
         """Several epochs' metrics (and run-level ones, at step 0, and tags) in one batch call; returns
-        the metrics logged. A metric that is None (peak memory where it cannot be told) is left out,
-        never logged as zero."""
-        from mlflow.entities import Metric, RunTag
+        the metrics logged (as_metrics: a value that is None is left out)."""
+        from mlflow.entities import RunTag
 
-        now = int(time.time() * 1000)
-        values = [(name, asdict(stats)[name], stats.epoch) for stats in epochs for name in EPOCH_METRICS]
-        values += [(name, value, 0) for name, value in (run_metrics or {}).items()]
-        metrics = [Metric(name, float(value), now, step) for name, value, step in values if value is not None]
+        metrics = as_metrics(epochs, run_metrics or {})
         run_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
@@ -148,7 +143,7 @@ class Tracker:
         reason = (reason or f"{exc.__class__.__name__}: {exc}")[:5000]
         self.client.set_tag(run_id, TAG_ERROR, reason)
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self.client.log_text(run_id, text, ARTIFACT_TRACEBACK)
+        self.log_files(run_id, {ARTIFACT_TRACEBACK: text})
 
     def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *, params: dict[str, Any] | None = None,
                   link: list[Any] = (), run_metrics: dict[str, float | None] | None = None) -> str:
@@ -240,8 +235,7 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
             # The same values, timestamps and step as logged, now with the model's id: the store adds
             # them to the model without a second point in the run's history (MLflow links them so).
             linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=logged.model_id) for m in link]
-            now = int(time.time() * 1000)
-            linked += [Metric(k, float(v), now, 0) for k, v in run_metrics.items() if v is not None]
+            linked += as_metrics([], run_metrics)
             if linked:
                 client.log_batch(run_id, metrics=linked)
             client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
@@ -250,6 +244,17 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
                 client.once.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
             raise
     return f"models:/{logged.model_id}"
+
+
+def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None]) -> list[Any]:
+    """MLflow Metrics, stamped now: each epoch's per-epoch metrics at step = epoch, and run-level ones
+    at step 0. A value that is None (peak memory where it cannot be told) is left out, never zero."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    values = [(name, getattr(stats, name), stats.epoch) for stats in epochs for name in EPOCH_METRICS]
+    values += [(name, value, 0) for name, value in run_metrics.items()]
+    return [Metric(name, float(value), now, step) for name, value, step in values if value is not None]
 
 
 @lru_cache(maxsize=1)
