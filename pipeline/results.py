@@ -121,6 +121,7 @@ def _parent_in(tracker, parent_id: str | None) -> str | None:
 def _restore(tracker, entry: dict[str, Any]) -> str:
     """The line's run in `tracker`'s store: the run the sweep opened when it is there, completed
     with what the outage kept from it, else a new child of the same sweep."""
+    from pipeline.tracking import as_metrics
     from pipeline.train import EpochStats
 
     run = _existing_run(tracker, entry)
@@ -137,14 +138,17 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
         logged_steps = {m.step for m in tracker.client.get_metric_history(run_id, "epoch_duration_s")}
     tracker.log_params(run_id, entry["params"])
     epochs = [EpochStats(**e) for e in entry["epochs"] if e["epoch"] not in logged_steps]
-    logged = tracker.log_epochs(run_id, epochs, {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})})
+    run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})}
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
         step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
         if step in logged_steps:  # the final epoch reached the store before the outage
             link = _logged_at(tracker, run_id, step)
-        else:
-            link = [m for m in logged if m.step == step and m.key in EPOCH_METRICS]
-        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"], link)
+        else:  # logged with the model, linked to it, as a run does
+            link, epochs = as_metrics(epochs[-1:], {}), epochs[:-1]
+        tracker.log_epochs(run_id, epochs)
+        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"], link, run_metrics)
+    else:
+        tracker.log_epochs(run_id, epochs, run_metrics)
     tracker.end_run(run_id, FINISHED)
     return run_id
 
@@ -158,7 +162,8 @@ def _logged_at(tracker, run_id: str, step: int) -> list:
     return [m for name in EPOCH_METRICS for m in tracker.client.get_metric_history(run_id, name) if m.step == step]
 
 
-def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any], link: list) -> None:
+def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any], link: list,
+               run_metrics: dict[str, float | None]) -> None:
     import numpy as np
     import torch
 
@@ -166,7 +171,8 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[s
 
     network = Network()
     network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
-    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params, link=link)
+    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params, link=link,
+                      run_metrics=run_metrics)
     model_file.unlink(missing_ok=True)
 
 

@@ -118,11 +118,6 @@ class Tracker:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
         return metrics
 
-    def log_run_metrics(self, run_id: str, metrics: dict[str, float | None],
-                        tags: dict[str, Any] | None = None) -> None:
-        """Run-level metrics (run duration, warm-up) at step 0, and tags, in one call."""
-        self.log_epochs(run_id, [], metrics, tags)
-
     def log_files(self, run_id: str, files: dict[str, bytes | str]) -> None:
         """Files (contents by artifact path) into the run's artifacts, in one upload."""
         with tempfile.TemporaryDirectory() as tmp:
@@ -146,13 +141,15 @@ class Tracker:
         self.log_files(run_id, {ARTIFACT_TRACEBACK: text})
 
     def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *, params: dict[str, Any] | None = None,
-                  link: list[Any] = (), run_metrics: dict[str, float | None] | None = None) -> str:
+                  link: list[Any] = (), run_metrics: dict[str, float | None] | None = None,
+                  tags: dict[str, Any] | None = None) -> str:
         """Log a CPU copy of `model` as the run's LoggedModel `model`, its output at `step` (the final
-        epoch); returns the URI. `params`: the run's, copied onto the model; `link`: metrics logged at
-        `step` (as log_epochs returned them), linked to it; `run_metrics`: logged in the same call."""
+        epoch); returns the URI. `params`: the run's, copied onto the model; `link`: MLflow Metrics at
+        `step` (as_metrics), logged linked to it (ones already logged keep their single point);
+        `run_metrics` and `tags`: logged in the same call."""
         try:
             return log_pytorch_model(self.client, self.experiment_id, run_id, model, example, step,
-                                     params or {}, link, run_metrics or {})
+                                     params or {}, link, run_metrics or {}, tags or {})
         except Exception as exc:
             if is_transient(exc):
                 raise TrackingUnavailable.of(self.uri, exc) from exc
@@ -172,7 +169,8 @@ class Tracker:
 
 
 def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, example: Any, step: int,
-                      params: dict[str, Any], link: list[Any], run_metrics: dict[str, float | None]) -> str:
+                      params: dict[str, Any], link: list[Any], run_metrics: dict[str, float | None],
+                      tags: dict[str, Any]) -> str:
     """Log a CPU copy of `model` as run `run_id`'s LoggedModel `model`; returns its URI.
 
     The steps of MLflow's `mlflow.pytorch.log_model` (3.17), through its public client API: create
@@ -180,7 +178,9 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
     step's metrics, mark it READY (FAILED when a step fails). What MLflow reads back from the store
     on every call to learn what the caller already knows (the run's params, its experiment, every
     metric's full history to find the final step's values) is passed in instead: about 0.06 s a
-    run on sqlite, a third of the call.
+    run on sqlite, a third of the call. MLflow links metrics already logged; here the final step's
+    are logged for the first time in the linking call, which saves a call and MLflow's recovery
+    from inserting them twice (a failed insert, a lookup and a retry).
 
     Pickle serialization keeps the Network class (pt2 would load back as a GraphModule, and its
     CUDA exports do not load on CPU-only machines); explicit pip requirements avoid MLflow's
@@ -193,7 +193,7 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
     import cloudpickle
     import mlflow
     import torch
-    from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric, RunTag
     from mlflow.models import Model, infer_signature
 
     from pipeline import model as model_module
@@ -232,12 +232,13 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
                 )
                 artifact_store(logged.artifact_location, client.once.tracking_uri).log_artifacts(str(local))
             client.once.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=step)])
-            # The same values, timestamps and step as logged, now with the model's id: the store adds
-            # them to the model without a second point in the run's history (MLflow links them so).
+            # With the model's id, the store records them for the model too (a metric already in the
+            # run's history, same value, timestamp and step, keeps its single point).
             linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=logged.model_id) for m in link]
             linked += as_metrics([], run_metrics)
-            if linked:
-                client.log_batch(run_id, metrics=linked)
+            run_tags = [RunTag(k, str(v)) for k, v in tags.items()]
+            if linked or run_tags:
+                client.log_batch(run_id, metrics=linked, tags=run_tags)
             client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
         except BaseException:
             with contextlib.suppress(Exception):

@@ -223,6 +223,9 @@ def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_u
     relogged = client.get_run(json.loads(results.read_text().splitlines()[1])["relogged_as"])
     assert relogged.info.status == "FINISHED" and relogged.data.params["batch_size"] == "128"
     assert [m.step for m in client.get_metric_history(relogged.info.run_id, "test_accuracy")] == [1, 2]
+    (output,) = relogged.outputs.model_outputs  # the final epoch is logged with the model, linked to it
+    linked = {m.key: m.step for m in client.get_logged_model(output.model_id).metrics}
+    assert output.step == 2 and linked["test_accuracy"] == 2 and relogged.data.metrics[names.RUN_DURATION] > 0
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 0 and "2 of 3 points already" in out.output  # only 256 trains now
 

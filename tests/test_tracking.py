@@ -103,6 +103,43 @@ def test_a_sweeps_repeat_skips_the_warm_up_and_its_model_holds_the_last_epoch(wr
         assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
 
 
+@pytest.mark.parametrize("stop", ["model", "interrupt"])
+def test_a_run_that_ends_without_its_model_still_records_what_waited(write_grid, data_dir, tracking_uri, monkeypatch,
+                                                                     stop):
+    """The one-off costs and their tags wait for epoch 1's call, the final epoch for the model's: a
+    run whose model cannot be saved (FAILED), or one interrupted before epoch 1 ends (KILLED), still
+    records them, and the failed one its duration and whole history."""
+    grid = write_grid("experiment: ends\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [2]\n")
+    if stop == "model":
+        def full_disk(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(mlflow.pytorch, "save_model", full_disk)
+    else:
+        def interrupted(self, epoch, *args):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(Reporter, "epoch_start", interrupted)
+    options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir), rerun=True)
+    if stop == "model":
+        (outcome,) = run_grid(load_grid(grid), Reporter(), options).outcomes
+        assert outcome.status == "FAILED" and "No space left on device" in outcome.reason
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            run_grid(load_grid(grid), Reporter(), options)
+    client = mlflow.MlflowClient(tracking_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("ends").experiment_id], "tags.pipeline.role = 'point'")
+    assert run.info.status == ("FAILED" if stop == "model" else "KILLED")
+    assert run.data.metrics["warmup_s"] > 0 and run.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
+    if stop == "model":
+        assert run.data.metrics[names.RUN_DURATION] > 0 and "No space left" in run.data.tags[names.TAG_ERROR]
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
+        (model,) = client.search_logged_models([run.info.experiment_id])
+        assert model.status == "FAILED" and not run.outputs.model_outputs
+    else:
+        assert "test_accuracy" not in run.data.metrics
+
+
 def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, tracking_uri, monkeypatch):
     import pipeline.train as train_mod
 
