@@ -101,7 +101,8 @@ def image_grid(images: torch.Tensor, max_images: int = 64, columns: int = 8, pad
 
 def png(image: np.ndarray) -> bytes:
     """An (H, W) grey or (H, W, 3) colour uint8 array as PNG bytes, at zlib's fastest level. The
-    64-image grey grid: 2 ms and 29 KB here, against 10 ms and 55 KB as RGB at PIL's default level."""
+    64-image grey grid: about 2 ms and 29 KB here, against 4.8 ms and 46 KB as RGB at the same level
+    (and 10 ms, 55 KB at PIL's default level)."""
     import io
 
     from PIL import Image

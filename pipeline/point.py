@@ -157,14 +157,13 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
         except KeyboardInterrupt:
             outcome.status, outcome.reason = KILLED, "interrupted"
             progress.epoch_done()
-            hooks.send_waiting()
             tracker.end_run(run_id, KILLED)
             progress.run_end(outcome)
             raise
         except Exception as exc:  # one run's failure must not stop the grid
             outcome.reason = _failure_reason(exc, job.point.config.batch_size)
             outcome.device_lost = device.type == "cuda" and cuda_context_lost(exc)
-            _end_failed(tracker, run_id, exc, outcome.reason, hooks)
+            _end_failed(tracker, run_id, exc, outcome.reason)
         finally:
             progress.epoch_done()
     if outcome.status == FAILED:
@@ -236,23 +235,21 @@ def params_of(job: PointJob) -> dict:
 def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", hooks: "_PointHooks") -> None:
     from pipeline.store import TrackingUnavailable
 
-    from pipeline.tracking import as_metrics
-
     try:
-        # The final epoch's metrics, the run's duration and whatever still waits go in the model's call.
+        # The run's duration waits with the final epoch for the model's call (or, when that fails,
+        # for the failure's).
+        tracker.wait(run_id, run_metrics={names.RUN_DURATION: result.duration_s})
         tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch,
-                          params=hooks.run_params, link=as_metrics([result.final], {}),
-                          run_metrics={**hooks.waiting, names.RUN_DURATION: result.duration_s}, tags=hooks.waiting_tags)
+                          params=hooks.run_params)
         tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
         hooks.tracking_error = exc
 
 
-def _end_failed(tracker: "Tracker", run_id: str, exc: BaseException, reason: str, hooks: "_PointHooks") -> None:
+def _end_failed(tracker: "Tracker", run_id: str, exc: BaseException, reason: str) -> None:
     from pipeline.store import TrackingUnavailable
 
     try:
-        hooks.send_waiting()
         tracker.log_failure(run_id, exc, reason)
         tracker.end_run(run_id, FAILED)
     except TrackingUnavailable:
@@ -270,11 +267,6 @@ class _PointHooks:
         self.outcome, self.progress, self.checkpoint = outcome, progress, checkpoint
         self.checkpointing = job.save_checkpoints and checkpoint is not None
         self.tracking_error: Exception | None = None
-        # What rides the run's next call rather than one of its own (each call is 7-15 ms on sqlite):
-        # the one-off costs and their tags wait for epoch 1's batch, the final epoch for the model's.
-        self.waiting: dict[str, float] = {}
-        self.waiting_tags: dict[str, str] = {}
-        self.final: "EpochStats | None" = None
         self.devices = ""  # where the model's parameters live, once it is made
 
     def _track(self, call, *args):
@@ -288,22 +280,13 @@ class _PointHooks:
         return None
 
     def _log_epochs(self, epochs: list["EpochStats"]) -> None:
-        """Epochs' metrics with what waits, in one call; the final epoch is held for the model's call,
-        which logs it linked to the model (logging it twice costs MLflow a failed insert and a retry)."""
+        """Epochs' metrics in one call, with what waits; the final epoch waits for the model's call,
+        which logs it linked to the model (logged earlier, MLflow would insert it twice to link it)."""
         if epochs and epochs[-1].epoch == self.job.point.config.epochs:
-            *epochs, self.final = epochs
+            *epochs, final = epochs
+            self.tracker.wait(self.run_id, [final])
         if epochs:
-            self._track(self.tracker.log_epochs, self.run_id, epochs, self.waiting, self.waiting_tags)
-            self.waiting, self.waiting_tags = {}, {}
-
-    def send_waiting(self) -> None:
-        """A run that ends without its model (failed, interrupted) still records what waited, and its
-        duration when training finished."""
-        duration = {names.RUN_DURATION: self.outcome.run_duration_s} if self.outcome.run_duration_s else {}
-        epochs = [self.final] if self.final else []
-        if epochs or self.waiting or self.waiting_tags or duration:
-            self._track(self.tracker.log_epochs, self.run_id, epochs, {**self.waiting, **duration}, self.waiting_tags)
-        self.waiting, self.waiting_tags, self.final = {}, {}, None
+            self._track(self.tracker.log_epochs, self.run_id, epochs)
 
     def model_ready(self, model) -> None:
         from pipeline.data import image_grid, png
@@ -317,11 +300,13 @@ class _PointHooks:
             self._log_epochs(self.outcome.epochs)
 
     def before_training(self, one_off: dict[str, float]) -> None:
-        # The one-off costs and where the parameters live (known since model_ready) wait for epoch 1.
-        self.waiting = dict(one_off)
-        self.waiting_tags = {names.TAG_PARAM_DEVICES: self.devices}
+        # The one-off costs and where the parameters live (known since model_ready) wait for the
+        # first epoch's call; the outcome keeps the tags for the results file, should that call fail.
+        tags = {names.TAG_PARAM_DEVICES: self.devices}
         if names.WARMUP not in one_off and names.COMPILE not in one_off:  # fit's `warmed`: nothing was timed
-            self.waiting_tags[names.TAG_WARMUP_SHARED] = WARMUP_SHARED
+            tags[names.TAG_WARMUP_SHARED] = WARMUP_SHARED
+        self.outcome.tags.update(tags)
+        self.tracker.wait(self.run_id, run_metrics=one_off, tags=tags)
 
     def epoch_start(self, epoch: int, steps: int) -> None:
         self.progress.epoch_start(epoch, self.job.point.config.epochs, steps)

@@ -121,7 +121,6 @@ def _parent_in(tracker, parent_id: str | None) -> str | None:
 def _restore(tracker, entry: dict[str, Any]) -> str:
     """The line's run in `tracker`'s store: the run the sweep opened when it is there, completed
     with what the outage kept from it, else a new child of the same sweep."""
-    from pipeline.tracking import as_metrics
     from pipeline.train import EpochStats
 
     run = _existing_run(tracker, entry)
@@ -139,14 +138,16 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     tracker.log_params(run_id, entry["params"])
     epochs = [EpochStats(**e) for e in entry["epochs"] if e["epoch"] not in logged_steps]
     run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})}
+    if run is not None:  # what reached the store before the outage is not logged a second time
+        run_metrics = {k: v for k, v in run_metrics.items() if k not in run.data.metrics}
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
         step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
-        if step in logged_steps:  # the final epoch reached the store before the outage
-            link = _logged_at(tracker, run_id, step)
-        else:  # logged with the model, linked to it, as a run does
-            link, epochs = as_metrics(epochs[-1:], {}), epochs[:-1]
-        tracker.log_epochs(run_id, epochs)
-        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"], link, run_metrics)
+        tracker.log_epochs(run_id, [e for e in epochs if e.epoch != step])
+        # As a run does: the final epoch and the run-level metrics go with the model, linked to it.
+        tracker.wait(run_id, [e for e in epochs if e.epoch == step], run_metrics)
+        # A final epoch already in the store came from an earlier version, which logged it at epoch end.
+        logged = _logged_at(tracker, run_id, step) if step in logged_steps else []
+        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"], logged)
     else:
         tracker.log_epochs(run_id, epochs, run_metrics)
     tracker.end_run(run_id, FINISHED)
@@ -162,8 +163,7 @@ def _logged_at(tracker, run_id: str, step: int) -> list:
     return [m for name in EPOCH_METRICS for m in tracker.client.get_metric_history(run_id, name) if m.step == step]
 
 
-def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any], link: list,
-               run_metrics: dict[str, float | None]) -> None:
+def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any], logged: list) -> None:
     import numpy as np
     import torch
 
@@ -171,8 +171,7 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[s
 
     network = Network()
     network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
-    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params, link=link,
-                      run_metrics=run_metrics)
+    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params, logged=logged)
     model_file.unlink(missing_ok=True)
 
 

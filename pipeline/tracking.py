@@ -31,6 +31,9 @@ class Tracker:
         self.uri, self.client = uri, client
         self.experiment_id, self.experiment_name = experiment_id, experiment_name
         self._artifact_uris: dict[str, str] = {}  # of the runs this tracker created, until they end
+        # By run: metrics (stamped when they were handed over) and tags that ride its next write
+        # rather than a call of their own (each call is 8-20 ms on sqlite). See `wait`.
+        self._waiting: dict[str, tuple[list[Any], dict[str, str]]] = {}
 
     @classmethod
     def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> "Tracker":
@@ -78,12 +81,18 @@ class Tracker:
         return run_id
 
     def end_run(self, run_id: str, status: str, quick: bool = False) -> None:
-        """FINISHED, FAILED or KILLED. `quick`: one attempt, no retries, errors ignored (for a
-        second Ctrl-C, or a store that is already known to be down)."""
+        """FINISHED, FAILED or KILLED, after what still waits (a run that ends without its model).
+        `quick`: one attempt, no retries, errors ignored, nothing sent but the status (for a second
+        Ctrl-C, or a store that is already known to be down)."""
         self._artifact_uris.pop(run_id, None)
         if not quick:
+            with contextlib.suppress(Exception):  # best effort: nothing may keep the run from ending
+                if run_id in self._waiting:
+                    self.log_epochs(run_id, [])
+            self._waiting.pop(run_id, None)
             self.client.set_terminated(run_id, status)
             return
+        self._waiting.pop(run_id, None)
         with contextlib.suppress(Exception):
             self.client.once.set_terminated(run_id, status)
 
@@ -106,17 +115,28 @@ class Tracker:
 
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
+    def wait(self, run_id: str, epochs: list[Any] = (), run_metrics: dict[str, float | None] | None = None,
+             tags: dict[str, Any] | None = None) -> None:
+        """Hand over epochs' metrics, run-level ones and tags, stamped now, to ride the run's next
+        write: log_epochs, log_model (which links the epochs at its step to the model), log_failure
+        or end_run. They are dropped only once sent, and sent again as stamped, so a write that
+        fails after the store took them leaves one point per step, not two."""
+        metrics, waiting_tags = self._waiting.setdefault(run_id, ([], {}))
+        metrics += as_metrics(list(epochs), run_metrics or {})
+        waiting_tags.update({k: str(v) for k, v in (tags or {}).items()})
+
     def log_epochs(self, run_id: str, epochs: list[Any], run_metrics: dict[str, float | None] | None = None,
-                   tags: dict[str, Any] | None = None) -> list[Any]:
-        """Several epochs' metrics (and run-level ones, at step 0, and tags) in one batch call; returns
-        the metrics logged (as_metrics: a value that is None is left out)."""
+                   tags: dict[str, Any] | None = None) -> None:
+        """Several epochs' metrics (and run-level ones, at step 0, and tags), with what waits, in one
+        batch call (as_metrics: a value that is None is left out)."""
         from mlflow.entities import RunTag
 
-        metrics = as_metrics(epochs, run_metrics or {})
-        run_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        waiting, waiting_tags = self._waiting.get(run_id, ([], {}))
+        metrics = [*waiting, *as_metrics(epochs, run_metrics or {})]
+        run_tags = [RunTag(k, v) for k, v in {**waiting_tags, **{k: str(v) for k, v in (tags or {}).items()}}.items()]
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
-        return metrics
+        self._waiting.pop(run_id, None)
 
     def log_files(self, run_id: str, files: dict[str, bytes | str]) -> None:
         """Files (contents by artifact path) into the run's artifacts, in one upload."""
@@ -136,24 +156,26 @@ class Tracker:
     def log_failure(self, run_id: str, exc: BaseException, reason: str | None = None) -> None:
         """The reason as a tag (error class and message, or a hint), the traceback as an artifact."""
         reason = (reason or f"{exc.__class__.__name__}: {exc}")[:5000]
-        self.client.set_tag(run_id, TAG_ERROR, reason)
+        self.log_epochs(run_id, [], tags={TAG_ERROR: reason})  # with what waits
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.log_files(run_id, {ARTIFACT_TRACEBACK: text})
 
     def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *, params: dict[str, Any] | None = None,
-                  link: list[Any] = (), run_metrics: dict[str, float | None] | None = None,
-                  tags: dict[str, Any] | None = None) -> str:
+                  logged: list[Any] = ()) -> str:
         """Log a CPU copy of `model` as the run's LoggedModel `model`, its output at `step` (the final
-        epoch); returns the URI. `params`: the run's, copied onto the model; `link`: MLflow Metrics at
-        `step` (as_metrics), logged linked to it (ones already logged keep their single point);
-        `run_metrics` and `tags`: logged in the same call."""
+        epoch), with what waits (`wait`: the final epoch's metrics, linked to the model); returns
+        the URI. `params`: the run's, copied onto the model; `logged`: metrics at `step` the store
+        already holds (relog, when the final epoch got there before an outage), linked too."""
+        waiting, tags = self._waiting.get(run_id, ([], {}))
         try:
-            return log_pytorch_model(self.client, self.experiment_id, run_id, model, example, step,
-                                     params or {}, link, run_metrics or {}, tags or {})
+            uri = log_pytorch_model(self.client, self.experiment_id, run_id, model, example, step,
+                                    params or {}, [*logged, *waiting], tags)
         except Exception as exc:
             if is_transient(exc):
                 raise TrackingUnavailable.of(self.uri, exc) from exc
             raise
+        self._waiting.pop(run_id, None)
+        return uri
 
     def system_metrics(self, run_id: str, enabled: bool):
         """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling for one run."""
@@ -169,8 +191,7 @@ class Tracker:
 
 
 def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, example: Any, step: int,
-                      params: dict[str, Any], link: list[Any], run_metrics: dict[str, float | None],
-                      tags: dict[str, Any]) -> str:
+                      params: dict[str, Any], metrics: list[Any], tags: dict[str, str]) -> str:
     """Log a CPU copy of `model` as run `run_id`'s LoggedModel `model`; returns its URI.
 
     The steps of MLflow's `mlflow.pytorch.log_model` (3.17), through its public client API: create
@@ -178,9 +199,9 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
     step's metrics, mark it READY (FAILED when a step fails). What MLflow reads back from the store
     on every call to learn what the caller already knows (the run's params, its experiment, every
     metric's full history to find the final step's values) is passed in instead: about 0.06 s a
-    run on sqlite, a third of the call. MLflow links metrics already logged; here the final step's
-    are logged for the first time in the linking call, which saves a call and MLflow's recovery
-    from inserting them twice (a failed insert, a lookup and a retry).
+    run on sqlite, a third of the call. `metrics` and `tags` go in the linking call, the per-epoch
+    metrics at `step` linked: MLflow links metrics it logged earlier, which here would be a call
+    more and its recovery from inserting them twice (a failed insert, a lookup and a retry).
 
     Pickle serialization keeps the Network class (pt2 would load back as a GraphModule, and its
     CUDA exports do not load on CPU-only machines); explicit pip requirements avoid MLflow's
@@ -234,11 +255,10 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
             client.once.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=step)])
             # With the model's id, the store records them for the model too (a metric already in the
             # run's history, same value, timestamp and step, keeps its single point).
-            linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=logged.model_id) for m in link]
-            linked += as_metrics([], run_metrics)
-            run_tags = [RunTag(k, str(v)) for k, v in tags.items()]
-            if linked or run_tags:
-                client.log_batch(run_id, metrics=linked, tags=run_tags)
+            linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=logged.model_id)
+                      if m.step == step and m.key in EPOCH_METRICS else m for m in metrics]
+            if linked or tags:
+                client.log_batch(run_id, metrics=linked, tags=[RunTag(k, v) for k, v in tags.items()])
             client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
         except BaseException:
             with contextlib.suppress(Exception):

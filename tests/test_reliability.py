@@ -225,7 +225,10 @@ def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_u
     assert [m.step for m in client.get_metric_history(relogged.info.run_id, "test_accuracy")] == [1, 2]
     (output,) = relogged.outputs.model_outputs  # the final epoch is logged with the model, linked to it
     linked = {m.key: m.step for m in client.get_logged_model(output.model_id).metrics}
-    assert output.step == 2 and linked["test_accuracy"] == 2 and relogged.data.metrics[names.RUN_DURATION] > 0
+    assert output.step == 2 and linked["test_accuracy"] == 2
+    for name in (names.RUN_DURATION, "warmup_s"):  # what waited for the failed call, from the results file
+        assert [m.step for m in client.get_metric_history(relogged.info.run_id, name)] == [0], name
+    assert relogged.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 0 and "2 of 3 points already" in out.output  # only 256 trains now
 

@@ -103,25 +103,45 @@ def test_a_sweeps_repeat_skips_the_warm_up_and_its_model_holds_the_last_epoch(wr
         assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
 
 
-@pytest.mark.parametrize("stop", ["model", "interrupt"])
+@pytest.mark.parametrize("stop", ["model fails", "Ctrl-C in epoch 1", "Ctrl-C in the last epoch", "Ctrl-C after the model"])
 def test_a_run_that_ends_without_its_model_still_records_what_waited(write_grid, data_dir, tracking_uri, monkeypatch,
                                                                      stop):
-    """The one-off costs and their tags wait for epoch 1's call, the final epoch for the model's: a
-    run whose model cannot be saved (FAILED), or one interrupted before epoch 1 ends (KILLED), still
-    records them, and the failed one its duration and whole history."""
+    """The one-off costs and their tags wait for the first epoch's call, the final epoch and the
+    duration for the model's: a run whose model cannot be saved (FAILED), or one interrupted
+    (KILLED), still records what it had, once: a Ctrl-C held until the model was logged (as
+    interrupts.critical holds it) leaves one point per step."""
+    import pipeline.tracking
+
     grid = write_grid("experiment: ends\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [2]\n")
-    if stop == "model":
+    if stop == "model fails":
         def full_disk(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(mlflow.pytorch, "save_model", full_disk)
-    else:
+    elif stop == "Ctrl-C in epoch 1":
         def interrupted(self, epoch, *args):
             raise KeyboardInterrupt
 
         monkeypatch.setattr(Reporter, "epoch_start", interrupted)
+    elif stop == "Ctrl-C in the last epoch":
+        real_end = Reporter.epoch_end
+
+        def interrupted(self, stats, epochs):
+            real_end(self, stats, epochs)
+            if stats.epoch == epochs:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(Reporter, "epoch_end", interrupted)
+    else:
+        real_log = pipeline.tracking.log_pytorch_model
+
+        def held(*args, **kwargs):
+            real_log(*args, **kwargs)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pipeline.tracking, "log_pytorch_model", held)
     options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir), rerun=True)
-    if stop == "model":
+    if stop == "model fails":
         (outcome,) = run_grid(load_grid(grid), Reporter(), options).outcomes
         assert outcome.status == "FAILED" and "No space left on device" in outcome.reason
     else:
@@ -129,15 +149,17 @@ def test_a_run_that_ends_without_its_model_still_records_what_waited(write_grid,
             run_grid(load_grid(grid), Reporter(), options)
     client = mlflow.MlflowClient(tracking_uri)
     (run,) = client.search_runs([client.get_experiment_by_name("ends").experiment_id], "tags.pipeline.role = 'point'")
-    assert run.info.status == ("FAILED" if stop == "model" else "KILLED")
+    assert run.info.status == ("FAILED" if stop == "model fails" else "KILLED")
     assert run.data.metrics["warmup_s"] > 0 and run.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
-    if stop == "model":
-        assert run.data.metrics[names.RUN_DURATION] > 0 and "No space left" in run.data.tags[names.TAG_ERROR]
-        assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
-        (model,) = client.search_logged_models([run.info.experiment_id])
-        assert model.status == "FAILED" and not run.outputs.model_outputs
-    else:
-        assert "test_accuracy" not in run.data.metrics
+    history = {name: [m.step for m in client.get_metric_history(run.info.run_id, name)]
+               for name in ("test_accuracy", "warmup_s", names.RUN_DURATION)}
+    assert history == {"Ctrl-C in epoch 1": {"test_accuracy": [], "warmup_s": [0], names.RUN_DURATION: []},
+                       "Ctrl-C in the last epoch": {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: []},
+                       }.get(stop, {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: [0]})
+    models = client.search_logged_models([run.info.experiment_id])
+    assert [m.status for m in models] == {"model fails": ["FAILED"], "Ctrl-C after the model": ["READY"]}.get(stop, [])
+    if stop == "model fails":
+        assert "No space left" in run.data.tags[names.TAG_ERROR] and not run.outputs.model_outputs
 
 
 def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, tracking_uri, monkeypatch):
