@@ -31,9 +31,7 @@ class Tracker:
         self.uri, self.client = uri, client
         self.experiment_id, self.experiment_name = experiment_id, experiment_name
         self._artifact_uris: dict[str, str] = {}  # of the runs this tracker created, until they end
-        # By run: metrics (stamped when they were handed over) and tags that ride its next write
-        # rather than a call of their own (each call is 8-20 ms on sqlite). See `wait`.
-        self._waiting: dict[str, tuple[list[Any], dict[str, str]]] = {}
+        self._waiting = _Waiting()
 
     @classmethod
     def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> "Tracker":
@@ -72,36 +70,32 @@ class Tracker:
         return run.info.run_id
 
     def adopt(self, run_id: str, name: str, tags: dict[str, str]) -> str:
-        """Take over a run someone else created (`mlflow run`'s project run): our name and tags on it.
-        Its status is left to its creator."""
+        """Take over a run someone else created (`mlflow run`'s project run): our name (for MLflow's
+        random one: the UI reads the same either way) and tags on it. Its status is its creator's."""
         from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
 
-        # Replace MLflow's random project-run name with ours, so the UI reads the same either way.
         self.log_tags(run_id, {**process_tags(), **tags, MLFLOW_RUN_NAME: name})
         return run_id
 
     def end_run(self, run_id: str, status: str, quick: bool = False) -> None:
-        """FINISHED, FAILED or KILLED, after what still waits (a run that ends without its model).
-        `quick`: one attempt, no retries, errors ignored, nothing sent but the status (for a second
-        Ctrl-C, or a store that is already known to be down)."""
+        """FINISHED, FAILED or KILLED, after what still waits. `quick`: the status alone, one attempt,
+        no retries, errors ignored (for a second Ctrl-C, or a store already known to be down)."""
         self._artifact_uris.pop(run_id, None)
         if not quick:
             with contextlib.suppress(Exception):  # best effort: nothing may keep the run from ending
-                if run_id in self._waiting:
-                    self.log_epochs(run_id, [])
-            self._waiting.pop(run_id, None)
+                self.log_epochs(run_id, [])  # what still waits (no call when nothing does)
+            self._waiting.sent(run_id)
             self.client.set_terminated(run_id, status)
             return
-        self._waiting.pop(run_id, None)
+        self._waiting.sent(run_id)
         with contextlib.suppress(Exception):
             self.client.once.set_terminated(run_id, status)
 
     # --- what a run holds ---------------------------------------------------------------------------
 
     def log_params(self, run_id: str, params: dict[str, Any], new_run: bool = False) -> dict[str, str]:
-        """Log params in one batch; keys the run already has (e.g. from `mlflow run -P`) are kept.
-        `new_run`: one this process just created, which has none (no read of the run). Returns
-        all the run's params, as the store now holds them."""
+        """Log params in one batch; keys the run already has (`mlflow run -P`) are kept. `new_run`: one
+        just created, which has none (no read of the run). Returns all its params as now stored."""
         from mlflow.entities import Param
 
         existing = {} if new_run else self.client.get_run(run_id).data.params
@@ -111,32 +105,25 @@ class Tracker:
         return {**existing, **{p.key: p.value for p in new}}
 
     def log_tags(self, run_id: str, tags: dict[str, Any]) -> None:
-        from mlflow.entities import RunTag
-
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self.log_epochs(run_id, [], tags=tags)
 
     def wait(self, run_id: str, epochs: list[Any] = (), run_metrics: dict[str, float | None] | None = None,
              tags: dict[str, Any] | None = None) -> None:
-        """Hand over epochs' metrics, run-level ones and tags, stamped now, to ride the run's next
-        write: log_epochs, log_model (which links the epochs at its step to the model), log_failure
-        or end_run. They are dropped only once sent, and sent again as stamped, so a write that
-        fails after the store took them leaves one point per step, not two."""
-        metrics, waiting_tags = self._waiting.setdefault(run_id, ([], {}))
-        metrics += as_metrics(list(epochs), run_metrics or {})
-        waiting_tags.update({k: str(v) for k, v in (tags or {}).items()})
+        """Epochs' metrics, run-level ones and tags, stamped now, for the run's next write: log_epochs,
+        log_model (which links the epochs at its step to the model), log_failure or end_run."""
+        self._waiting.add(run_id, as_metrics(list(epochs), run_metrics or {}), tags or {})
 
     def log_epochs(self, run_id: str, epochs: list[Any], run_metrics: dict[str, float | None] | None = None,
                    tags: dict[str, Any] | None = None) -> None:
-        """Several epochs' metrics (and run-level ones, at step 0, and tags), with what waits, in one
-        batch call (as_metrics: a value that is None is left out)."""
+        """Epochs' metrics, run-level ones (step 0) and tags, with what waits, in one batch call."""
         from mlflow.entities import RunTag
 
-        waiting, waiting_tags = self._waiting.get(run_id, ([], {}))
+        waiting, waiting_tags = self._waiting.of(run_id)
         metrics = [*waiting, *as_metrics(epochs, run_metrics or {})]
         run_tags = [RunTag(k, v) for k, v in {**waiting_tags, **{k: str(v) for k, v in (tags or {}).items()}}.items()]
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
-        self._waiting.pop(run_id, None)
+        self._waiting.sent(run_id)
 
     def log_files(self, run_id: str, files: dict[str, bytes | str]) -> None:
         """Files (contents by artifact path) into the run's artifacts, in one upload."""
@@ -163,10 +150,9 @@ class Tracker:
     def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *, params: dict[str, Any] | None = None,
                   logged: list[Any] = ()) -> str:
         """Log a CPU copy of `model` as the run's LoggedModel `model`, its output at `step` (the final
-        epoch), with what waits (`wait`: the final epoch's metrics, linked to the model); returns
-        the URI. `params`: the run's, copied onto the model; `logged`: metrics at `step` the store
-        already holds (relog, when the final epoch got there before an outage), linked too."""
-        waiting, tags = self._waiting.get(run_id, ([], {}))
+        epoch), with what waits (the final epoch's metrics: linked to it); returns the URI. `params`:
+        the run's, copied onto it; `logged`: metrics at `step` already in the store, linked too."""
+        waiting, tags = self._waiting.of(run_id)
         try:
             uri = log_pytorch_model(self.client, self.experiment_id, run_id, model, example, step,
                                     params or {}, [*logged, *waiting], tags)
@@ -174,7 +160,7 @@ class Tracker:
             if is_transient(exc):
                 raise TrackingUnavailable.of(self.uri, exc) from exc
             raise
-        self._waiting.pop(run_id, None)
+        self._waiting.sent(run_id)
         return uri
 
     def system_metrics(self, run_id: str, enabled: bool):
@@ -188,6 +174,26 @@ class Tracker:
 
         command, url = ui_hint(self.uri, self.experiment_id)
         return command, view.page(url, parent_run_id) if parent_run_id else url
+
+
+class _Waiting:
+    """By run: MLflow metrics (stamped when handed over) and tags that ride the run's next write
+    rather than a call of their own (each call is 4-20 ms on sqlite). Dropped only once sent, and
+    sent again as stamped: a write that fails after the store took them leaves one point per step."""
+
+    def __init__(self) -> None:
+        self._by_run: dict[str, tuple[list[Any], dict[str, str]]] = {}
+
+    def add(self, run_id: str, metrics: list[Any], tags: dict[str, Any]) -> None:
+        waiting, waiting_tags = self._by_run.setdefault(run_id, ([], {}))
+        waiting += metrics
+        waiting_tags.update({k: str(v) for k, v in tags.items()})
+
+    def of(self, run_id: str) -> tuple[list[Any], dict[str, str]]:
+        return self._by_run.get(run_id, ([], {}))
+
+    def sent(self, run_id: str) -> None:
+        self._by_run.pop(run_id, None)
 
 
 def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, example: Any, step: int,
