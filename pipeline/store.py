@@ -10,12 +10,9 @@ import contextlib
 import logging
 import os
 import re
-import socket
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from pipeline.errors import UserError
@@ -110,27 +107,25 @@ def first_line(exc: BaseException) -> str:
 
 
 def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
-    """Fail fast (UserError) when a store cannot be used; MLflow's own retries take minutes.
-
-    A server must answer a first HTTP request within `timeout_s`, not merely accept the connection:
-    a hung server accepts connections and never answers.
-    """
+    """Fail fast (UserError) when a store cannot be used; MLflow's own retries take minutes. A server
+    must answer within `timeout_s`, not merely accept the connection (a hung one never answers)."""
     parsed = urllib.parse.urlparse(uri)
     if parsed.scheme in ("http", "https"):
+        import requests
+
         fix = "start it (e.g. `pipeline server --port 5000`) or pass another --tracking-uri"
-        try:
-            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
-        except urllib.error.HTTPError:
-            pass  # it answered: a server without /health, or one that wants credentials
-        except (socket.timeout, TimeoutError):
+        try:  # any answer will do: a server without /health, or one that wants credentials
+            requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s, **_tls()).close()
+        except requests.exceptions.SSLError as exc:
+            raise UserError(f"tracking server {redact(uri)}: TLS failed ({_why(exc)}); set MLFLOW_TRACKING_SERVER_CERT_PATH "
+                            "to the CA bundle that signed its certificate, or MLFLOW_TRACKING_INSECURE_TLS=true") from None
+        except requests.exceptions.ReadTimeout:
             raise UserError(f"tracking server {redact(uri)} accepted the connection but did not answer "
                             f"within {timeout_s:g} s; check that it is healthy, or {fix}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise UserError(f"tracking server {redact(uri)} did not answer within {timeout_s:g} s; {fix}") from None
-            raise UserError(f"tracking server {redact(uri)} is unreachable ({reason.__class__.__name__}: {reason}); "
-                            f"{fix}") from None
+        except requests.exceptions.ConnectTimeout:
+            raise UserError(f"tracking server {redact(uri)} did not answer within {timeout_s:g} s; {fix}") from None
+        except requests.exceptions.RequestException as exc:
+            raise UserError(f"tracking server {redact(uri)} is unreachable ({_why(exc)}); {fix}") from None
         check_login(uri, timeout_s)
     elif parsed.scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
         check_backend(uri, label="tracking store")
@@ -149,29 +144,40 @@ CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", 
 def check_login(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
     """A server that wants a login (`pipeline server --auth`) refuses the credentials in the
     environment, or there are none: one line (UserError) before anything is created."""
-    import base64
+    import requests
 
-    request = urllib.request.Request(f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search?max_results=1")
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user and password:
-        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
-    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
-        request.add_header("Authorization", f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}")
+    token = None if user and password else os.environ.get("MLFLOW_TRACKING_TOKEN")
     try:
-        urllib.request.urlopen(request, timeout=timeout_s).close()
-    except urllib.error.HTTPError as exc:
-        login = "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user of that server"
-        if exc.code == 401 and user and password:
-            raise UserError(f"tracking server {redact(uri)} refused the password of user {user!r} (HTTP 401); "
-                            f"check MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD") from None
-        if exc.code == 401:
-            raise UserError(f"tracking server {redact(uri)} requires a login (HTTP 401); {login}") from None
-        if exc.code == 403:
-            raise UserError(f"tracking server {redact(uri)}: user {user!r} may not read it (HTTP 403); "
-                            "ask its admin for permission") from None
-        # Anything else is the client's to meet (a proxy without this API, a 5xx it retries).
-    except (urllib.error.URLError, OSError):
-        pass  # it answered /health a moment ago: the client's retries take it from here
+        status = requests.get(f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search", params={"max_results": 1},
+                              auth=(user, password) if user and password else None, timeout=timeout_s,
+                              headers={"Authorization": f"Bearer {token}"} if token else {}, **_tls()).status_code
+    except requests.exceptions.RequestException:
+        return  # it answered /health a moment ago: the client's retries take it from here
+    if status == 401 and user and password:
+        raise UserError(f"tracking server {redact(uri)} refused the password of user {user!r} (HTTP 401); "
+                        f"check MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    if status == 401:
+        raise UserError(f"tracking server {redact(uri)} requires a login (HTTP 401); set MLFLOW_TRACKING_USERNAME "
+                        "and MLFLOW_TRACKING_PASSWORD to a user of that server")
+    if status == 403:
+        raise UserError(f"tracking server {redact(uri)}: user {user!r} may not read it (HTTP 403); "
+                        "ask its admin for permission")
+    # Anything else is the client's to meet (a proxy without this API, a 5xx it retries).
+
+
+def _tls() -> dict:
+    """requests' TLS arguments as MLflow's client sets them from the environment: a server MLflow can
+    reach, the probes reach too (a private CA, a self-signed certificate, a client certificate)."""
+    insecure = os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true"
+    return {"verify": False if insecure else os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or True,
+            "cert": os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH") or None}
+
+
+def _why(exc: Exception) -> str:
+    """The cause at the bottom of requests' nested message: '[Errno 111] Connection refused'."""
+    found = re.search(r"\[(?:Errno -?\d+|SSL: \w+)\][^'\")(]+", str(exc))
+    return found.group(0).strip() if found else exc.__class__.__name__
 
 
 def open_client(uri: str, must_exist: bool = False):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import children, invoke, runs_of
-from pipeline import names
+from pipeline import names, store
 
 TWO = "experiment: two\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -129,6 +129,73 @@ def test_a_server_that_accepts_but_never_answers_is_refused_in_seconds(write_gri
                                   "3 s; check that it is healthy, or start it (e.g. `pipeline server --port 5000`) "
                                   "or pass another --tracking-uri")
     assert elapsed < 30  # it was 65 s when only the TCP connect was checked
+
+
+def _self_signed(folder):
+    """A certificate for 127.0.0.1 signed by its own key, as a team's private server might have."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    return folder / "cert.pem", folder / "key.pem"
+
+
+def test_a_https_server_with_its_own_certificate_is_reached_with_mlflows_tls_settings(write_grid, data_dir, tmp_path,
+                                                                                        monkeypatch):
+    """A real `mlflow server` on HTTPS with a self-signed certificate: without MLflow's TLS variables
+    the start-up check says how to trust it (exit 2, nothing created); with the certificate in
+    MLFLOW_TRACKING_SERVER_CERT_PATH, or with MLFLOW_TRACKING_INSECURE_TLS=true, the check lets the
+    sweep through as MLflow's own client would (it used to call such a server unreachable)."""
+    import requests
+
+    from conftest import free_port, service_output, start_service, stop_service
+
+    cert, key = _self_signed(tmp_path)
+    port = free_port()
+    server = start_service([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                            "--backend-store-uri", f"sqlite:///{tmp_path / 'tls.db'}", "--workers", "1",
+                            "--artifacts-destination", str(tmp_path / "artifacts"),
+                            "--uvicorn-opts", f"--ssl-keyfile {key} --ssl-certfile {cert}"], cwd=tmp_path)
+    uri = f"https://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, service_output(server)
+            try:
+                requests.get(f"{uri}/health", verify=str(cert), timeout=2)
+                break
+            except requests.exceptions.RequestException:
+                time.sleep(0.5)
+        args = ["run", str(write_grid(TWO)), "--data-dir", str(data_dir), "--tracking-uri", uri]
+        out = invoke(*args)
+        assert out.exit_code == 2, out.output
+        assert out.output.startswith(f"error: tracking server {uri}: TLS failed ([SSL: CERTIFICATE_VERIFY_FAILED]")
+        assert out.output.strip().endswith("set MLFLOW_TRACKING_SERVER_CERT_PATH to the CA bundle that signed its "
+                                           "certificate, or MLFLOW_TRACKING_INSECURE_TLS=true")
+        monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")
+        store.check_reachable(uri)  # no error
+        monkeypatch.delenv("MLFLOW_TRACKING_INSECURE_TLS")
+        monkeypatch.setenv("MLFLOW_TRACKING_SERVER_CERT_PATH", str(cert))
+        out = invoke(*args)
+        assert out.exit_code == 0, out.output
+        assert sorted(r.info.status for r in children(runs_of(uri, "two"))) == ["FINISHED", "FINISHED"]
+    finally:
+        stop_service(server)
 
 
 def test_ray_address_without_the_ray_executor_is_an_error(write_grid, data_dir, tmp_path):
