@@ -198,16 +198,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(url: str, process, seconds: float = 60) -> None:
+def wait_for(url: str, process, seconds: float = 60, cafile: Path | None = None) -> None:
+    """Until `url` answers (an https one signed by `cafile`, when given), or fail with the server's output."""
+    import ssl
     import time
     import urllib.request
 
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile else None
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"server exited: {service_output(process)}")
         try:
-            urllib.request.urlopen(url, timeout=2)
+            urllib.request.urlopen(url, timeout=2, context=context)
             return
         except OSError:
             time.sleep(0.5)

@@ -163,9 +163,7 @@ def test_a_https_server_with_its_own_certificate_is_reached_with_mlflows_tls_set
     the start-up check says how to trust it (exit 2, nothing created); with the certificate in
     MLFLOW_TRACKING_SERVER_CERT_PATH, or with MLFLOW_TRACKING_INSECURE_TLS=true, the check lets the
     sweep through as MLflow's own client would (it used to call such a server unreachable)."""
-    import requests
-
-    from conftest import free_port, service_output, start_service, stop_service
+    from conftest import free_port, start_service, stop_service, wait_for
 
     cert, key = _self_signed(tmp_path)
     shutil.copy(_store_template, tmp_path / "tls.db")  # migrated already: the server starts in seconds
@@ -176,14 +174,7 @@ def test_a_https_server_with_its_own_certificate_is_reached_with_mlflows_tls_set
                             "--uvicorn-opts", f"--ssl-keyfile {key} --ssl-certfile {cert}"], cwd=tmp_path)
     uri = f"https://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None and time.monotonic() < deadline, service_output(server)
-            try:
-                requests.get(f"{uri}/health", verify=str(cert), timeout=2)
-                break
-            except requests.exceptions.RequestException:
-                time.sleep(0.5)
+        wait_for(f"{uri}/health", server, seconds=120, cafile=cert)
         args = ["run", str(write_grid("experiment: tls\ngrid:\n  device: [cpu]\n  epochs: [1]\n")), "--data-dir",
                 str(data_dir), "--tracking-uri", uri]
         out = invoke(*args)
