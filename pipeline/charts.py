@@ -2,22 +2,11 @@
 
 Two halves. `plan` turns a Comparison into plain data (names, numbers, labels); `draw` turns that
 data into PNG files with matplotlib's object API (Agg figures of its own, never pyplot: drawing in
-a notebook's process leaves its backend and figures alone). A sweep draws through a Painter: `python -m pipeline.charts`,
-started with the sweep, imports matplotlib (about 0.8 s of CPU here) on the other core while the
-sweep imports torch and MLflow, then waits, idle, for the comparison. `pipeline compare` draws
-in its own process.
+a notebook's process leaves its backend and figures alone).
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import json
-import os
-import signal
-import subprocess
-import sys
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +18,6 @@ if TYPE_CHECKING:
 EPOCH_DURATION_PNG = "epoch_duration.png"
 TEST_ACCURACY_PNG = "test_accuracy.png"
 TIME_BREAKDOWN_PNG = "time_breakdown.png"
-DRAW_TIMEOUT_S = 30  # three small charts take about a second
 
 
 DPI = 120
@@ -190,128 +178,6 @@ def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
     return paths
 
 
-def write_all(comparison: "Comparison", folder: Path, painter: "Painter | None" = None) -> list[Path]:
-    """The comparison's charts in `folder`: drawn by `painter` when one is given, else here."""
-    charts = plan(comparison)
-    return painter.draw(charts, folder) if painter is not None else draw(charts, folder)
-
-
-# --- the painter: the drawing in a process of its own --------------------------------------------------
-
-
-def painter_pays() -> bool:
-    """Whether a painter would save this process time: it imports matplotlib on the other core. In a
-    process that has it already (one that ran a sweep before: a notebook, a test session) there is
-    nothing to move off the critical path, and a painter would import it again."""
-    return "matplotlib.figure" not in sys.modules
-
-
-@contextlib.contextmanager
-def painting(wanted: bool):
-    """A started Painter for the block when `wanted` (None where none starts: drawn in-process)."""
-    started = None
-    if wanted:
-        with contextlib.suppress(OSError):
-            started = Painter()
-    try:
-        yield started
-    finally:
-        if started is not None:
-            started.close()
-
-
-class Painter:
-    """`python -m pipeline.charts`: imports matplotlib at once, then draws one request and exits.
-
-    The request is one line of JSON, so no end-of-file is needed: a DataLoader worker forked
-    meanwhile may hold a copy of the pipe. Ctrl-C is the sweep's: the painter runs in a session of
-    its own, which the terminal's signals do not reach, and `close` ends it. If the sweep's process
-    dies, the painter reads the end of its input and exits (after the sweep's DataLoader workers,
-    which notice their parent's death within seconds). Use `painting`, or call close."""
-
-    def __init__(self) -> None:
-        self.failure: str | None = None  # why a request was drawn in this process instead
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.charts"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env={**os.environ, "MPLBACKEND": "Agg"},
-            start_new_session=True)  # out of the terminal's process group: Ctrl-C is the sweep's
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    def draw(self, charts: dict[str, dict], folder: Path) -> list[Path]:
-        """The charts, drawn by the painter; where it fails (dead, hung, an error), drawn here, and
-        `failure` says why."""
-        try:
-            return self._request(charts, folder)
-        except (OSError, RuntimeError, ValueError, TypeError) as exc:
-            self.failure = str(exc) or exc.__class__.__name__
-            self.close()
-            return draw(charts, folder)
-
-    def _request(self, charts: dict[str, dict], folder: Path) -> list[Path]:
-        request = json.dumps({"folder": str(folder), "charts": charts}) + "\n"
-        try:
-            out, err = self._process.communicate(request.encode(), timeout=DRAW_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"the chart process drew nothing in {DRAW_TIMEOUT_S} s") from None
-        if self._process.returncode != 0:
-            last = (err.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
-            raise RuntimeError(f"the chart process failed (exit {self._process.returncode}): {last}")
-        return [Path(path) for path in json.loads(out)]
-
-    def close(self) -> None:
-        # The painter and any child it forked to draw: it leads a session, hence a process group, of
-        # its own, whose id stays its own until the painter (a zombie at worst) is waited for.
-        if self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, signal.SIGKILL)
-        for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
-            stream.close()
-        self._process.wait()
-
-
-def _draw_forked(charts: dict[str, dict], folder: Path) -> list[Path]:
-    """`draw`, each chart but the first in a child forked from this process (matplotlib imported
-    already), the first here: the sweep waits idle meanwhile, so both cores draw. Three charts of a
-    six-run grid: 0.65 s one after the other, 0.42 s this way (2 cores)."""
-    names, children = list(charts), []
-    for name in names[1:]:
-        pid = os.fork()
-        if pid == 0:  # the child: draw one chart, say why on stderr if it cannot, and go
-            code = 1
-            try:
-                draw({name: charts[name]}, folder)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stderr.flush()
-                os._exit(code)
-        children.append((pid, name))
-    try:
-        draw({names[0]: charts[names[0]]}, folder)
-    finally:  # reaped whatever happens here
-        failed = [name for pid, name in children if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
-    if failed:
-        raise RuntimeError(f"drawing {', '.join(failed)} failed")
-    return [folder / name for name in names]
-
-
-def _serve() -> None:
-    # One drawing and out: no collector (startup.py says why), and no teardown, which took 0.28 s
-    # after matplotlib here while the sweep waited for this process's end.
-    gc.disable()
-    _new_axes((1, 1))  # the imports, before the request comes
-    line = sys.stdin.readline()
-    if not line:  # the sweep ended without charts
-        return
-    request = json.loads(line)
-    draw_all = _draw_forked if hasattr(os, "fork") else draw
-    print(json.dumps([str(path) for path in draw_all(request["charts"], Path(request["folder"]))]), flush=True)
-    os._exit(0)  # the PNGs are closed files: nothing is left to flush
-
-
-if __name__ == "__main__":
-    _serve()
+def write_all(comparison: "Comparison", folder: Path) -> list[Path]:
+    """The comparison's charts in `folder`."""
+    return draw(plan(comparison), folder)

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from pipeline import __version__, startup
+from pipeline import __version__
 from pipeline.errors import UserError
 
 EXIT_INTERRUPTED = 130
@@ -79,7 +79,6 @@ def main() -> None:
     from pipeline.store import configure_process
 
     configure_process()
-    startup.resume_unless_training(click.get_current_context().invoked_subcommand)
 
 
 @main.command()

@@ -21,7 +21,6 @@ from pipeline.names import COMPILE, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TIME_B
 from pipeline.timing import steady, timed_label
 
 if TYPE_CHECKING:
-    from pipeline.charts import Painter
     from pipeline.records import SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices.
@@ -264,9 +263,8 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body]) + "\n"
 
 
-def write_report(comparison: Comparison, folder, painter: "Painter | None" = None) -> list:
-    """Charts (drawn by `painter` where given), results.csv and results.md (with the speedup lines)
-    into `folder`."""
+def write_report(comparison: Comparison, folder) -> list:
+    """Charts, results.csv and results.md (with the speedup lines) into `folder`."""
     from pathlib import Path
 
     from pipeline import charts
@@ -274,7 +272,7 @@ def write_report(comparison: Comparison, folder, painter: "Painter | None" = Non
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # Charts compare runs; a one-run sweep has nothing to compare (and matplotlib costs ~1 s).
-    paths = charts.write_all(comparison, folder, painter) if len(comparison.table) > 1 else []
+    paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
     (folder / "results.csv").write_text(render(comparison, "csv"))
     if not comparison.repeats.empty:
         (folder / "repeats.csv").write_text(comparison.repeats.to_csv(index=False))

@@ -4,9 +4,7 @@ Search order (DESIGN.md): an explicit folder (--data-dir / data.root), $PIPELINE
 /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist). Each may hold the four files
 directly or as a torchvision root (FashionMNIST/raw/).
 
-Decoding is gunzip and sha256, which run without Python's lock: `start` begins it on a thread while
-the main thread imports torch and MLflow (about 0.4 s of a sweep's start on the full data), and
-`read` returns that result, or decodes here when nothing was started.
+A folder's files are decoded once per process (`read`), and the last few folders' arrays are kept.
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ import gzip
 import hashlib
 import math
 import os
-import threading
 import zlib
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,56 +135,22 @@ def _decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> 
     return Decoded(arrays, verified)
 
 
-_lock = threading.Lock()
-_jobs: collections.OrderedDict[tuple, Future] = collections.OrderedDict()
-
-
-def _job(explicit: str | os.PathLike | None, verify: bool) -> tuple[Path, Future, tuple | None]:
-    """Where the files are, and their decoding; with what to decode when the caller asks first
-    (None when someone already has)."""
-    folder, files = locate(explicit)
-    key = (folder, tuple(sorted(files.items())), verify)
-    with _lock:
-        if key in _jobs:
-            _jobs.move_to_end(key)
-            return folder, _jobs[key], None
-        _jobs[key] = job = Future()
-        while len(_jobs) > _KEEP:
-            _jobs.popitem(last=False)
-        return folder, job, key
-
-
-def _fill(job: Future, key: tuple) -> None:
-    try:
-        job.set_result(_decode(*key))
-    except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for the result
-        with _lock:  # not kept: the next load reads the files again
-            if _jobs.get(key) is job:
-                del _jobs[key]
-        job.set_exception(exc)
+_decoded: collections.OrderedDict[tuple, Decoded] = collections.OrderedDict()
 
 
 def read(explicit: str | os.PathLike | None = None, verify: bool = True) -> tuple[Path, Decoded]:
-    """The folder `locate(explicit)` finds and its files decoded, once per process and folder: by
-    `start`'s thread, or now."""
-    folder, job, todo = _job(explicit, verify)
-    if todo is not None:
-        _fill(job, todo)
-    return folder, job.result()
-
-
-def start(explicit: str | os.PathLike | None = None, verify: bool = True) -> None:
-    """Begin decoding the files `locate(explicit)` finds, on a thread; nothing when there are none
-    (the load that follows reports that in its turn)."""
-    try:
-        _, job, todo = _job(explicit, verify)
-    except UserError:
-        return
-    if todo is not None:
-        threading.Thread(target=_fill, args=(job, todo), name="pipeline-idx", daemon=True).start()
+    """The folder `locate(explicit)` finds and its files decoded, once per process and folder."""
+    folder, files = locate(explicit)
+    key = (folder, tuple(sorted(files.items())), verify)
+    if key in _decoded:
+        _decoded.move_to_end(key)
+    else:
+        _decoded[key] = _decode(*key)
+        while len(_decoded) > _KEEP:
+            _decoded.popitem(last=False)
+    return folder, _decoded[key]
 
 
 def forget() -> None:
     """Drop what was decoded (tests that change the files or the canonical sizes)."""
-    with _lock:
-        _jobs.clear()
+    _decoded.clear()

@@ -31,7 +31,6 @@ TAG_DATA = "pipeline.data"
 TAG_ENERGY = "pipeline.energy"  # where energy_j comes from, or why there is none
 TAG_ERROR = "pipeline.error"
 TAG_PARAM_DEVICES = "pipeline.param_devices"  # where every parameter lives after the move
-TAG_WARMUP_SHARED = "pipeline.warmup_shared"  # no warm-up of its own (and no warmup_s): why
 TAG_GRID_FILE = "pipeline.grid_file"
 TAG_GRID_SIZE = "pipeline.grid_size"
 TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"

@@ -143,7 +143,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     with interrupts.last_resort(lambda: tracker.end_run(run_id, KILLED, quick=True)):
         try:
             with tracker.system_metrics(run_id, job.system_metrics):
-                result = fit(job.point.config, dataset, device, hooks, resume=resume, warmed=_warmed(job))
+                result = fit(job.point.config, dataset, device, hooks, resume=resume)
             outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
             if hooks.tracking_error is None:
                 _record_result(tracker, run_id, result, dataset, hooks)
@@ -170,26 +170,10 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
         # Here, not in `except`: until the exception is gone its traceback holds the model, the
         # optimizer and the activations, and nothing could be released.
         _free_device_memory(device)
-        _WARMED.pop(job.parent_run_id, None)  # the caches just emptied: the next run warms up again
     if outcome.trained and checkpoint is not None:
         checkpoint.unlink(missing_ok=True)  # whatever the flags: a later run must never resume a finished point
     progress.run_end(outcome)
     return outcome
-
-
-# What the current sweep's runs have warmed up in this process (train.fit's `warmed`), by the sweep's
-# run id: a sweep's later run at the same shapes finds the process warm; a single run never shares.
-# Only the latest sweep's set is kept.
-_WARMED: dict[str, set] = {}
-WARMUP_SHARED = "an earlier run of this sweep warmed this process up (same device, precision, threads, shapes)"
-
-
-def _warmed(job: PointJob) -> set | None:
-    if not job.parent_run_id:
-        return None
-    if job.parent_run_id not in _WARMED:
-        _WARMED.clear()
-    return _WARMED.setdefault(job.parent_run_id, set())
 
 
 def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "torch.device",
@@ -236,9 +220,7 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
     from pipeline.store import TrackingUnavailable
 
     try:
-        # The run's duration waits with the final epoch for the model's call (or, when that fails,
-        # for the failure's).
-        tracker.wait(run_id, run_metrics={names.RUN_DURATION: result.duration_s})
+        tracker.log_epochs(run_id, [], run_metrics={names.RUN_DURATION: result.duration_s})
         tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch,
                           params=hooks.run_params)
         tracker.end_run(run_id, FINISHED)
@@ -280,13 +262,7 @@ class _PointHooks:
         return None
 
     def _log_epochs(self, epochs: list["EpochStats"]) -> None:
-        """Epochs' metrics in one call, with what waits; the final epoch waits for the model's call,
-        which logs it linked to the model (logged earlier, MLflow would insert it twice to link it)."""
-        if epochs and epochs[-1].epoch == self.job.point.config.epochs:
-            *epochs, final = epochs
-            self.tracker.wait(self.run_id, [final])
-        if epochs:
-            self._track(self.tracker.log_epochs, self.run_id, epochs)
+        self._track(self.tracker.log_epochs, self.run_id, epochs)
 
     def model_ready(self, model) -> None:
         from pipeline.data import image_grid, png
@@ -300,13 +276,10 @@ class _PointHooks:
             self._log_epochs(self.outcome.epochs)
 
     def before_training(self, one_off: dict[str, float]) -> None:
-        # The one-off costs and where the parameters live (known since model_ready) wait for the
-        # first epoch's call; the outcome keeps the tags for the results file, should that call fail.
+        # The outcome keeps the tags for the results file, should the store be down.
         tags = {names.TAG_PARAM_DEVICES: self.devices}
-        if names.WARMUP not in one_off and names.COMPILE not in one_off:  # fit's `warmed`: nothing was timed
-            tags[names.TAG_WARMUP_SHARED] = WARMUP_SHARED
         self.outcome.tags.update(tags)
-        self.tracker.wait(self.run_id, run_metrics=one_off, tags=tags)
+        self._track(self.tracker.log_epochs, self.run_id, [], one_off, tags)
 
     def epoch_start(self, epoch: int, steps: int) -> None:
         self.progress.epoch_start(epoch, self.job.point.config.epochs, steps)

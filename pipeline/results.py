@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.names import (CHECKPOINT_DIR, EPOCH_METRICS, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION,
+from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION,
                             TAG_KILLED_REASON, TAG_RELOGGED, TAG_ROLE)
 
 MODELS_DIR = "unlogged-models"  # under CHECKPOINT_DIR: weights of points trained during an outage
@@ -140,16 +140,10 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})}
     if run is not None:  # what reached the store before the outage is not logged a second time
         run_metrics = {k: v for k, v in run_metrics.items() if k not in run.data.metrics}
+    tracker.log_epochs(run_id, epochs, run_metrics)
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
         step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
-        tracker.log_epochs(run_id, [e for e in epochs if e.epoch != step])
-        # As a run does: the final epoch and the run-level metrics go with the model, linked to it.
-        tracker.wait(run_id, [e for e in epochs if e.epoch == step], run_metrics)
-        # A final epoch already in the store came from an earlier version, which logged it at epoch end.
-        logged = _logged_at(tracker, run_id, step) if step in logged_steps else []
-        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"], logged)
-    else:
-        tracker.log_epochs(run_id, epochs, run_metrics)
+        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"])
     tracker.end_run(run_id, FINISHED)
     return run_id
 
@@ -158,12 +152,7 @@ def _has_model(run) -> bool:
     return bool(run is not None and run.outputs and run.outputs.model_outputs)
 
 
-def _logged_at(tracker, run_id: str, step: int) -> list:
-    """The run's per-epoch metrics at `step` as the store holds them (logged before the outage)."""
-    return [m for name in EPOCH_METRICS for m in tracker.client.get_metric_history(run_id, name) if m.step == step]
-
-
-def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any], logged: list) -> None:
+def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any]) -> None:
     import numpy as np
     import torch
 
@@ -171,7 +160,7 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[s
 
     network = Network()
     network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
-    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params, logged=logged)
+    tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params)
     model_file.unlink(missing_ok=True)
 
 

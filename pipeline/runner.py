@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from pipeline import charts, idx, interrupts, results, startup
+from pipeline import idx, interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
@@ -112,15 +112,11 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
-    # On the other core while this one imports torch and MLflow: the data's decoding and the charts'.
-    idx.start(options.data_dir or spec.data.root)
-    points = expand(spec)
-    with charts.painting(len(points) > 1 and not options.dry_run and charts.painter_pays()) as painter:
-        return _run_grid(spec, plan(points), reporter, options, executor, painter)
+    return _run_grid(spec, plan(expand(spec)), reporter, options, executor)
 
 
 def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options,
-              executor: Executor | None, painter: "charts.Painter | None") -> SweepResult:
+              executor: Executor | None) -> SweepResult:
     if options.require_devices:
         _require_devices(planned)
     options = replace(options, checkpoint=options.checkpoint or spec.checkpoint)
@@ -135,7 +131,7 @@ def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", opti
         if _project_run_id() and options.experiment is None and spec.experiment != sweep.tracker.experiment_name:
             reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
                           f"{sweep.tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
-        return _run_sweep(sweep, spec, executor.plan(planned), executor, painter)
+        return _run_sweep(sweep, spec, executor.plan(planned), executor)
     finally:
         executor.close()
 
@@ -146,7 +142,6 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     from pipeline.executors import LocalExecutor
     from pipeline.grid import format_value
 
-    idx.start(options.data_dir)
     values = config.as_params()
     name = " ".join(f"{k}={format_value(values[k])}" for k in ("lr", "batch_size", "num_workers", "device"))
     (item,) = plan([GridPoint(1, config, name)])
@@ -192,18 +187,14 @@ def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter:
         reporter.note(f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: "
                       f"{', '.join(reaped)}")
     data = DataRef(str(dataset.folder), len(dataset.train), len(dataset.test))
-    startup.resume()  # imports done, store open, data loaded: start-up is over (startup.py)
     return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri))
 
 
-def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor, painter) -> SweepResult:
+def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor) -> SweepResult:
     tracker, reporter = sweep.tracker, sweep.reporter
     _assign_run_keys(planned, sweep.identity)
     outcomes = _already_done(sweep, planned)
     todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
-    if painter is not None and len(todo) < 2:  # no charts to draw: one run compares with nothing
-        painter.close()
-        painter = None
     parent_id, adopted = _open_parent(sweep, spec, len(planned)) if todo else (None, False)
     jobs = [with_position(sweep.job(item, parent_id), n, len(todo)) for n, item in enumerate(todo, start=1)]
     closing = interrupts.last_resort(lambda: tracker.end_run(parent_id, KILLED, quick=True)) \
@@ -228,7 +219,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
-        comparison = _log_comparison(tracker, parent_id, reporter, spec, painter, result.outcomes)
+        comparison = _log_comparison(tracker, parent_id, reporter, spec, result.outcomes)
         if not adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
@@ -317,7 +308,7 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, painter, outcomes):
+def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, outcomes):
     """The comparison table and charts as the parent run's artifacts (comparison/), and what the MLflow
     UI opens on (view.py): saved view, descriptions. The epochs of `outcomes` as logged; the rest read back."""
     from pipeline import view
@@ -330,9 +321,7 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", sp
         if comparison.table.empty:
             return comparison
         with tempfile.TemporaryDirectory() as tmp:
-            write_report(comparison, Path(tmp), painter)
-            if painter is not None and painter.failure:
-                reporter.note(f"charts drawn in this process: {painter.failure}")
+            write_report(comparison, Path(tmp))
             tracker.log_artifacts(parent_id, Path(tmp), "comparison")
         view.publish(tracker.client, comparison, spec.axes)
         return comparison

@@ -9,6 +9,10 @@ a run holds are `names`'; reading runs back is `records`'.
 from __future__ import annotations
 
 import contextlib
+import getpass
+import inspect
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -17,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.interrupts import critical
 from pipeline.liveness import process_tags
 from pipeline.names import EPOCH_METRICS, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
-from pipeline.store import (TrackingUnavailable, artifact_store, first_line, is_transient, open_client,
-                            ui_hint)
+from pipeline.store import TrackingUnavailable, first_line, fluent_target, is_transient, open_client, ui_hint
 
 
 class Tracker:
@@ -30,8 +32,6 @@ class Tracker:
     def __init__(self, uri: str, client, experiment_id: str, experiment_name: str) -> None:
         self.uri, self.client = uri, client
         self.experiment_id, self.experiment_name = experiment_id, experiment_name
-        self._artifact_uris: dict[str, str] = {}  # of the runs this tracker created, until they end
-        self._waiting = _Waiting()
 
     @classmethod
     def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> "Tracker":
@@ -62,12 +62,10 @@ class Tracker:
         """Create a run (nested under `parent_id` when given) and return its id."""
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        tags = {**context_tags(), **process_tags(), **(tags or {})}
+        tags = {**source_tags(), **process_tags(), **(tags or {})}
         if parent_id:
             tags[MLFLOW_PARENT_RUN_ID] = parent_id
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
-        self._artifact_uris[run.info.run_id] = run.info.artifact_uri
-        return run.info.run_id
+        return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
 
     def adopt(self, run_id: str, name: str, tags: dict[str, str]) -> str:
         """Take over a run someone else created (`mlflow run`'s project run): our name (for MLflow's
@@ -78,16 +76,11 @@ class Tracker:
         return run_id
 
     def end_run(self, run_id: str, status: str, quick: bool = False) -> None:
-        """FINISHED, FAILED or KILLED, after what still waits. `quick`: the status alone, one attempt,
-        no retries, errors ignored (for a second Ctrl-C, or a store already known to be down)."""
-        self._artifact_uris.pop(run_id, None)
+        """FINISHED, FAILED or KILLED. `quick`: one attempt, no retries, errors ignored (for a second
+        Ctrl-C, or a store already known to be down)."""
         if not quick:
-            with contextlib.suppress(Exception):  # best effort: nothing may keep the run from ending
-                self.log_epochs(run_id, [])  # what still waits (no call when nothing does)
-            self._waiting.sent(run_id)
             self.client.set_terminated(run_id, status)
             return
-        self._waiting.sent(run_id)
         with contextlib.suppress(Exception):
             self.client.once.set_terminated(run_id, status)
 
@@ -107,23 +100,15 @@ class Tracker:
     def log_tags(self, run_id: str, tags: dict[str, Any]) -> None:
         self.log_epochs(run_id, [], tags=tags)
 
-    def wait(self, run_id: str, epochs: list[Any] = (), run_metrics: dict[str, float | None] | None = None,
-             tags: dict[str, Any] | None = None) -> None:
-        """Epochs' metrics, run-level ones and tags, stamped now, for the run's next write: log_epochs,
-        log_model (which links the epochs at its step to the model), log_failure or end_run."""
-        self._waiting.add(run_id, as_metrics(list(epochs), run_metrics or {}), tags or {})
-
     def log_epochs(self, run_id: str, epochs: list[Any], run_metrics: dict[str, float | None] | None = None,
                    tags: dict[str, Any] | None = None) -> None:
-        """Epochs' metrics, run-level ones (step 0) and tags, with what waits, in one batch call."""
+        """Epochs' metrics (step = epoch), run-level ones (step 0) and tags, in one batch call."""
         from mlflow.entities import RunTag
 
-        waiting, waiting_tags = self._waiting.of(run_id)
-        metrics = [*waiting, *as_metrics(epochs, run_metrics or {})]
-        run_tags = [RunTag(k, v) for k, v in {**waiting_tags, **{k: str(v) for k, v in (tags or {}).items()}}.items()]
+        metrics = as_metrics(epochs, run_metrics or {})
+        run_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
-        self._waiting.sent(run_id)
 
     def log_files(self, run_id: str, files: dict[str, bytes | str]) -> None:
         """Files (contents by artifact path) into the run's artifacts, in one upload."""
@@ -132,10 +117,7 @@ class Tracker:
                 target = Path(tmp, path)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content if isinstance(content, bytes) else content.encode())
-            if run_id in self._artifact_uris:
-                artifact_store(self._artifact_uris[run_id], self.uri).log_artifacts(tmp)
-            else:  # a run this tracker did not create (`mlflow run`'s): the client finds its store
-                self.client.log_artifacts(run_id, tmp)
+            self.client.log_artifacts(run_id, tmp)
 
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
         self.client.log_artifacts(run_id, str(folder), artifact_path)
@@ -143,29 +125,38 @@ class Tracker:
     def log_failure(self, run_id: str, exc: BaseException, reason: str | None = None) -> None:
         """The reason as a tag (error class and message, or a hint), the traceback as an artifact."""
         reason = (reason or f"{exc.__class__.__name__}: {exc}")[:5000]
-        self.log_epochs(run_id, [], tags={TAG_ERROR: reason})  # with what waits
+        self.log_tags(run_id, {TAG_ERROR: reason})
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.log_files(run_id, {ARTIFACT_TRACEBACK: text})
 
-    def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *, params: dict[str, Any] | None = None,
-                  logged: list[Any] = ()) -> str:
-        """Log a CPU copy of `model` as the run's LoggedModel `model`, its output at `step` (the final
-        epoch), with what waits (the final epoch's metrics: linked to it); returns the URI. `params`:
-        the run's, copied onto it; `logged`: metrics at `step` already in the store, linked too."""
-        waiting, tags = self._waiting.of(run_id)
+    def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *,
+                  params: dict[str, Any] | None = None) -> str:
+        """Log a CPU copy of `model` as the run's model `model` with `mlflow.pytorch.log_model`, as
+        the output of `step` (the final epoch: MLflow links that epoch's metrics to the model), with
+        `params` copied onto it. Returns the model's URI."""
         try:
-            uri = log_pytorch_model(self.client, self.experiment_id, run_id, model, example, step,
-                                    params or {}, [*logged, *waiting], tags)
+            with fluent_target(self.uri, self.experiment_id), _active(run_id):
+                return log_pytorch_model(model, example, step, params or {})
         except Exception as exc:
             if is_transient(exc):
                 raise TrackingUnavailable.of(self.uri, exc) from exc
             raise
-        self._waiting.sent(run_id)
-        return uri
 
+    @contextlib.contextmanager
     def system_metrics(self, run_id: str, enabled: bool):
-        """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling for one run."""
-        return sample_system_metrics(self.uri, run_id) if enabled else contextlib.nullcontext()
+        """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling of one run for the
+        block, every SYSTEM_METRICS_INTERVAL_S seconds: MLflow samples the run it makes active."""
+        if not enabled:
+            yield
+            return
+        import mlflow
+
+        mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL_S)
+        try:
+            with fluent_target(self.uri, self.experiment_id), _active(run_id, log_system_metrics=True):
+                yield
+        finally:
+            mlflow.set_system_metrics_sampling_interval(None)
 
     def ui(self, parent_run_id: str | None = None) -> tuple[str, str]:
         """The command that starts the UI on this store, and the page to open: the sweep's saved
@@ -176,43 +167,28 @@ class Tracker:
         return command, view.page(url, parent_run_id) if parent_run_id else url
 
 
-class _Waiting:
-    """By run: MLflow metrics (stamped when handed over) and tags that ride the run's next write
-    rather than a call of their own (each call is 4-20 ms on sqlite). Dropped only once sent, and
-    sent again as stamped: a write that fails after the store took them leaves one point per step."""
-
-    def __init__(self) -> None:
-        self._by_run: dict[str, tuple[list[Any], dict[str, str]]] = {}
-
-    def add(self, run_id: str, metrics: list[Any], tags: dict[str, Any]) -> None:
-        waiting, waiting_tags = self._by_run.setdefault(run_id, ([], {}))
-        waiting += metrics
-        waiting_tags.update({k: str(v) for k, v in tags.items()})
-
-    def of(self, run_id: str) -> tuple[list[Any], dict[str, str]]:
-        return self._by_run.get(run_id, ([], {}))
-
-    def sent(self, run_id: str) -> None:
-        self._by_run.pop(run_id, None)
+SYSTEM_METRICS_INTERVAL_S = 2.0  # MLflow's default is 10 s: most runs here are shorter
 
 
-def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, example: Any, step: int,
-                      params: dict[str, Any], metrics: list[Any], tags: dict[str, str]) -> str:
-    """Log a CPU copy of `model` as run `run_id`'s LoggedModel `model`; returns its URI.
+@contextlib.contextmanager
+def _active(run_id: str, log_system_metrics: bool = False):
+    """Run `run_id` as MLflow's active run for the block: its fluent calls (log_model, the system
+    metrics monitor) log to it. MLflow marks the run ended when the block ends; the caller's end_run
+    then sets the status the pipeline decides (FINISHED, FAILED or KILLED)."""
+    import mlflow
 
-    The steps of MLflow's `mlflow.pytorch.log_model` (3.17), through its public client API: create
-    the LoggedModel, save the flavor into it, record it as the run's output at `step`, link that
-    step's metrics, mark it READY (FAILED when a step fails). What MLflow reads back from the store
-    on every call to learn what the caller already knows (the run's params, its experiment, every
-    metric's full history to find the final step's values) is passed in instead: about 0.06 s a
-    run on sqlite, a third of the call. `metrics` and `tags` go in the linking call, the per-epoch
-    metrics at `step` linked: MLflow links metrics it logged earlier, which here would be a call
-    more and its recovery from inserting them twice (a failed insert, a lookup and a retry).
+    with mlflow.start_run(run_id=run_id, log_system_metrics=log_system_metrics):
+        yield
 
-    Pickle serialization keeps the Network class (pt2 would load back as a GraphModule, and its
-    CUDA exports do not load on CPU-only machines); explicit pip requirements avoid MLflow's
-    seconds-long requirement inference in a subprocess for every run, and MLflow's check of them
-    against this environment is skipped (_without_self_checks).
+
+def log_pytorch_model(model: Any, example: Any, step: int, params: dict[str, Any]) -> str:
+    """`mlflow.pytorch.log_model` of a CPU copy of `model` into the active run; returns its URI.
+
+    Pickle serialization keeps the Network class where MLflow offers the choice (3.14 and later
+    default to pt2, which loads back as a GraphModule and whose CUDA exports do not load on CPU-only
+    machines); earlier versions pickle anyway. The pip requirements are given, so MLflow does not
+    infer them in a subprocess for every run (seconds each). The pickle names pipeline.model.Network:
+    that one module ships with the model (code_paths), so it loads where this package is not installed.
     """
     import copy
     import shutil
@@ -220,57 +196,42 @@ def log_pytorch_model(client, experiment_id: str, run_id: str, model: Any, examp
     import cloudpickle
     import mlflow
     import torch
-    from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric, RunTag
-    from mlflow.models import Model, infer_signature
+    from mlflow.models import infer_signature
 
     from pipeline import model as model_module
 
     cpu_model = copy.deepcopy(model).to("cpu").eval()
     with torch.no_grad():
         output = cpu_model(torch.from_numpy(example)).numpy()
-    with critical():
-        # Calls that are not idempotent go through the bare client, as in MLflow's own log_model (its
-        # HTTP layer retries a refused connection): a retry after a lost reply would add a model.
-        logged = client.once.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=run_id,
-                                            params={k: param_str(v) for k, v in params.items()}, tags=context_tags())
-        try:
-            with tempfile.TemporaryDirectory() as tmp, _without_self_checks():
-                # The pickle names pipeline.model.Network: ship that one module with the model so it
-                # loads where this package is not installed (MLflow puts code/ on sys.path on load).
-                package = Path(tmp) / "pipeline"
-                package.mkdir()
-                (package / "__init__.py").write_text("")
-                shutil.copy(model_module.__file__, package / "model.py")
-                local = Path(tmp) / MODEL_NAME
-                mlflow.pytorch.save_model(
-                    cpu_model,
-                    str(local),
-                    mlflow_model=Model(artifact_path=logged.artifact_location, model_uuid=logged.model_id,
-                                       run_id=run_id, model_id=logged.model_id),
-                    signature=infer_signature(example, output),
-                    input_example=example,
-                    serialization_format="pickle",
-                    code_paths=[str(package)],
-                    pip_requirements=[
-                        f"torch=={torch.__version__.split('+')[0]}",
-                        f"mlflow=={mlflow.__version__}",
-                        f"cloudpickle=={cloudpickle.__version__}",
-                    ],
-                )
-                artifact_store(logged.artifact_location, client.once.tracking_uri).log_artifacts(str(local))
-            client.once.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=step)])
-            # With the model's id, the store records them for the model too (a metric already in the
-            # run's history, same value, timestamp and step, keeps its single point).
-            linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=logged.model_id)
-                      if m.step == step and m.key in EPOCH_METRICS else m for m in metrics]
-            if linked or tags:
-                client.log_batch(run_id, metrics=linked, tags=[RunTag(k, v) for k, v in tags.items()])
-            client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                client.once.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
-            raise
-    return f"models:/{logged.model_id}"
+    options = {"serialization_format": "pickle"} if _offers_serialization_format() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        package = Path(tmp) / "pipeline"
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        shutil.copy(model_module.__file__, package / "model.py")
+        info = mlflow.pytorch.log_model(
+            cpu_model,
+            name=MODEL_NAME,
+            step=step,
+            params={k: param_str(v) for k, v in params.items()},
+            signature=infer_signature(example, output),
+            input_example=example,
+            code_paths=[str(package)],
+            pip_requirements=[
+                f"torch=={torch.__version__.split('+')[0]}",
+                f"mlflow=={mlflow.__version__}",
+                f"cloudpickle=={cloudpickle.__version__}",
+            ],
+            **options,
+        )
+    return info.model_uri
+
+
+@lru_cache(maxsize=1)
+def _offers_serialization_format() -> bool:
+    import mlflow.pytorch
+
+    return "serialization_format" in inspect.signature(mlflow.pytorch.log_model).parameters
 
 
 def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None]) -> list[Any]:
@@ -285,56 +246,19 @@ def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None]) -> list[
 
 
 @lru_cache(maxsize=1)
-def context_tags() -> dict[str, str]:
-    """MLflow's tags for where a run comes from (source, user, git commit), the same for every run of
-    a process: resolved once (MLflow resolves them on every run)."""
-    from mlflow.tracking.context.registry import resolve_tags
+def source_tags() -> dict[str, str]:
+    """Where a run comes from, under MLflow's own tag names: the user, the command, and the git
+    commit of the working directory when it is a checkout. The same for every run of a process."""
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
 
-    return resolve_tags({})
-
-
-# MLflow checks, on every saved model, that its pip requirements match this environment: it maps every
-# installed package to its modules by reading each one's file list (~3 s in a process's first run).
-# Ours are the installed versions themselves, so the check is skipped. (MLflow's log_model also loads
-# the model back to serve its input example, ~0.4 s a run; log_pytorch_model does not take that step:
-# tests/test_registry.py loads and serves the logged model for real.)
-_SELF_CHECKS = (("mlflow.utils.environment", "warn_dependency_requirement_mismatches"),)
-
-
-@contextlib.contextmanager
-def _without_self_checks():
-    """MLflow's check above replaced by a no-op for one model's saving. Where a later MLflow no
-    longer has it, nothing is replaced."""
-    import importlib
-
-    replaced = []
-    for module_name, name in _SELF_CHECKS:
-        module = importlib.import_module(module_name)
-        if callable(getattr(module, name, None)):
-            replaced.append((module, name, getattr(module, name)))
-            setattr(module, name, lambda *args, **kwargs: None)
-    try:
-        yield
-    finally:
-        for module, name, original in replaced:
-            setattr(module, name, original)
-
-
-@contextlib.contextmanager
-def sample_system_metrics(uri: str, run_id: str, interval_s: float = 2.0):
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-    monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, tracking_uri=uri)
-    monitor.start()
-    try:
-        yield
-    finally:
-        monitor.finish()
-        if monitor._logging_step == 0:  # a run shorter than one interval still gets a sample
-            with contextlib.suppress(Exception):
-                monitor.collect_metrics()
-                monitor.publish_metrics(monitor.aggregate_metrics())
-                monitor.mlflow_logger.flush()
+    tags = {MLFLOW_SOURCE_NAME: " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]]), MLFLOW_SOURCE_TYPE: "LOCAL"}
+    with contextlib.suppress(Exception):  # no passwd entry for this uid (some containers)
+        tags[MLFLOW_USER] = getpass.getuser()
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0 and commit.stdout.strip():
+            tags[MLFLOW_GIT_COMMIT] = commit.stdout.strip()
+    return tags
 
 
 def _experiment_id(client, uri: str, name: str) -> str:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from pipeline import optimizer as adam
 from pipeline.clock import Clock, sync
 from pipeline.config import RunConfig
 from pipeline.data import Dataset, DeviceBatches, PinnedPrefetch, Split, batches
@@ -158,20 +157,17 @@ def evaluate(model: torch.nn.Module, split: Split, device: torch.device, precisi
 
 
 def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | None = None,
-        resume: dict | None = None, warmed: set | None = None) -> FitResult:
+        resume: dict | None = None) -> FitResult:
     """Train `config.epochs` epochs with Adam and cross-entropy; evaluate on the test set each epoch.
 
     `resume` is a state from Hooks.save_state: training continues after its last epoch, with the
     same weights, optimizer moments and shuffling order it would have had without the break.
-    `warmed`: what this process has already warmed up (a sweep passes the same set to each of its
-    runs): a run whose device, precision, threads and shapes are in it skips the warm-up (no
-    `warmup_s` in `one_off`). Its kernels, primitive caches and allocator are warm from the earlier run.
     """
     # On cuda:N, N is the current device for the whole fit, so that CUDA events are recorded on
     # N's stream rather than GPU 0's.
     on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with _torch_threads(config.num_workers), on_device:
-        return _fit(config, data, device, hooks or Hooks(), resume, warmed)
+        return _fit(config, data, device, hooks or Hooks(), resume)
 
 
 def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
@@ -185,12 +181,19 @@ def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: tor
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         loss.backward()
-        adam.step(optimizer)
+        optimizer.step()
     else:
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
     return logits, loss
+
+
+def make_optimizer(parameters, lr: float, device: torch.device, capturable: bool = False) -> torch.optim.Adam:
+    """Adam; fused on CUDA (one kernel for every parameter's update instead of several per tensor),
+    and capturable (its step counter on the GPU) when a CUDA graph replays the step."""
+    cuda = device.type == "cuda"
+    return torch.optim.Adam(parameters, lr=lr, fused=cuda, capturable=cuda and capturable)
 
 
 def _shapes(config: RunConfig, data: Dataset) -> list[tuple[int, bool]]:
@@ -210,7 +213,7 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
     are untouched (zero images: nothing drawn). Returns its duration."""
     start = time.perf_counter()
     shadow = copy.deepcopy(model)
-    optimizer = adam.make(shadow.parameters(), config.lr, device)
+    optimizer = make_optimizer(shadow.parameters(), config.lr, device)
     # A compiled copy's code serves the run's model too: dynamo guards on the module's type and
     # the inputs' shapes, not on which instance is called.
     net = torch.compile(shadow, dynamic=False) if config.compile else shadow
@@ -232,12 +235,6 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
     return time.perf_counter() - start
 
 
-def _warm_key(config: RunConfig, data: Dataset, device: torch.device) -> tuple:
-    """What a warm-up warms: a later run with the same key finds the process warm (compile runs never
-    share: each compiles anew)."""
-    return (str(device), config.precision, torch.get_num_threads(), tuple(_shapes(config, data)))
-
-
 def _timed(device: torch.device, make):
     """`make()` and the seconds it took, its device work included (a one-off cost of the run)."""
     start = time.perf_counter()
@@ -251,14 +248,13 @@ def _diverged(epoch: int, step: int | None = None) -> Diverged:
     return Diverged(f"diverged at {where}: the training loss became NaN or inf; try a lower lr")
 
 
-def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None,
-         warmed: set | None) -> FitResult:
+def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None) -> FitResult:
     torch.manual_seed(config.seed)
     model = Network().to(device)  # initialised on the CPU by the seed, then moved: same weights anywhere
     channels_last = uses_channels_last(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = adam.make(model.parameters(), config.lr, device, capturable=config.cuda_graph)
+    optimizer = make_optimizer(model.parameters(), config.lr, device, capturable=config.cuda_graph)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
     # fp16 has too few exponent bits for small gradients: scale the loss up, unscale before the step.
     scaler = torch.amp.GradScaler("cuda") if cuda and config.precision == "fp16" else None
@@ -283,14 +279,10 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     hooks.model_ready(model)
     net = model  # what the steps call: the model, or its compiled form (same parameters)
     if config.compile:
-        torch._dynamo.reset()  # each run compiles (and is timed compiling) as if it were the first
+        torch.compiler.reset()  # each run compiles (and is timed compiling) as if it were the first
         net = torch.compile(model, dynamic=False)
-    key = None if warmed is None or config.compile else _warm_key(config, data, device)
     try:
-        if key is None or key not in warmed:
-            result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
-            if key is not None:
-                warmed.add(key)
+        result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
     except Exception as exc:
         if not config.compile or isinstance(exc, torch.OutOfMemoryError):
             raise

@@ -6,10 +6,6 @@ import csv
 import io
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 
 import mlflow
 import pytest
@@ -17,7 +13,7 @@ from PIL import Image
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
 
-from conftest import REPO, isolated, new_store
+from conftest import isolated, new_store
 from pipeline import charts, names
 from pipeline.cli import main
 from pipeline.compare import HISTORIES, build, render
@@ -154,104 +150,17 @@ def test_time_breakdown_legend_covers_no_bar(sweep_store, tmp_path):
         assert image.width == pytest.approx((tight.width + 2 * pad) * charts.DPI, abs=2)
 
 
-def test_the_painter_process_draws_what_this_process_draws(sweep_store, tmp_path):
-    result, client, _ = sweep_store
-    planned = charts.plan(build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES)))
-    json.dumps(planned, allow_nan=True)  # plain values: they travel to the painter as JSON
-    here = charts.draw(planned, tmp_path / "here")
-    with charts.painting(True) as painter:
-        assert os.getpgid(painter.pid) != os.getpgid(0)  # the terminal's Ctrl-C is the sweep's alone
-        # A process forked meanwhile (a DataLoader worker) holding the painter's stdin must not stall it.
-        holder = subprocess.Popen(["sleep", "60"], pass_fds=[painter._process.stdin.fileno()])
-        try:
-            there = painter.draw(planned, tmp_path / "there")
-        finally:
-            holder.kill()
-            holder.wait()
-    assert painter.failure is None
-    assert [p.name for p in there] == [p.name for p in here] == list(planned)
-    for a, b in zip(here, there):
-        assert a.read_bytes() == b.read_bytes()
-
-
-@pytest.mark.parametrize("failing", [0, 1])
-def test_a_chart_the_painter_cannot_draw_fails_the_painter_and_the_others_are_drawn(sweep_store, tmp_path, failing):
-    """The painter draws the first chart itself and the others in forked children. A failing child
-    is named; a failing first chart fails with its own error once the children are done. Either way
-    the sweep then draws in its own process, as for any painter failure."""
-    result, client, _ = sweep_store
-    planned = charts.plan(build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES)))
-    bad = list(planned)[failing]
-    planned[bad] = {**planned[bad], "kind": "no-such-chart"}
-    code = ("import json, sys\nfrom pathlib import Path\nfrom pipeline import charts\n"
-            "charts._draw_forked(json.loads(sys.stdin.read()), Path(sys.argv[1]))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], input=json.dumps(planned),
-                         capture_output=True, text=True)
-    assert out.returncode == 1 and "no-such-chart" in out.stderr, out.stderr
-    if failing:
-        assert f"RuntimeError: drawing {bad} failed" in out.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(planned) - {bad})
-
-
-@pytest.mark.parametrize("trouble", ["dead", "hung"])
-def test_a_painter_in_trouble_leaves_the_drawing_to_this_process(sweep_store, tmp_path, monkeypatch, trouble):
-    result, client, _ = sweep_store
-    comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
-    monkeypatch.setattr(charts, "DRAW_TIMEOUT_S", 2)
-    with charts.painting(True) as painter:
-        os.kill(painter.pid, signal.SIGKILL if trouble == "dead" else signal.SIGSTOP)
-        paths = charts.write_all(comparison, tmp_path, painter)
-    assert [p.name for p in paths] == list(charts.plan(comparison))
-    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
-    assert ("drew nothing in 2 s" if trouble == "hung" else "failed (exit -9)") in painter.failure
-    with pytest.raises(ProcessLookupError):
-        os.kill(painter.pid, 0)  # ended and reaped
-
-
-def test_the_painter_ends_with_the_block_and_starts_only_for_two_points(write_grid, data_dir, tracking_uri,
-                                                                          monkeypatch):
-    with pytest.raises(KeyboardInterrupt), charts.painting(True) as painter:
-        raise KeyboardInterrupt
-    with pytest.raises(ProcessLookupError):
-        os.kill(painter.pid, 0)
-    started = []
-    monkeypatch.setattr(charts, "Painter", lambda: started.append(1))
-    monkeypatch.setattr(charts, "painter_pays", lambda: True)
-    one = write_grid("experiment: one\ngrid:\n  device: [cpu]\n")
-    run_grid(load_grid(one), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
-    run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, dry_run=True))
-    assert started == []
-
-
-def test_a_sweep_draws_its_charts_in_the_painter(write_grid, data_dir, tracking_uri, monkeypatch):
-    def not_here(*args):
-        raise AssertionError("drawn in the sweep's own process")
-
-    monkeypatch.setattr(charts, "draw", not_here)
-    monkeypatch.setattr(charts, "painter_pays", lambda: True)  # this test process has drawn charts before
-    result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
-    logged = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(result.parent_run_id, "comparison")}
-    assert {f"comparison/{name}" for name in (charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG,
-                                              charts.TIME_BREAKDOWN_PNG)} <= logged
-
-
-def test_no_painter_where_this_process_has_matplotlib_already(write_grid, data_dir, tracking_uri, monkeypatch):
-    """The painter only moves matplotlib's import off the critical path: a fresh `pipeline` process
-    starts one, a process that has drawn before (a notebook, a test session) draws in-process."""
-    # What a sweep's process has imported by the time it decides: the CLI and the runner.
-    fresh = subprocess.run([sys.executable, "-c", "from pipeline import charts, cli, runner; print(charts.painter_pays())"],
-                           capture_output=True, text=True, cwd=REPO, check=True)
-    assert fresh.stdout.strip() == "True"
+def test_a_sweep_draws_its_charts_beside_a_notebooks_plots(write_grid, data_dir, tracking_uri):
+    """Charts are Agg figures of their own: a process that uses pyplot (a notebook's) keeps its
+    backend and its figures."""
     import matplotlib
     import matplotlib.pyplot  # noqa: F401  (a notebook's, say)
 
     backend, figures = matplotlib.get_backend(), matplotlib.pyplot.get_fignums()
-    started = []
-    monkeypatch.setattr(charts, "Painter", lambda: started.append(1))
     result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     logged = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(result.parent_run_id, "comparison")}
-    assert started == [] and f"comparison/{charts.EPOCH_DURATION_PNG}" in logged
-    # Drawn beside the notebook's plots, not in them: pyplot's backend and figures are untouched.
+    assert {f"comparison/{name}" for name in (charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG,
+                                              charts.TIME_BREAKDOWN_PNG)} <= logged
     assert matplotlib.get_backend() == backend and matplotlib.pyplot.get_fignums() == figures
 
 

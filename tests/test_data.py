@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -35,41 +34,35 @@ def test_subset_sizes_take_the_first_examples(tmp_path):
         load(folder, train_size=41)
 
 
-def test_decoding_started_on_a_thread_is_what_load_returns_once_per_process(tmp_path, monkeypatch):
+def test_a_folder_is_decoded_once_per_process_however_it_is_named(tmp_path, monkeypatch):
     folder = make_idx(tmp_path / "d", 40, 20)
-    decoded_on = []
+    decoded = []
 
     def counted(*args):
-        decoded_on.append(threading.current_thread().name)
+        decoded.append(args[0])
         return decode(*args)
 
     decode = idx._decode
     monkeypatch.setattr(idx, "_decode", counted)
     monkeypatch.chdir(tmp_path)
-    idx.start("d")  # what a sweep does before importing torch and MLflow; a relative spelling
-    first = load("d")
+    first = load("d")  # a relative spelling
     second = load(folder.resolve(), train_size=10)  # as a point's job names it: absolute
-    assert decoded_on == ["pipeline-idx"]  # once, on the thread
+    assert len(decoded) == 1
     assert first.train.images.data_ptr() == second.train.images.data_ptr()  # shared, not copied
     idx.forget()
     fresh = load(folder)
-    assert decoded_on == ["pipeline-idx", "MainThread"]  # nothing started: decoded where asked
+    assert len(decoded) == 2
     assert torch.equal(fresh.train.images, first.train.images) and torch.equal(fresh.test.labels, first.test.labels)
 
 
-def test_a_failure_on_the_decoding_thread_is_raised_by_load_and_not_kept(tmp_path, capsys):
+def test_a_failure_to_decode_is_not_kept(tmp_path):
     folder = make_idx(tmp_path / "d", 10, 10)
     good = (folder / (FILES["train_images"] + ".gz")).read_bytes()
     (folder / (FILES["train_images"] + ".gz")).write_bytes(good[:len(good) // 2])
-    idx.start(folder)
     with pytest.raises(UserError, match="corrupt"):
         load(folder)
-    assert "Traceback" not in capsys.readouterr().err  # the thread hands its error over, prints nothing
     (folder / (FILES["train_images"] + ".gz")).write_bytes(good)
     assert len(load(folder).train) == 10  # the failure was not cached
-    idx.start(tmp_path / "nowhere")  # nothing to decode: the load reports it, not the start
-    with pytest.raises(UserError, match="not found"):
-        load(tmp_path / "nowhere")
 
 
 def test_search_order(tmp_path, monkeypatch):

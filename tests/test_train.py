@@ -148,26 +148,6 @@ def test_warm_up_is_untimed_and_changes_nothing(data_dir, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(warmed.model.state_dict().values(), cold.model.state_dict().values()))
 
 
-def test_a_sweeps_warm_up_is_shared_by_runs_at_the_same_shapes(data_dir, monkeypatch):
-    """Runs sharing a `warmed` set (a sweep's, in one process) warm up once per device, precision,
-    thread count and shapes; the seed or lr does not matter, the batch size does."""
-    from pipeline import train
-
-    calls = []
-    real = train._warm_up
-    monkeypatch.setattr(train, "_warm_up", lambda *args: calls.append(args[1].batch_size) or real(*args))
-    dataset, cpu, warmed = load(data_dir), torch.device("cpu"), set()
-    first = fit(RunConfig(batch_size=128, seed=0), dataset, cpu, warmed=warmed)
-    second = fit(RunConfig(batch_size=128, seed=1, lr=0.001), dataset, cpu, warmed=warmed)
-    other = fit(RunConfig(batch_size=64), dataset, cpu, warmed=warmed)
-    alone = fit(RunConfig(batch_size=128), dataset, cpu)  # no set: always warms up
-    assert calls == [128, 64, 128]
-    assert first.warmup_s > 0 and second.one_off == {} and other.warmup_s > 0 and alone.warmup_s > 0
-    assert len(warmed) == 2
-    again = fit(RunConfig(batch_size=128, seed=1, lr=0.001), dataset, cpu)  # skipping it changes no number
-    assert [e.train_loss for e in second.epochs] == [e.train_loss for e in again.epochs]
-
-
 def test_peak_memory_on_the_cpu_sees_a_large_allocation():
     from pipeline.device import PeakMemory
 
@@ -216,7 +196,7 @@ def test_normalising_is_one_division_with_the_same_numbers():
 
 def test_cuda_uses_fused_adam_and_the_cpu_does_not():
     from pipeline.model import Network
-    from pipeline.optimizer import make
+    from pipeline.train import make_optimizer as make
 
     model = Network()
     assert make(model.parameters(), 0.01, torch.device("cuda")).defaults["fused"] is True
@@ -238,28 +218,6 @@ def test_prefetch_serves_the_loaders_batches_through_rotating_buffers(data_dir):
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
     assert len(set(storages)) == PinnedPrefetch.DEPTH + 1
     assert storages[: PinnedPrefetch.DEPTH + 1] == storages[PinnedPrefetch.DEPTH + 1: 2 * (PinnedPrefetch.DEPTH + 1)]
-
-
-def test_an_eager_run_loads_no_compiler_and_learns_what_torchs_own_step_learns(data_dir):
-    """pipeline/optimizer.py: in a fresh process an eager fit never imports torch._dynamo (about
-    2.5 s of start-up), and its numbers are those of torch's own wrapped step, run here, where the
-    compiler is loaded."""
-    import subprocess
-    import sys
-
-    import torch._dynamo  # noqa: F401  (this process: torch's own optimizer methods)
-
-    # The same thread count on both sides (an earlier test in this process may have changed it):
-    # another count sums in another order, and the last digits differ.
-    code = (f"import sys, torch\ntorch.set_num_threads({torch.get_num_threads()})\n"
-            f"from pipeline.config import RunConfig\nfrom pipeline.data import load\n"
-            f"from pipeline.train import fit\n"
-            f"r = fit(RunConfig(batch_size=64, epochs=2, seed=2), load({str(data_dir)!r}), torch.device('cpu'))\n"
-            f"print('torch._dynamo' in sys.modules, *[e.train_loss for e in r.epochs])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    here = fit(RunConfig(batch_size=64, epochs=2, seed=2), load(data_dir), torch.device("cpu"))
-    assert out[0] == "False"
-    assert [float(x) for x in out[1:]] == [e.train_loss for e in here.epochs]
 
 
 @pytest.mark.parametrize("path", ["prefetch", "data_on_device"])
