@@ -224,7 +224,8 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
             tracking_uri: str | None) -> None:
     """One row per finished run of a sweep: settings, final loss and accuracy, epoch time, images/s,
     the data/transfer/compute shares of each epoch, and each device's speedup over its cpu twin."""
-    from pipeline.compare import HISTORIES, build, render, write_report
+    from pipeline.compare import HISTORIES, build, render
+    from pipeline.comparison_folder import write_report
     from pipeline.records import read_sweep
     from pipeline.report import Reporter
     from pipeline.store import open_client, resolve_tracking_uri
@@ -392,8 +393,12 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
 @click.option("--auth-database-uri", metavar="URI",
               help="With --auth: where users are stored [default: the tracking database, or basic_auth.db beside "
                    "a sqlite store].")
-def server(**options: Any) -> None:
+def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
+           allowed_hosts: str | None, auth: bool, admin_password_file: str | None, default_permission: str,
+           auth_database_uri: str | None) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
     from pipeline.server import serve
 
-    serve(**options)
+    serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts, auth=auth,
+          admin_password_file=admin_password_file, default_permission=default_permission,
+          auth_database_uri=auth_database_uri)

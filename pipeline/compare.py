@@ -261,23 +261,3 @@ def markdown(frame: pd.DataFrame) -> str:
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body]) + "\n"
-
-
-def write_report(comparison: Comparison, folder) -> list:
-    """Charts, results.csv and results.md (with the speedup lines) into `folder`."""
-    from pathlib import Path
-
-    from pipeline import charts
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    # Charts compare runs; a one-run sweep has nothing to compare (and matplotlib costs ~1 s).
-    paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
-    (folder / "results.csv").write_text(render(comparison, "csv"))
-    if not comparison.repeats.empty:
-        (folder / "repeats.csv").write_text(comparison.repeats.to_csv(index=False))
-    speedups = "".join(f"- {line}\n" for line in comparison.speedups + comparison.notes)
-    title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
-    (folder / "results.md").write_text(title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
-    written = [folder / "results.csv", folder / "results.md"]
-    return [*paths, *written, *([folder / "repeats.csv"] if not comparison.repeats.empty else [])]

@@ -6,8 +6,10 @@ never what is computed.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import shutil
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -73,26 +75,22 @@ def precision_missing(device: torch.device, precision: str) -> str:
 
 
 def compile_missing(device: torch.device) -> str:
-    """Why torch.compile cannot build kernels for `device` ('' when it can): inductor compiles C++
-    with the system's compiler ($CXX, else g++) on the CPU, and Triton kernels on CUDA."""
-    return _compile_missing(device.type)
-
-
-@lru_cache(maxsize=None)  # once per kind of device: the CPU check imports inductor and runs the compiler
-def _compile_missing(kind: str) -> str:
-    if kind == "cpu":
-        from torch._inductor import cpp_builder, exc
-
-        try:
-            cpp_builder.get_cpp_compiler()
-        except exc.InvalidCxxCompiler:
-            return "compile on the CPU needs a C++ compiler (apt-get install g++, or set $CXX), or set compile: false"
-    elif kind == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton():
-            return "compile on CUDA needs Triton (pip install triton), or set compile: false"
+    """Why torch.compile cannot build kernels for `device` ('' when it can), told before training:
+    its default backend compiles C++ with the system's compiler ($CXX, else a c++ on the PATH) on
+    the CPU, and Triton kernels on CUDA. A failure these checks miss still fails only its own point
+    (train.CompileFailed names the cause)."""
+    if device.type == "cpu" and not _cxx_compiler():
+        return "compile on the CPU needs a C++ compiler (apt-get install g++, or set $CXX), or set compile: false"
+    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
+        return "compile on CUDA needs Triton (pip install triton), or set compile: false"
     return ""
+
+
+def _cxx_compiler() -> str | None:
+    chosen = os.environ.get("CXX")
+    if chosen:
+        return shutil.which(chosen.split()[0])
+    return next(filter(None, (shutil.which(name) for name in ("g++", "c++", "clang++"))), None)
 
 
 def hardware_name(device: torch.device) -> str:

@@ -99,6 +99,25 @@ class Outcome:
         return self.status in (FINISHED, UNLOGGED)
 
 
+@dataclass
+class SweepResult:
+    """What a sweep did: each point's outcome, in grid order, and where they were recorded."""
+
+    outcomes: list[Outcome]
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
+    tracking_uri: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(o.status in (FAILED, NOT_RUN, UNLOGGED) for o in self.outcomes) else 0
+
+    @property
+    def recorded_run_ids(self) -> list[str]:
+        """Runs of this grid's points that are FINISHED in the store, trained now or before (DONE)."""
+        return [o.run_id for o in self.outcomes if o.status in (FINISHED, DONE) and o.run_id]
+
+
 class Progress:
     """What a point reports while it runs; the Reporter shows it, a Ray worker's is silent."""
 

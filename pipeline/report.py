@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from pipeline.config import GridSpec
     from pipeline.executors import Planned
     from pipeline.grid import GridPoint
-    from pipeline.point import Outcome
-    from pipeline.runner import SweepResult
+    from pipeline.point import Outcome, SweepResult
     from pipeline.tracking import Tracker
     from pipeline.train import EpochStats
 
@@ -193,6 +192,11 @@ class Reporter:
                                "or `pipeline compare --out DIR`")
         published = comparison is not None and not comparison.table.empty
         command, url = tracker.ui(result.parent_run_id if published else None)
+        if published:
+            from pipeline import view
+
+            if not view.supported():
+                self.note(view.unverified_note())
         if command:
             self.console.print(f"Open the MLflow UI:  {command}")
         self.console.print(f"then browse to       {url}")

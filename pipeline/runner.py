@@ -27,7 +27,7 @@ from pipeline.grid import GridPoint, config_hash, expand
 from pipeline.names import (CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
                             TAG_ROLE)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
-                            PointJob, params_of, with_position)
+                            PointJob, SweepResult, params_of, with_position)
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
@@ -60,23 +60,6 @@ class Options:
         set_ += [f"--executor {self.executor}"] if self.executor != "local" else []
         set_ += [f"--register {self.register}"] if self.register else []
         return " ".join(set_)
-
-
-@dataclass
-class SweepResult:
-    outcomes: list[Outcome]
-    experiment_id: str | None = None
-    parent_run_id: str | None = None
-    tracking_uri: str | None = None
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if any(o.status in (FAILED, NOT_RUN, UNLOGGED) for o in self.outcomes) else 0
-
-    @property
-    def recorded_run_ids(self) -> list[str]:
-        """Runs of this grid's points that are FINISHED in the store, trained now or before (DONE)."""
-        return [o.run_id for o in self.outcomes if o.status in (FINISHED, DONE) and o.run_id]
 
 
 @dataclass(frozen=True)
@@ -312,7 +295,8 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", sp
     """The comparison table and charts as the parent run's artifacts (comparison/), and what the MLflow
     UI opens on (view.py): saved view, descriptions. The epochs of `outcomes` as logged; the rest read back."""
     from pipeline import view
-    from pipeline.compare import HISTORIES, build, write_report
+    from pipeline.compare import HISTORIES, build
+    from pipeline.comparison_folder import write_report
     from pipeline.records import histories_of, read_sweep
 
     known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}

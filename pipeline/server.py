@@ -4,13 +4,15 @@ MLflow's own server process.
 With `--auth`, the server is MLflow's basic-auth app: every request but /health needs a user's
 password. Its users live in an auth database (by default the tracking database itself, or a
 `basic_auth.db` beside a sqlite store). The first start creates the admin user with the password
-from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file, never from an argument `ps` would show;
-the password is used for that only and is not passed on to the server process.
+from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file, never from an argument `ps` would show:
+MLflow's app reads it from its own environment (readable by this user alone) and creates the admin
+once; later starts keep the admin as it is.
 """
 
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import os
 import secrets
 import socket
@@ -19,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.errors import UserError
-from pipeline.store import absolute_store_uri, check_backend, first_line, redact, sqlite_path
+from pipeline.store import absolute_store_uri, check_backend, redact, sqlite_path
 
 # Starlette's deprecation notice is a UserWarning, so it is named by its text.
 _SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"
@@ -101,46 +103,26 @@ def _set_up_auth(store: str, password_file: str | None, default_permission: str,
     ini = Path(tempfile.mkdtemp(prefix="pipeline-auth-")) / "basic_auth.ini"
     with open(os.open(ini, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
         config.write(handle)
-    os.environ["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
-    _create_admin(password)
-    os.environ.pop(ADMIN_PASSWORD, None)  # the admin exists now: the server process needs no password
+    _check_admin(password, database_uri)
     # The app signs its forms' CSRF tokens with this; its workers must share it. One per start
     # unless set (several servers behind one address need the same one).
     secret = os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY") or secrets.token_hex(32)
-    return {"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secret}
+    env = {"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_FLASK_SERVER_SECRET_KEY": secret}
+    if password is not None:  # MLflow's app creates the admin with it at start (once: later starts keep it)
+        env[ADMIN_PASSWORD] = password
+    return env
 
 
-def _create_admin(password: str | None) -> None:
-    """MLflow's own bootstrap (migrate the auth tables, create the admin once), run here so that a
-    missing or unacceptable password is one line and exit 2 rather than the server's traceback."""
-    import logging
-    import warnings
-
+def _check_admin(password: str | None, database_uri: str) -> None:
+    """What can be told before MLflow's basic-auth app starts, so that it is one line and exit 2
+    rather than the server's traceback: its extra is installed, the admin password is long enough,
+    and a new sqlite auth database comes with one (MLflow creates the admin from it at start)."""
+    if importlib.util.find_spec("flask_wtf") is None:
+        raise UserError("--auth needs MLflow's auth extra (flask_wtf); install the server extra: "
+                        "pip install -e '.[server]' (make setup does)")
     if password is not None and len(password) < 12:
         raise UserError(f"--auth: the admin password has {len(password)} characters; MLflow needs 12 or more")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    from mlflow.exceptions import MlflowException
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the server's web stack's deprecations: not the user's to read
-            from mlflow.server import auth
-    except ImportError as exc:
-        raise UserError(f"--auth needs MLflow's auth extra ({exc.name or exc}); install the server extra: "
-                        "pip install -e '.[server]' (make setup does)") from None
-    from mlflow.server.auth.config import read_auth_config
-
-    config = read_auth_config()  # the file just written (the module read it once, when first imported)
-    username = config.admin_username or "admin"
-    missing = (f"--auth: the admin user {username!r} does not exist yet and no password was given for it; "
-               f"set {ADMIN_PASSWORD} or pass --admin-password-file FILE (12 characters or more)")
-    path = sqlite_path(config.database_uri)
+    path = sqlite_path(database_uri)
     if password is None and path is not None and not path.exists():
-        raise UserError(missing)  # before creating anything
-    auth.store.init_db(config.database_uri)
-    if password is None and not auth.store.has_user(username, use_primary=True):
-        raise UserError(missing)
-    try:
-        auth.create_admin_user(username, password)
-    except MlflowException as exc:
-        raise UserError(f"--auth: {first_line(exc)}") from None
+        raise UserError(f"--auth: the admin user 'admin' does not exist yet and no password was given for it; "
+                        f"set {ADMIN_PASSWORD} or pass --admin-password-file FILE (12 characters or more)")

@@ -210,7 +210,6 @@ def open_client(uri: str, must_exist: bool = False):
                 if delay is None or not _creation_race(exc):
                     raise
                 time.sleep(delay)
-                _drop_migration_leftovers(path, exc)
     except Exception as exc:  # a bad scheme, a missing driver, a file store: say so in one line
         hint = ""
         if isinstance(exc, ModuleNotFoundError):
@@ -236,23 +235,6 @@ def _creation_race(exc: BaseException) -> bool:
         and "file is not a database" not in text
 
 
-def _drop_migration_leftovers(path: Path | None, exc: BaseException) -> None:
-    """When both sides of a creation race fail half-way through one of alembic's batch steps on
-    sqlite (copy a table into `_alembic_tmp_<name>`, drop the original, rename the copy), the copy
-    stays behind, and every later migration stops on it ("table _alembic_tmp_params already
-    exists") while the original table is still there. In a store made moments ago the copy holds
-    nothing of anyone's: drop it, and the next attempt migrates from where the store stands."""
-    import sqlite3
-
-    if path is None or "_alembic_tmp_" not in str(exc) or not path.exists():
-        return
-    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db, db:
-        leftovers = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                                    "AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]
-        for name in leftovers:
-            db.execute(f'DROP TABLE IF EXISTS "{name}"')
-
-
 @contextlib.contextmanager
 def _file_lock(path: Path):
     import fcntl
@@ -269,14 +251,17 @@ def is_transient(exc: BaseException) -> bool:
     """Worth retrying: a busy sqlite file, a dropped connection, a 5xx or 429 from a server, and a
     401 once the sweep has started: its login was checked before anything was created
     (check_login), and MLflow's auth app answers 401 to every request whose login it cannot look
-    up while its user database is down (a restart), once the login has left its cache."""
+    up while its user database is down (a restart), once the login has left its cache.
+
+    Read from the message: MLflow's HTTP client reports a failed request as a bare MlflowException
+    holding the text of requests' error, with no cause chained and no error code to go by."""
     text = f"{exc.__class__.__name__}: {exc}".lower()
     return any(s in text for s in ("database is locked", "connection", "timed out", "timeout", "max retries",
                                    "temporarily", "503", "502", "504", "429", "500 ", "error code 401"))
 
 
 class Retrying:
-    """Wraps an MlflowClient (or an artifact repository): each call retries transient failures with
+    """Wraps an MlflowClient: each call retries transient failures with
     backoff, then raises TrackingUnavailable. Everything else passes through unchanged. `once` is the
     bare client: one attempt, for a second Ctrl-C or a store already known to be down."""
 
@@ -301,15 +286,6 @@ class Retrying:
                     time.sleep(delay)
 
         return call
-
-
-def artifact_store(artifact_uri: str, tracking_uri: str) -> Retrying:
-    """The artifact repository at `artifact_uri` (a run's or a LoggedModel's, as its creation returned
-    it), retrying like the client. MLflow's client looks the location up in the store again before a
-    run's or a model's first upload (a get_run or get_logged_model: about 8 ms on sqlite)."""
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
-    return Retrying(get_artifact_repository(artifact_uri, tracking_uri=tracking_uri))
 
 
 @contextlib.contextmanager

@@ -7,7 +7,12 @@ behind "deflate;" as the UI itself writes it. The view lists the sweep's childre
 parent, sorted by epoch time: a start-time sort would fold them under the parent), shows device, the
 settings that vary, epoch time, images/s and test accuracy as columns, and puts a comparison section
 first in the charts. `mlflow.note.content` on the experiment and on the parent run is shown as their
-markdown description. Facts checked against MLflow 3.17.2's UI bundle; see README section 6.
+markdown description.
+
+The saved view has no public API: its format is what MLflow's UI bundle writes and reads, checked
+on the versions in VERIFIED_UI. On any other MLflow the view is not written and the printed link
+filters the runs page to the sweep's children instead (`searchFilter`, a URL parameter the UI has
+long read), with a note saying why; never an error.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pipeline.names import TAG_GRID_FILE, TAG_GRID_SIZE
+
+# MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
+VERIFIED_UI = ((3, 17),)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,9 +48,40 @@ def view_id(parent_run_id: str) -> str:
     return f"sweep-{parent_run_id}"
 
 
+def supported(version: str | None = None) -> bool:
+    """Whether this MLflow (or `version`) is one whose UI the saved view was checked on."""
+    if version is None:
+        import mlflow
+
+        version = mlflow.__version__
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) in VERIFIED_UI
+
+
+def unverified_note(version: str | None = None) -> str:
+    """What a user of an unverified MLflow is told instead of getting the saved view."""
+    if version is None:
+        import mlflow
+
+        version = mlflow.__version__
+    checked = ", ".join(f"{major}.{minor}" for major, minor in VERIFIED_UI)
+    return (f"MLflow {version}: the sweep's saved view (columns, charts) is written only for MLflow {checked}, "
+            "whose UI it was checked on; the link lists the sweep's runs instead")
+
+
 def page(runs_page: str, parent_run_id: str) -> str:
-    """The link that opens a sweep's view, from the experiment's runs page (store.ui_hint)."""
+    """The link that opens a sweep's view, from the experiment's runs page (store.ui_hint); on an
+    unverified MLflow, the runs page filtered to the sweep's children."""
+    if not supported():
+        return runs_page + "&searchFilter=" + quote(children_filter(parent_run_id), safe="")
     return runs_page + _VIEW_QUERY.format(view=view_id(parent_run_id))
+
+
+def children_filter(parent_run_id: str) -> str:
+    return f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
 
 
 def latest(client, experiment_id: str) -> str | None:
@@ -69,7 +108,7 @@ def state(parent_run_id: str, settings: list[str]) -> dict:
     columns = [f"params.`{k}`" for k in settings] + [f"metrics.`{m}`" for m in COLUMN_METRICS]
     x = "batch_size" if "batch_size" in settings or len(settings) < 2 else settings[1]
     return {
-        "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        "searchFilter": children_filter(parent_run_id),
         "orderByKey": "metrics.`epoch_duration_s`", "orderByAsc": True,
         "selectedColumns": columns,
         "columnOrder": columns,  # the settings first: what a run is, then how it did
@@ -151,7 +190,8 @@ def link(client, comparison: "Comparison") -> str:
     except Exception as exc:  # a read-only store still gets its comparison
         return f"(no saved view: {exc.__class__.__name__}: {str(exc).splitlines()[0][:120]})"
     command, url = ui_hint(client.tracking_uri, comparison.sweep.experiment_id)
-    return page(url, comparison.sweep.run_id) + (f"  (start the UI with: {command})" if command else "")
+    note = "" if supported() else f"  ({unverified_note()})"
+    return page(url, comparison.sweep.run_id) + (f"  (start the UI with: {command})" if command else "") + note
 
 
 def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]] | None" = None) -> None:
@@ -164,8 +204,9 @@ def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]]
     summary = (f"Sweep of `{grid_file}`: {len(comparison.table)} of {size} grid points FINISHED "
                f"(`pipeline compare --parent-run {sweep.run_id}` prints the full comparison).")
     settings = ["device"] + comparison.varying
-    client.set_experiment_tag(sweep.experiment_id, VIEW_TAG_PREFIX + view_id(sweep.run_id),
-                              envelope(sweep.name, state(sweep.run_id, settings)))
+    if supported():
+        tag = VIEW_TAG_PREFIX + view_id(sweep.run_id)  # internal: MLflow's UI saved-view format, no public API (VERIFIED_UI)
+        client.set_experiment_tag(sweep.experiment_id, tag, envelope(sweep.name, state(sweep.run_id, settings)))
     client.set_tag(sweep.run_id, NOTE_TAG, parent_note(comparison, sweep.run_id, summary))
     if axes is not None:
         client.set_experiment_tag(sweep.experiment_id, NOTE_TAG, experiment_note(grid_file, list(axes)))

@@ -95,19 +95,14 @@ def test_a_compile_failure_fails_that_run_only(write_grid, small, tracking_uri, 
     assert runs == {"cpu compiled": "FAILED", "cpu eager": "FINISHED"}
 
 
-def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid):
+def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid, monkeypatch):
     from pipeline.config import load_grid
     from pipeline.executors import plan
     from pipeline.grid import expand
 
-    import torch._inductor.config as inductor
-
-    from pipeline.device import _compile_missing
-
-    _compile_missing.cache_clear()  # found once per process: this one pretends to have no compiler
-    with inductor.patch({"cpp.cxx": ("/nonexistent/c++",)}):  # what $CXX=/nonexistent/c++ sets
-        planned = plan(expand(load_grid(write_grid(GRID))))
-    _compile_missing.cache_clear()
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    planned = plan(expand(load_grid(write_grid(GRID))))
+    monkeypatch.delenv("CXX")
     assert [p.reason for p in planned] == ["", planned[1].reason] and "needs a C++ compiler" in planned[1].reason
     graph = write_grid("grid:\n  device: [cpu]\n  compile: [true]\n  cuda_graph: [true]\n", "g.yaml")
     assert "cuda_graph" in plan(expand(load_grid(graph)))[0].reason

@@ -1,5 +1,6 @@
-"""The shape DESIGN.md promises, checked on the source: imports flow one way (no cycle, executors
-never reach the runner, config and grid never reach torch or mlflow) and nothing grows too big."""
+"""The shape DESIGN.md promises, checked on the source: imports flow one way (no cycle, counting the
+imports made for type checking alone; executors never reach the runner; config and grid never reach
+torch or mlflow)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 MODULES = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")}
 
 
-def _runtime_imports(tree: ast.AST) -> set[str]:
-    """Every module imported anywhere in the file (function bodies too), except under TYPE_CHECKING."""
+def _imports(tree: ast.AST, type_checking: bool = True) -> set[str]:
+    """Every module imported anywhere in the file (function bodies too); with `type_checking` False,
+    not those imported under TYPE_CHECKING (what the file loads when it runs)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not type_checking and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.orelse:
                 visit(child)
             return
@@ -34,7 +36,7 @@ def _runtime_imports(tree: ast.AST) -> set[str]:
     return found
 
 
-GRAPH = {name: {m.split(".")[1] for m in _runtime_imports(ast.parse(path.read_text())) if m.startswith("pipeline.")}
+GRAPH = {name: {m.split(".")[1] for m in _imports(ast.parse(path.read_text())) if m.startswith("pipeline.")}
          - {name} for name, path in MODULES.items()}
 
 
@@ -57,25 +59,10 @@ def test_no_import_cycle():
 def test_imports_flow_one_way():
     assert "runner" not in GRAPH["executors"] and "cli" not in GRAPH["runner"]
     assert GRAPH["point"].isdisjoint({"runner", "executors", "cli", "report"})
-    assert "mlflow" not in " ".join(_runtime_imports(ast.parse(MODULES["train"].read_text())))
-    # idx decodes on a thread while torch loads, and the chart painter is a process of its own:
-    # neither may pull torch or MLflow in.
-    for name in ("config", "grid", "idx", "charts"):
-        imports = _runtime_imports(ast.parse(MODULES[name].read_text()))
+    assert "mlflow" not in " ".join(_imports(ast.parse(MODULES["train"].read_text()), type_checking=False))
+    # The grid file's checks run in milliseconds and the IDX reader is numpy alone: none of them
+    # may pull torch or MLflow in.
+    for name in ("config", "grid", "idx"):
+        imports = _imports(ast.parse(MODULES[name].read_text()), type_checking=False)
         assert not any(m.split(".")[0] in ("torch", "mlflow") for m in imports), name
-    assert GRAPH["idx"] <= {"errors"} and GRAPH["charts"] <= {"grid"}
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_sizes(name):
-    """Modules up to 400 lines, classes up to 150, functions up to 90 (the training loop may stay whole)."""
-    source = MODULES[name].read_text()
-    assert len(source.splitlines()) <= 400, f"{name}.py has {len(source.splitlines())} lines"
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        length = node.end_lineno - node.lineno + 1
-        if isinstance(node, ast.ClassDef):
-            assert length <= 150, f"class {node.name} in {name}.py has {length} lines"
-        elif node.name != "_fit":
-            assert length <= 90, f"{node.name} in {name}.py has {length} lines"
+    assert GRAPH["idx"] <= {"errors"}

@@ -129,3 +129,25 @@ def test_point_names_are_short_and_lead_with_what_varies(axes, expected):
     names = [p.name for p in expand(GridSpec(Path("g.yaml"), "g", axes=axes))]
     assert names[:len(expected)] == expected
     assert all(len(n) <= 24 for n in names)
+
+
+def test_an_unverified_mlflow_gets_the_plain_filtered_link_and_a_note(tmp_path, data_dir, _store_template, monkeypatch):
+    """The saved view is MLflow's UI format, with no public API: on a version it was not checked on
+    (here: this one, taken off the verified list) no view is written, and the printed link filters
+    the runs page to the sweep's children, with a note. Nothing fails."""
+    from urllib.parse import parse_qs, urlsplit
+
+    assert view.supported("3.17.2") and not view.supported("3.18.0") and not view.supported("4.0.0rc1")
+    monkeypatch.setattr(view, "VERIFIED_UI", ((3, 99),))
+    with isolated(tmp_path):
+        output, client, experiment_id, parent_id = _swept(tmp_path, data_dir, new_store(tmp_path, _store_template))
+    words = " ".join(output.split())
+    assert "the link lists the sweep's runs instead" in words and "written only for MLflow 3.99" in words
+    link = re.search(r"http://127\.0\.0\.1:5000/#/experiments/\d+/runs\?\S+", words).group(0)
+    assert "viewStateShareKey" not in link
+    query = parse_qs(urlsplit(link.replace("/#/", "/")).query)
+    children = client.search_runs([experiment_id], query["searchFilter"][0])
+    assert len(children) == 2 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parent_id}
+    tags = client.get_experiment(experiment_id).tags
+    assert not [key for key in tags if key.startswith(view.VIEW_TAG_PREFIX)]
+    assert client.get_run(parent_id).data.tags[view.NOTE_TAG]  # the description is still written
