@@ -54,19 +54,18 @@ def _timed(comparison: "Comparison") -> str:
     return labels[0] if len(labels) == 1 else "steady state where a run had 2+ epochs"
 
 
-# Settings that change how a device runs the same training: each value gets its own bar.
-_VARIANTS = ("precision", "compile", "cuda_graph", "prefetch", "data_on_device")
-
-
 def variants(comparison: "Comparison") -> list[str]:
-    """Each run's bar label: its device, and the variant settings that differ in the sweep
-    ("cpu bf16 compiled"), so that twins on other axes are never averaged into one bar."""
+    """Each run's bar label: its device, and the variant settings (config.Key.variant: what changes
+    how a device runs the same training) that differ in the sweep ("cpu bf16 compiled"), so that
+    twins on other axes are never averaged into one bar."""
+    from pipeline.config import KEYS
     from pipeline.grid import short
 
-    t = comparison.table
-    keys = [k for k in _VARIANTS if k in comparison.varying]
-    return [" ".join([str(row["device"])] + [short(k, str(row[k]).lower() == "true") if k != "precision" else str(row[k])
-                                             for k in keys]) for _, row in t.iterrows()]
+    def label(key: str, logged: object) -> str:  # the table holds params as logged: "true" for a flag
+        return short(key, str(logged).lower() == "true" if isinstance(KEYS[key].name, tuple) else logged)
+
+    keys = [k for k in comparison.varying if k in KEYS and KEYS[k].variant]
+    return [" ".join([str(row["device"])] + [label(k, row[k]) for k in keys]) for _, row in comparison.table.iterrows()]
 
 
 def _epoch_duration(comparison: "Comparison") -> dict:
