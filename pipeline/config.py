@@ -78,6 +78,21 @@ def _positive_float(examples: str) -> Callable[[Any], float]:
     return check
 
 
+def _non_negative_float(examples: str) -> Callable[[Any], float]:
+    allowed = f"a number >= 0, e.g. {examples}"
+
+    def check(value: Any) -> float:
+        try:
+            number = _number(value)
+        except ValueError:
+            raise ValueError(allowed) from None
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(allowed)
+        return number
+
+    return check
+
+
 def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:
     """An integer in [minimum, maximum]. The upper bounds are what the loop accepts: torch's
     samplers and seeds take 32- or 64-bit integers, and a larger value would pass here only to fail
@@ -184,6 +199,9 @@ class RunConfig:
     prefetch: bool = _key(False, check=_boolean,
                           help="Gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0).",
                           name=("prefetch", "noprefetch"), later=True, variant=True)
+    weight_decay: float = _key(0.0, check=_non_negative_float("0, 1.0e-4 or 0.01"),
+                               help="Adam's weight decay: an L2 penalty on the weights, added to each gradient.",
+                               name="wd", later=True)
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -27,12 +27,13 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 _DISABLE_WRAPPER = torch._compile._disable_dynamo(lambda: None).__code__
 
 
-def make(parameters, lr: float, device: torch.device, capturable: bool = False) -> torch.optim.Adam:
+def make(parameters, lr: float, device: torch.device, capturable: bool = False,
+         weight_decay: float = 0.0) -> torch.optim.Adam:
     """Adam; fused on CUDA (one kernel for every parameter's update instead of several per tensor),
     and capturable (its step counter on the GPU) when a CUDA graph replays the step."""
     _plain_wrappers()
     cuda = device.type == "cuda"
-    return torch.optim.Adam(parameters, lr=lr, fused=cuda, capturable=cuda and capturable)
+    return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay, fused=cuda, capturable=cuda and capturable)
 
 
 def step(optimizer: torch.optim.Optimizer) -> None:

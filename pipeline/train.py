@@ -210,7 +210,7 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
     are untouched (zero images: nothing drawn). Returns its duration."""
     start = time.perf_counter()
     shadow = copy.deepcopy(model)
-    optimizer = adam.make(shadow.parameters(), config.lr, device)
+    optimizer = adam.make(shadow.parameters(), config.lr, device, weight_decay=config.weight_decay)
     # A compiled copy's code serves the run's model too: dynamo guards on the module's type and
     # the inputs' shapes, not on which instance is called.
     net = torch.compile(shadow, dynamic=False) if config.compile else shadow
@@ -258,7 +258,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     channels_last = uses_channels_last(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = adam.make(model.parameters(), config.lr, device, capturable=config.cuda_graph)
+    optimizer = adam.make(model.parameters(), config.lr, device, capturable=config.cuda_graph,
+                          weight_decay=config.weight_decay)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
     # fp16 has too few exponent bits for small gradients: scale the loss up, unscale before the step.
     scaler = torch.amp.GradScaler("cuda") if cuda and config.precision == "fp16" else None

@@ -3,17 +3,20 @@ keys follows it, and a key that the table misses somewhere fails here, not silen
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
 
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, children, invoke, runs_of
+from pipeline import names
 from pipeline.cli import main
 from pipeline.compare import build, display_frame
-from pipeline.config import DEFAULTS, KEYS, load_grid
-from pipeline.grid import expand, format_value
+from pipeline.config import DEFAULTS, KEYS, RunConfig, load_grid
+from pipeline.grid import config_hash, expand, format_value
 from pipeline.records import RunRecord, SweepRecord
 
 # Two values of every grid key, as a grid file writes them. A key added to RunConfig needs a line
@@ -32,6 +35,7 @@ TWO_VALUES: dict[str, tuple] = {
     "precision": ("fp32", "bf16"),
     "compile": (False, True),
     "prefetch": (False, True),
+    "weight_decay": (0, 0.01),
 }
 
 
@@ -123,3 +127,63 @@ def test_the_readme_lists_every_grid_key_with_its_default():
     rows = dict(re.findall(r"^\| `(\w+)` \|.*\| ([^|]+) \|$", table, re.MULTILINE))
     assert set(rows) == set(KEYS)
     assert {key: text.strip() for key, text in rows.items()} == {key: format_value(DEFAULTS[key]) for key in KEYS}
+
+
+# --- weight_decay: a key added through the table alone ----------------------------------------------
+
+# Run keys computed by the code at d77a485, before weight_decay existed, with the identity a sweep
+# gives them (the data's source and sizes, the host, the hardware). A grid that does not set
+# weight_decay must keep them, or every point recorded before it would be trained again.
+RECORDED = [
+    (RunConfig(lr=0.01, batch_size=1000, num_workers=1, device="cuda", epochs=1),
+     {"source": "fashion-mnist", "train_size": 60000, "test_size": 10000, "host": "gpu-box", "hardware": "NVIDIA H200"},
+     "8920cd0181b76db7"),
+    (RunConfig(batch_size=64, epochs=2, device="cpu", precision="bf16", compile=True, seed=3),
+     {"source": "/data/small", "train_size": 512, "test_size": 256, "host": "laptop", "hardware": "AMD EPYC 7B13"},
+     "a07a48f81eb8cbc9"),
+    (RunConfig(batch_size=20000, device="cuda", cuda_graph=True, prefetch=True, shuffle=False),
+     {"source": "fashion-mnist", "train_size": 60000, "test_size": 10000, "host": "gpu-box", "hardware": "NVIDIA H200"},
+     "fd3d1c60b8d5be73"),
+]
+
+
+@pytest.mark.parametrize("config, identity, recorded", RECORDED)
+def test_grids_without_weight_decay_keep_the_run_keys_recorded_before_it(config, identity, recorded):
+    assert config_hash(config, **identity) == recorded
+    assert config_hash(config.__class__(**{**config.as_params(), "weight_decay": 0.0}), **identity) == recorded
+    assert config_hash(config.__class__(**{**config.as_params(), "weight_decay": 1e-4}), **identity) != recorded
+
+
+def test_weight_decay_from_a_grid_file_to_the_comparison(write_grid, data_dir, tracking_uri):
+    """A grid that sets weight_decay: each point trains with its own (Adam gets it: same seed, other
+    numbers), is named and keyed by it, logs it as a param, and the comparison shows it. Its 0 point
+    is the one a grid without the key makes: that grid finds it DONE and trains nothing."""
+    grid = write_grid("experiment: wd\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  weight_decay: [0, 0.5]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    runs = {run.info.run_name: run for run in children(runs_of(tracking_uri, "wd"))}
+    assert set(runs) == {"cpu wd0", "cpu wd0.5"}
+    plain, decayed = runs["cpu wd0"], runs["cpu wd0.5"]
+    assert (plain.data.params["weight_decay"], decayed.data.params["weight_decay"]) == ("0.0", "0.5")
+    assert plain.data.tags[names.TAG_RUN_KEY] != decayed.data.tags[names.TAG_RUN_KEY]
+    assert plain.data.metrics["train_loss"] != decayed.data.metrics["train_loss"]
+
+    out = invoke("compare", "--experiment", "wd", "--format", "csv", "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    rows = {row["run_name"]: row for row in csv.DictReader(io.StringIO(out.stdout))}
+    assert (float(rows["cpu wd0"]["weight_decay"]), float(rows["cpu wd0.5"]["weight_decay"])) == (0.0, 0.5)
+    out = invoke("compare", "--experiment", "wd", "--format", "markdown", "--tracking-uri", tracking_uri)
+    assert out.stdout.splitlines()[0].startswith("| device | lr | batch_size | num_workers | epochs | weight_decay |")
+
+    without = write_grid("experiment: wd\ngrid:\n  batch_size: [128]\n  device: [cpu]\n", "plain.yaml")
+    out = invoke("run", str(without), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0 and "DONE" in out.output, out.output
+    assert len(children(runs_of(tracking_uri, "wd"))) == 2  # nothing trained again
+
+
+def test_pipeline_train_weight_decay(data_dir, tracking_uri):
+    out = invoke("train", "--device", "cpu", "--batch-size", "128", "--weight-decay", "1.0e-3", "--data-dir",
+                 str(data_dir), "--tracking-uri", tracking_uri, "--experiment", "one")
+    assert out.exit_code == 0, out.output
+    (run,) = runs_of(tracking_uri, "one")
+    assert run.data.params["weight_decay"] == "0.001" and run.info.status == "FINISHED"
