@@ -55,17 +55,12 @@ def _timed(comparison: "Comparison") -> str:
 
 
 def variants(comparison: "Comparison") -> list[str]:
-    """Each run's bar label: its device, and the variant settings (config.Key.variant: what changes
-    how a device runs the same training) that differ in the sweep ("cpu bf16 compiled"), so that
-    twins on other axes are never averaged into one bar."""
-    from pipeline.config import KEYS
+    """Each run's bar label: its device, and the variant settings that differ in the sweep
+    ("cpu bf16 compiled"), so that twins on other axes are never averaged into one bar."""
     from pipeline.grid import short
 
-    def label(key: str, logged: object) -> str:  # the table holds params as logged: "true" for a flag
-        return short(key, str(logged).lower() == "true" if isinstance(KEYS[key].name, tuple) else logged)
-
-    keys = [k for k in comparison.varying if k in KEYS and KEYS[k].variant]
-    return [" ".join([str(row["device"])] + [label(k, row[k]) for k in keys]) for _, row in comparison.table.iterrows()]
+    t = comparison.table
+    return [" ".join([str(row["device"])] + [short(k, row[k]) for k in comparison.variants]) for _, row in t.iterrows()]
 
 
 def _epoch_duration(comparison: "Comparison") -> dict:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
-import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, get_type_hints
 
 import click
 
@@ -42,7 +41,7 @@ def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per grid key that `pipeline train` offers (config.Key.train), in RunConfig's
     order, with its default and help from the table, its type from the field's, and its value
     checked like the grid key's: a key added to RunConfig is an option here without an edit."""
-    types = typing.get_type_hints(RunConfig)
+    types = get_type_hints(RunConfig)
     for name in reversed([name for name, key in KEYS.items() if key.train]):
         option = click.option("--" + name.replace("_", "-"), name, type=types[name], default=DEFAULTS[name],
                               show_default=True, callback=_grid_value(name), help=KEYS[name].help)
@@ -153,11 +152,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 @system_metrics_option
 def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool,
           **settings: Any) -> None:
-    """Train one run with the given settings and track it in MLflow.
-
-    Each setting is the grid key of the same name, checked the same way.
-    \f
-    `settings`: one value per RunConfig field that `setting_options` adds."""
+    """Train one run with the given settings (each the grid key of its name) and track it in MLflow."""
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_single
 

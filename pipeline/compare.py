@@ -62,6 +62,12 @@ class Comparison:
         """Settings (other than device) whose values differ between rows."""
         return [k for k in TWIN_KEYS if k in self.table and self.table[k].nunique() > 1]
 
+    @property
+    def variants(self) -> list[str]:
+        """Varying settings that change how a device runs the same training (config.Key.variant):
+        each value gets its own bar in the charts."""
+        return [k for k in self.varying if k in KEYS and KEYS[k].variant]
+
 
 def _number(text: str | None) -> float | int | str | None:
     if text is None:

@@ -40,8 +40,8 @@ def short(key: str, value: Any) -> str:
     """One setting as a run name shows it (config.Key.name), short enough to read where the MLflow UI
     cuts names (about 16 characters): cpu, bs1000, w0, lr0.01, noshuffle."""
     name = KEYS[key].name
-    if isinstance(name, tuple):
-        return name[0 if value else 1]
+    if isinstance(name, tuple):  # a flag's value, or its param as logged ("true")
+        return name[0 if str(value).lower() == "true" else 1]
     return f"{name}{format_value(value)}"
 
 
