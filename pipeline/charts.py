@@ -42,19 +42,13 @@ def _timed(comparison: "Comparison") -> str:
     return labels[0] if len(labels) == 1 else "steady state where a run had 2+ epochs"
 
 
-# Settings that change how a device runs the same training: each value gets its own bar.
-_VARIANTS = ("precision", "compile", "cuda_graph", "prefetch", "data_on_device")
-
-
 def variants(comparison: "Comparison") -> list[str]:
     """Each run's bar label: its device, and the variant settings that differ in the sweep
     ("cpu bf16 compiled"), so that twins on other axes are never averaged into one bar."""
     from pipeline.grid import short
 
     t = comparison.table
-    keys = [k for k in _VARIANTS if k in comparison.varying]
-    return [" ".join([str(row["device"])] + [short(k, str(row[k]).lower() == "true") if k != "precision" else str(row[k])
-                                             for k in keys]) for _, row in t.iterrows()]
+    return [" ".join([str(row["device"])] + [short(k, row[k]) for k in comparison.variants]) for _, row in t.iterrows()]
 
 
 def _epoch_duration(comparison: "Comparison") -> dict:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, get_type_hints
 
 import click
 
 from pipeline import __version__
+from pipeline.config import DEFAULTS, KEYS, RunConfig
 from pipeline.errors import UserError
 
 EXIT_INTERRUPTED = 130
@@ -26,16 +27,26 @@ def _blank_is_none(ctx: click.Context, param: click.Parameter, value: Any) -> An
 def _grid_value(key: str):
     """A CLI flag checked exactly like the grid key of the same name."""
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        from pipeline.config import GRID_KEYS
-
         if value is None:
             return None
         try:
-            return GRID_KEYS[key](value)
+            return KEYS[key].check(value)
         except ValueError as exc:
             raise click.BadParameter(f"got {value!r}; expected {exc}") from None
 
     return callback
+
+
+def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per grid key that `pipeline train` offers (config.Key.train), in RunConfig's
+    order, with its default and help from the table, its type from the field's, and its value
+    checked like the grid key's: a key added to RunConfig is an option here without an edit."""
+    types = get_type_hints(RunConfig)
+    for name in reversed([name for name, key in KEYS.items() if key.train]):
+        option = click.option("--" + name.replace("_", "-"), name, type=types[name], default=DEFAULTS[name],
+                              show_default=True, callback=_grid_value(name), help=KEYS[name].help)
+        command = option(command)
+    return command
 
 
 tracking_uri_option = click.option(
@@ -133,29 +144,18 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 
 
 @main.command()
-@click.option("--device", default="auto", show_default=True, callback=_grid_value("device"),
-              help="cpu, cuda, cuda:N, mps or auto.")
-@click.option("--batch-size", type=int, default=100, show_default=True, callback=_grid_value("batch_size"))
-@click.option("--lr", type=float, default=0.01, show_default=True, callback=_grid_value("lr"))
-@click.option("--num-workers", type=int, default=0, show_default=True, callback=_grid_value("num_workers"),
-              help="DataLoader worker processes.")
-@click.option("--epochs", type=int, default=1, show_default=True, callback=_grid_value("epochs"))
-@click.option("--seed", type=int, default=0, show_default=True, callback=_grid_value("seed"))
-@click.option("--shuffle", type=bool, default=True, show_default=True, help="Shuffle training batches each epoch.")
+@setting_options
 @data_dir_option
 @click.option("--experiment", default="train", show_default=True, callback=_blank_is_none, metavar="NAME")
 @tracking_uri_option
 @system_metrics_option
-def train(device: str, batch_size: int, lr: float, num_workers: int, epochs: int, seed: int,
-          shuffle: bool, data_dir: str | None, experiment: str | None, tracking_uri: str | None,
-          system_metrics: bool) -> None:
-    """Train one run with the given settings and track it in MLflow."""
-    from pipeline.config import RunConfig
+def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool,
+          **settings: Any) -> None:
+    """Train one run with the given settings (each the grid key of its name) and track it in MLflow."""
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_single
 
-    config = RunConfig(lr=lr, batch_size=batch_size, num_workers=num_workers, device=device,
-                       epochs=epochs, seed=seed, shuffle=shuffle)
+    config = RunConfig(**settings)
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       system_metrics=system_metrics)
     sys.exit(run_single(config, Reporter(), options).exit_code)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from pipeline.config import LATER_KEYS, RunConfig
+from pipeline.config import DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
 from pipeline.names import COMPILE, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TIME_BUCKETS, WARMUP
@@ -23,14 +23,14 @@ from pipeline.timing import steady, timed_label
 if TYPE_CHECKING:
     from pipeline.records import SweepRecord
 
-# Runs equal in all of these but the device are "twins" whose epoch times compare devices.
-TWIN_KEYS = ("lr", "batch_size", "num_workers", "epochs", "seed", "shuffle", "precision", "compile",
-             "data_on_device", "cuda_graph", "prefetch", "train_size", "test_size")
+# Runs equal in all of these but the device are "twins" whose epoch times compare devices: every
+# setting that changes what a run measures (config.Key.twin), and the data sizes.
+TWIN_KEYS = (*(name for name, key in KEYS.items() if key.twin), "train_size", "test_size")
 # The axes whose twins get a speedup: the column, its reference value, the speedup column.
 TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_speedup"),
              ("compile", "false", "compile_speedup"))
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
-_LATER_DEFAULTS = {key: format_value(getattr(RunConfig(), key)) for key in LATER_KEYS}  # as params are logged
+_LATER_DEFAULTS = {key: format_value(DEFAULTS[key]) for key in LATER_KEYS}  # as params are logged
 SPEEDUPS = tuple(column for _, _, column in TWIN_AXES)
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS)
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", "energy_j", *TIME_BUCKETS)
@@ -60,6 +60,12 @@ class Comparison:
     def varying(self) -> list[str]:
         """Settings (other than device) whose values differ between rows."""
         return [k for k in TWIN_KEYS if k in self.table and self.table[k].nunique() > 1]
+
+    @property
+    def variants(self) -> list[str]:
+        """Varying settings that change how a device runs the same training (config.Key.variant):
+        each value gets its own bar in the charts."""
+        return [k for k in self.varying if k in KEYS and KEYS[k].variant]
 
 
 def _number(text: str | None) -> float | int | str | None:
@@ -205,9 +211,8 @@ def render(comparison: Comparison, fmt: str) -> str:
 def display_frame(comparison: Comparison) -> pd.DataFrame:
     """The human view: varying settings, results, time shares and speedups, formatted."""
     t = comparison.table
-    settings = ["device"] + [k for k in ("batch_size", "num_workers", "lr", "epochs")
-                             if k in t] + [k for k in comparison.varying if k in ("seed", "shuffle", "precision",
-                                                                                   "compile", "cuda_graph", "prefetch")]
+    always = sorted((k for k, key in KEYS.items() if key.shown == "always"), key=lambda k: k != "device")
+    settings = [k for k in always if k in t] + [k for k in comparison.varying if k in KEYS and KEYS[k].shown == "varying"]
     out = t[settings].copy()
     if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
         out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"

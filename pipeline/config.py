@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import yaml
 
@@ -26,39 +26,6 @@ from pipeline.errors import UserError
 
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(:\d+)?)$")
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps or auto"
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """The resolved settings of one training run (one grid point)."""
-
-    lr: float = 0.01
-    batch_size: int = 100
-    num_workers: int = 0
-    device: str = "auto"
-    epochs: int = 1
-    seed: int = 0
-    shuffle: bool = True
-    gpus_per_run: float = 1.0  # with --executor ray: the GPU share a cuda point asks for
-    # Settings added after runs were recorded: a run key includes them only when they are not at
-    # their default, so runs made before they existed are still recognised as done.
-    data_on_device: bool = False  # upload the data once, index batches on the device (num_workers 0)
-    cuda_graph: bool = False  # replay the training step as a CUDA graph (cuda points only)
-    precision: str = "fp32"  # fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA)
-    compile: bool = False  # torch.compile the model; compiling is timed on its own (compile_s)
-    prefetch: bool = False  # gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0)
-
-    def as_params(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def identity(self) -> dict[str, Any]:
-        """What a run key hashes: every setting, the later ones only when set."""
-        defaults = RunConfig()
-        return {k: v for k, v in self.as_params().items()
-                if k not in LATER_KEYS or v != getattr(defaults, k)}
-
-
-LATER_KEYS = ("data_on_device", "cuda_graph", "precision", "compile", "prefetch")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -111,6 +78,21 @@ def _positive_float(examples: str) -> Callable[[Any], float]:
     return check
 
 
+def _non_negative_float(examples: str) -> Callable[[Any], float]:
+    allowed = f"a number >= 0, e.g. {examples}"
+
+    def check(value: Any) -> float:
+        try:
+            number = _number(value)
+        except ValueError:
+            raise ValueError(allowed) from None
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(allowed)
+        return number
+
+    return check
+
+
 def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:
     """An integer in [minimum, maximum]. The upper bounds are what the loop accepts: torch's
     samplers and seeds take 32- or 64-bit integers, and a larger value would pass here only to fail
@@ -154,22 +136,85 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-GRID_KEYS: dict[str, Callable[[Any], Any]] = {
-    "lr": _positive_float("0.01 or 1.0e-3"),
-    "batch_size": _int_between(1, 2**31 - 1),
-    "num_workers": _int_between(0, 1024),
-    "device": _device,
-    "epochs": _int_between(1, 1_000_000),
-    "seed": _int_between(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
-    "shuffle": _boolean,
-    "gpus_per_run": _positive_float("1, or 0.5 to share a GPU between two runs"),
-    "data_on_device": _boolean,
-    "cuda_graph": _boolean,
-    "precision": _precision,
-    "compile": _boolean,
-    "prefetch": _boolean,
-}
-assert set(GRID_KEYS) == {f.name for f in dataclasses.fields(RunConfig)}
+# --- the table of grid keys ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Key:
+    """What the pipeline knows about one grid key, kept as its RunConfig field's metadata. Every
+    module that lists grid keys (validation, run keys, run names, twins, chart variants, the
+    `pipeline train` options, MLproject's test) reads them from KEYS, so adding a key is one field."""
+
+    check: Callable[[Any], Any]  # raw YAML or CLI value -> the coerced value, or ValueError(what is allowed)
+    help: str  # what it does, in a line: `pipeline train --help`
+    name: str | tuple[str, str]  # in run names: a prefix ("bs": bs1000; "": the value), or the words for true, false
+    later: bool = False  # added after runs were recorded: joins a run key only when not at its default
+    twin: bool = True  # speedups compare twins, runs equal in every twin key: runs that differ in it are not
+    variant: bool = False  # another way to run the same training on a device: its own bar in the charts
+    shown: Literal["always", "varying", "never"] = "varying"  # compare's table: "varying" when runs differ in it
+    train: bool = True  # an option of `pipeline train` and a parameter of MLproject's train entry point
+
+
+def _key(default: Any, **metadata: Any) -> Any:
+    return field(default=default, metadata={"key": Key(**metadata)})
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The resolved settings of one training run (one grid point). Each field is a grid key; its Key
+    says how it is checked, named, compared and offered (see KEYS)."""
+
+    lr: float = _key(0.01, check=_positive_float("0.01 or 1.0e-3"), help="Adam's learning rate.",
+                     name="lr", shown="always")
+    batch_size: int = _key(100, check=_int_between(1, 2**31 - 1), help="Training images per step.",
+                           name="bs", shown="always")
+    num_workers: int = _key(0, check=_int_between(0, 1024), help="DataLoader worker processes.",
+                            name="w", shown="always")
+    # The device is the axis compared: twins are runs that differ in it (or in precision, compile).
+    device: str = _key("auto", check=_device, help="cpu, cuda, cuda:N, mps or auto.",
+                       name="", twin=False, shown="always")
+    epochs: int = _key(1, check=_int_between(1, 1_000_000), help="Passes over the training set.",
+                       name="ep", shown="always")
+    seed: int = _key(0, check=_int_between(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
+                     help="Seeds the weights and the shuffling.", name="seed")
+    shuffle: bool = _key(True, check=_boolean, help="Shuffle training batches each epoch.",
+                         name=("shuffle", "noshuffle"))
+    # Where a point runs under --executor ray, not what it trains: no twin key, no column, and one
+    # `pipeline train` run has the machine to itself.
+    gpus_per_run: float = _key(1.0, check=_positive_float("1, or 0.5 to share a GPU between two runs"),
+                               help="With --executor ray: the GPU share a cuda point asks for.",
+                               name="gpu", twin=False, shown="never", train=False)
+    # Settings added after runs were recorded (later=True): a run key includes them only when they
+    # are not at their default, so runs made before they existed are still recognised as done.
+    data_on_device: bool = _key(False, check=_boolean,  # compare gives it a column of its own, "data path"
+                                help="Upload the data once and index batches on the device (num_workers 0).",
+                                name=("ondevice", "hostdata"), later=True, variant=True, shown="never")
+    cuda_graph: bool = _key(False, check=_boolean, help="Replay the training step as a CUDA graph (cuda only).",
+                            name=("graph", "eager"), later=True, variant=True)
+    precision: str = _key("fp32", check=_precision,
+                          help="fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA).",
+                          name="", later=True, variant=True)
+    compile: bool = _key(False, check=_boolean, help="torch.compile the model; compiling is timed as compile_s.",
+                         name=("compiled", "eager"), later=True, variant=True)
+    prefetch: bool = _key(False, check=_boolean,
+                          help="Gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0).",
+                          name=("prefetch", "noprefetch"), later=True, variant=True)
+    weight_decay: float = _key(0.0, check=_non_negative_float("0, 1.0e-4 or 0.01"),
+                               help="Adam's weight decay: an L2 penalty on the weights, added to each gradient.",
+                               name="wd", later=True)
+
+    def as_params(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """What a run key hashes: every setting, the later ones only when set."""
+        return {k: v for k, v in self.as_params().items() if not KEYS[k].later or v != DEFAULTS[k]}
+
+
+KEYS: dict[str, Key] = {f.name: f.metadata["key"] for f in dataclasses.fields(RunConfig)}
+DEFAULTS: dict[str, Any] = RunConfig().as_params()
+LATER_KEYS = tuple(name for name, key in KEYS.items() if key.later)
+
 
 _DATA_KEYS: dict[str, Callable[[Any], Any]] = {
     "root": lambda v: _nonempty_string(v, "a folder path"),
@@ -188,7 +233,7 @@ def _nonempty_string(value: Any, allowed: str) -> str:
 def check_value(key: str, value: Any, where: str = "") -> Any:
     """Validate one grid value (used for CLI flags too, so both paths give the same message)."""
     try:
-        return GRID_KEYS[key](value)
+        return KEYS[key].check(value)
     except ValueError as exc:
         raise UserError(f"{where}{key}: got {value!r}; expected {exc}") from None
 
@@ -280,8 +325,8 @@ def load_grid(path: str | Path) -> GridSpec:
         raise UserError(f"{where}grid: expected a mapping of setting → list of values")
     axes = []
     for key, values in grid_raw.items():
-        if key not in GRID_KEYS:
-            raise _unknown_key(f"{where}grid.", key, list(GRID_KEYS))
+        if key not in KEYS:
+            raise _unknown_key(f"{where}grid.", key, list(KEYS))
         if not isinstance(values, list):
             values = [values]  # a scalar is a one-element list
         if not values:

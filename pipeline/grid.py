@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.config import GridSpec, RunConfig
+from pipeline.config import KEYS, GridSpec, RunConfig
 
 
 @dataclass(frozen=True)
@@ -36,20 +36,13 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-# Run names: short enough to read where the MLflow UI cuts them (about 16 characters).
-_PREFIX = {"batch_size": "bs", "num_workers": "w", "lr": "lr", "epochs": "ep", "seed": "seed", "gpus_per_run": "gpu",
-           "precision": ""}
-_FLAGS = {"shuffle": ("shuffle", "noshuffle"), "data_on_device": ("ondevice", "hostdata"),
-          "cuda_graph": ("graph", "eager"), "compile": ("compiled", "eager"), "prefetch": ("prefetch", "noprefetch")}
-
-
 def short(key: str, value: Any) -> str:
-    """One setting as a run name shows it: cpu, bs1000, w0, lr0.01, noshuffle."""
-    if key == "device":
-        return str(value)
-    if key in _FLAGS:
-        return _FLAGS[key][0 if value else 1]
-    return f"{_PREFIX[key]}{format_value(value)}"
+    """One setting as a run name shows it (config.Key.name), short enough to read where the MLflow UI
+    cuts names (about 16 characters): cpu, bs1000, w0, lr0.01, noshuffle."""
+    name = KEYS[key].name
+    if isinstance(name, tuple):  # a flag's value, or its param as logged ("true")
+        return name[0 if str(value).lower() == "true" else 1]
+    return f"{name}{format_value(value)}"
 
 
 def expand(spec: GridSpec) -> list[GridPoint]:

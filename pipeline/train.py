@@ -189,11 +189,13 @@ def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: tor
     return logits, loss
 
 
-def make_optimizer(parameters, lr: float, device: torch.device, capturable: bool = False) -> torch.optim.Adam:
-    """Adam; fused on CUDA (one kernel for every parameter's update instead of several per tensor),
-    and capturable (its step counter on the GPU) when a CUDA graph replays the step."""
+def make_optimizer(parameters, config: RunConfig, device: torch.device, capturable: bool = False) -> torch.optim.Adam:
+    """Adam at the run's lr and weight decay; fused on CUDA (one kernel for every parameter's update
+    instead of several per tensor), and capturable (its step counter on the GPU) when a CUDA graph
+    replays the step."""
     cuda = device.type == "cuda"
-    return torch.optim.Adam(parameters, lr=lr, fused=cuda, capturable=cuda and capturable)
+    return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=cuda,
+                            capturable=cuda and capturable)
 
 
 def _shapes(config: RunConfig, data: Dataset) -> list[tuple[int, bool]]:
@@ -213,7 +215,7 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
     are untouched (zero images: nothing drawn). Returns its duration."""
     start = time.perf_counter()
     shadow = copy.deepcopy(model)
-    optimizer = make_optimizer(shadow.parameters(), config.lr, device)
+    optimizer = make_optimizer(shadow.parameters(), config, device)
     # A compiled copy's code serves the run's model too: dynamo guards on the module's type and
     # the inputs' shapes, not on which instance is called.
     net = torch.compile(shadow, dynamic=False) if config.compile else shadow
@@ -254,7 +256,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
     channels_last = uses_channels_last(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = make_optimizer(model.parameters(), config.lr, device, capturable=config.cuda_graph)
+    optimizer = make_optimizer(model.parameters(), config, device, capturable=config.cuda_graph)
     cuda, cpu = device.type == "cuda", device.type == "cpu"
     # fp16 has too few exponent bits for small gradients: scale the loss up, unscale before the step.
     scaler = torch.amp.GradScaler("cuda") if cuda and config.precision == "fp16" else None

@@ -87,6 +87,8 @@ CASES = {
     "train unknown device": ("args", ["train", "--device", "tpu"], "cpu, cuda, cuda:N, mps or auto"),
     "train negative lr": ("args", ["train", "--lr", "-1"], "positive number"),
     "train epochs not a number": ("args", ["train", "--epochs", "many"], "'many' is not a valid integer"),
+    "train negative weight decay": ("args", ["train", "--weight-decay", "-0.1"], ("--weight-decay", "got -0.1", "a number >= 0")),
+    "train weight decay a word": ("args", ["train", "--weight-decay", "heavy"], "'heavy' is not a valid float"),
     "predict limit 0": ("args", ["predict", "--model", "models:/x@y", "--limit", "0"], "--limit"),
     "ui port out of range": ("args", ["ui", "--port", "70000"], "--port"),
     "compare unknown sort": ("args", ["compare", "--tracking-uri", "{uri}", "--sort", "speed"], "--sort speed: no such column"),

@@ -199,8 +199,8 @@ def test_cuda_uses_fused_adam_and_the_cpu_does_not():
     from pipeline.train import make_optimizer as make
 
     model = Network()
-    assert make(model.parameters(), 0.01, torch.device("cuda")).defaults["fused"] is True
-    assert not make(model.parameters(), 0.01, torch.device("cpu")).defaults["fused"]
+    assert make(model.parameters(), RunConfig(), torch.device("cuda")).defaults["fused"] is True
+    assert not make(model.parameters(), RunConfig(), torch.device("cpu")).defaults["fused"]
 
 
 def test_prefetch_serves_the_loaders_batches_through_rotating_buffers(data_dir):

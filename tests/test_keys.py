@@ -1,0 +1,189 @@
+"""One table of grid keys (config.KEYS, RunConfig's field metadata): every place that lists grid
+keys follows it, and a key that the table misses somewhere fails here, not silently in a sweep."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+
+import pytest
+import yaml
+
+from conftest import REPO, children, invoke, runs_of
+from pipeline import names
+from pipeline.cli import main
+from pipeline.compare import build, display_frame
+from pipeline.config import DEFAULTS, KEYS, RunConfig, load_grid
+from pipeline.grid import config_hash, expand, format_value
+from pipeline.records import RunRecord, SweepRecord
+
+# Two values of every grid key, as a grid file writes them. A key added to RunConfig needs a line
+# here (test_every_key_has_two_values_here), and then every test below covers it.
+TWO_VALUES: dict[str, tuple] = {
+    "lr": (0.01, 0.1),
+    "batch_size": (64, 128),
+    "num_workers": (0, 2),
+    "device": ("cpu", "cuda"),
+    "epochs": (1, 3),
+    "seed": (0, 7),
+    "shuffle": (True, False),
+    "gpus_per_run": (1, 0.5),
+    "data_on_device": (False, True),
+    "cuda_graph": (False, True),
+    "precision": ("fp32", "bf16"),
+    "compile": (False, True),
+    "prefetch": (False, True),
+    "weight_decay": (0, 0.01),
+}
+
+
+def test_every_key_has_two_values_here():
+    assert list(TWO_VALUES) == list(KEYS)
+
+
+@pytest.mark.parametrize("key", list(TWO_VALUES))
+def test_every_key_names_its_runs(write_grid, key):
+    """Run names come from the table's short names: two values of any key make two run names."""
+    spec = load_grid(write_grid(yaml.safe_dump({"grid": {key: list(TWO_VALUES[key])}})))
+    names = [point.name for point in expand(spec)]
+    assert len(names) == 2 and names[0] != names[1], names
+
+
+def _run(run_id: str, device: str, seconds: float, params: dict[str, str]) -> RunRecord:
+    return RunRecord(run_id, run_id, {"batch_size": "64", **params}, {"test_accuracy": 0.8},
+                     {"pipeline.device": device}, histories={"epoch_duration_s": [9.0, seconds]})
+
+
+@pytest.mark.parametrize("key", [k for k in TWO_VALUES if KEYS[k].twin])
+def test_runs_that_differ_in_a_twin_key_are_no_twins(key):
+    """A cpu and a cuda run differing in a setting measure different things: no device speedup
+    (seeds aside, whose repeats compare by their medians). The same two runs equal in it are twins."""
+    first, second = (format_value(v) for v in TWO_VALUES[key])
+    apart = build(SweepRecord("p", "p", "1", "x", [_run("c", "cpu", 4.0, {key: first}),
+                                                   _run("g", "cuda:0", 1.0, {key: second})]))
+    assert apart.table["speedup"].isna().all()
+    assert key in apart.varying
+    together = build(SweepRecord("p", "p", "1", "x", [_run("c", "cpu", 4.0, {key: first}),
+                                                      _run("g", "cuda:0", 1.0, {key: first})]))
+    assert together.table.set_index("run_id").loc["g", "speedup"] == 4.0
+
+
+@pytest.mark.parametrize("key", [k for k in TWO_VALUES if KEYS[k].shown == "varying"])
+def test_the_table_shows_a_setting_where_runs_differ_in_it(key):
+    first, second = (format_value(v) for v in TWO_VALUES[key])
+    runs = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: second})]
+    assert key in display_frame(build(SweepRecord("p", "p", "1", "x", runs))).columns
+    same = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: first})]
+    assert key not in display_frame(build(SweepRecord("p", "p", "1", "x", same))).columns
+
+
+def test_runs_recorded_before_a_later_key_are_at_its_default():
+    """A run logged before a later key existed has no param for it: the comparison reads its default,
+    so it stays the twin of a new run at the default and no twin of one that sets the key."""
+    for key in (k for k in KEYS if KEYS[k].later):
+        default = format_value(DEFAULTS[key])
+        other = next(format_value(v) for v in TWO_VALUES[key] if format_value(v) != default)
+        old, new = _run("old", "cpu", 4.0, {}), _run("new", "cuda:0", 1.0, {key: default})
+        assert build(SweepRecord("p", "p", "1", "x", [old, new])).table.set_index("run_id").loc["new", "speedup"] == 4.0
+        changed = _run("new", "cuda:0", 1.0, {key: other})
+        assert math.isnan(build(SweepRecord("p", "p", "1", "x", [old, changed])).table.set_index("run_id").loc[
+            "new", "speedup"]), key
+
+
+def test_chart_bars_split_by_the_variant_keys_only():
+    from pipeline.charts import variants
+
+    for key in TWO_VALUES:
+        first, second = (format_value(v) for v in TWO_VALUES[key])
+        runs = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: second})]
+        labels = variants(build(SweepRecord("p", "p", "1", "x", runs)))
+        assert (labels[0] != labels[1]) == (KEYS[key].variant and KEYS[key].twin), (key, labels)
+
+
+def test_pipeline_train_offers_an_option_per_setting_of_the_table():
+    options = {p.name: p for p in main.commands["train"].params}
+    for name, key in KEYS.items():
+        assert (name in options) == key.train, name
+        if key.train:
+            assert options[name].opts == ["--" + name.replace("_", "-")] and options[name].default == DEFAULTS[name]
+
+
+def test_mlproject_train_declares_every_setting_of_the_table():
+    """MLflow reads MLproject as written: its train entry point must declare each setting that
+    `pipeline train` takes, with the same default, and pass it on."""
+    spec = yaml.safe_load((REPO / "MLproject").read_text())["entry_points"]["train"]
+    declared = {name: p["default"] for name, p in spec["parameters"].items() if name in KEYS}
+    assert set(declared) == {name for name, key in KEYS.items() if key.train}
+    for name, default in declared.items():
+        assert str(default) == format_value(DEFAULTS[name]), name
+        assert f"--{name.replace('_', '-')} {{{name}}}" in spec["command"], name
+
+
+def test_the_readme_lists_every_grid_key_with_its_default():
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| key | values | default |"):].split("\n\n")[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \|.*\| ([^|]+) \|$", table, re.MULTILINE))
+    assert set(rows) == set(KEYS)
+    assert {key: text.strip() for key, text in rows.items()} == {key: format_value(DEFAULTS[key]) for key in KEYS}
+
+
+# --- weight_decay: a key added through the table alone ----------------------------------------------
+
+# Run keys computed by the code at d77a485, before weight_decay existed, with the identity a sweep
+# gives them (the data's source and sizes, the host, the hardware). A grid that does not set
+# weight_decay must keep them, or every point recorded before it would be trained again.
+RECORDED = [
+    (RunConfig(lr=0.01, batch_size=1000, num_workers=1, device="cuda", epochs=1),
+     {"source": "fashion-mnist", "train_size": 60000, "test_size": 10000, "host": "gpu-box", "hardware": "NVIDIA H200"},
+     "8920cd0181b76db7"),
+    (RunConfig(batch_size=64, epochs=2, device="cpu", precision="bf16", compile=True, seed=3),
+     {"source": "/data/small", "train_size": 512, "test_size": 256, "host": "laptop", "hardware": "AMD EPYC 7B13"},
+     "a07a48f81eb8cbc9"),
+    (RunConfig(batch_size=20000, device="cuda", cuda_graph=True, prefetch=True, shuffle=False),
+     {"source": "fashion-mnist", "train_size": 60000, "test_size": 10000, "host": "gpu-box", "hardware": "NVIDIA H200"},
+     "fd3d1c60b8d5be73"),
+]
+
+
+@pytest.mark.parametrize("config, identity, recorded", RECORDED)
+def test_grids_without_weight_decay_keep_the_run_keys_recorded_before_it(config, identity, recorded):
+    assert config_hash(config, **identity) == recorded
+    assert config_hash(config.__class__(**{**config.as_params(), "weight_decay": 0.0}), **identity) == recorded
+    assert config_hash(config.__class__(**{**config.as_params(), "weight_decay": 1e-4}), **identity) != recorded
+
+
+def test_weight_decay_from_a_grid_file_to_the_comparison(write_grid, data_dir, tracking_uri):
+    """A grid that sets weight_decay: each point trains with its own (Adam gets it: same seed, other
+    numbers), is named and keyed by it, logs it as a param, and the comparison shows it. Its 0 point
+    is the one a grid without the key makes: that grid finds it DONE and trains nothing."""
+    grid = write_grid("experiment: wd\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  weight_decay: [0, 0.5]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    runs = {run.info.run_name: run for run in children(runs_of(tracking_uri, "wd"))}
+    assert set(runs) == {"cpu wd0", "cpu wd0.5"}
+    plain, decayed = runs["cpu wd0"], runs["cpu wd0.5"]
+    assert (plain.data.params["weight_decay"], decayed.data.params["weight_decay"]) == ("0.0", "0.5")
+    assert plain.data.tags[names.TAG_RUN_KEY] != decayed.data.tags[names.TAG_RUN_KEY]
+    assert plain.data.metrics["train_loss"] != decayed.data.metrics["train_loss"]
+
+    out = invoke("compare", "--experiment", "wd", "--format", "csv", "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    rows = {row["run_name"]: row for row in csv.DictReader(io.StringIO(out.stdout))}
+    assert (float(rows["cpu wd0"]["weight_decay"]), float(rows["cpu wd0.5"]["weight_decay"])) == (0.0, 0.5)
+    out = invoke("compare", "--experiment", "wd", "--format", "markdown", "--tracking-uri", tracking_uri)
+    assert out.stdout.splitlines()[0].startswith("| device | lr | batch_size | num_workers | epochs | weight_decay |")
+
+    without = write_grid("experiment: wd\ngrid:\n  batch_size: [128]\n  device: [cpu]\n", "plain.yaml")
+    out = invoke("run", str(without), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0 and "DONE" in out.output, out.output
+    assert len(children(runs_of(tracking_uri, "wd"))) == 2  # nothing trained again
+
+
+def test_pipeline_train_weight_decay(data_dir, tracking_uri):
+    out = invoke("train", "--device", "cpu", "--batch-size", "128", "--weight-decay", "1.0e-3", "--data-dir",
+                 str(data_dir), "--tracking-uri", tracking_uri, "--experiment", "one")
+    assert out.exit_code == 0, out.output
+    (run,) = runs_of(tracking_uri, "one")
+    assert run.data.params["weight_decay"] == "0.001" and run.info.status == "FINISHED"
