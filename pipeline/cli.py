@@ -13,7 +13,7 @@ from typing import Any, Callable, get_type_hints
 import click
 
 from pipeline import __version__
-from pipeline.config import DEFAULTS, KEYS, RunConfig
+from pipeline.config import DEFAULTS, KEYS, WORKERLESS, RunConfig
 from pipeline.errors import UserError
 
 EXIT_INTERRUPTED = 130
@@ -156,6 +156,10 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
     from pipeline.runner import Options, run_single
 
     config = RunConfig(**settings)
+    for key, what in WORKERLESS.items():
+        if getattr(config, key) and config.num_workers > 0:
+            raise UserError(f"--{key.replace('_', '-')} true {what}, without DataLoader workers; "
+                            "set --num-workers 0")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       system_metrics=system_metrics)
     sys.exit(run_single(config, Reporter(), options).exit_code)

@@ -284,6 +284,10 @@ def _read_yaml(path: Path) -> Any:
         raise UserError(f"{path}: YAML syntax error{at}: {problem}") from None
 
 
+# Settings that feed batches without DataLoader workers, and how (the error when both are asked for).
+WORKERLESS = {"data_on_device": "indexes batches on the device", "prefetch": "gathers batches in the main process"}
+
+
 def load_grid(path: str | Path) -> GridSpec:
     """Read and validate a grid file; raise UserError naming the file and key on any problem."""
     path = Path(path)
@@ -336,8 +340,7 @@ def load_grid(path: str | Path) -> GridSpec:
             raise UserError(f"{where}grid.{key}: repeated value in {list(checked)}; list each once")
         axes.append((key, checked))
     values_of = dict(axes)
-    for key, what in (("data_on_device", "indexes batches on the device"),
-                      ("prefetch", "gathers batches in the main process")):
+    for key, what in WORKERLESS.items():
         if True in values_of.get(key, ()) and any(n > 0 for n in values_of.get("num_workers", ())):
             raise UserError(f"{where}grid.{key}: true {what}, without DataLoader workers; set num_workers: [0], "
                             f"or put the {key} points in a grid of their own")

@@ -129,7 +129,13 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     name = " ".join(f"{k}={format_value(values[k])}" for k in ("lr", "batch_size", "num_workers", "device"))
     (item,) = plan([GridPoint(1, config, name)])
     if item.device is None:
-        raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto")
+        from pipeline.device import DeviceUnavailable, resolve
+
+        try:
+            resolve(config.device)
+        except DeviceUnavailable:  # the device itself is missing
+            raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto") from None
+        raise UserError(f"pipeline train: {item.reason}")  # a setting this device cannot run
     uri, client, dataset = _check_inputs(options, options.data_dir, None, None)
     reporter.data(dataset.description)
     sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)

@@ -117,6 +117,10 @@ def test_train_rejects_bad_values(cli):
     assert result.exit_code == 2 and "positive integer" in result.output
     result = CliRunner().invoke(main, ["train", "--device", "gpu"])
     assert result.exit_code == 2 and "cpu, cuda, cuda:N, mps or auto" in result.output
+    for flag in ("--prefetch", "--data-on-device"):  # the grid file's rule, for one run's flags
+        result = CliRunner().invoke(main, ["train", flag, "true", "--num-workers", "1"])
+        assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+        assert f"{flag} true" in result.output and "set --num-workers 0" in result.output
 
 
 def test_devices_and_data_commands(cli, data_dir):
