@@ -150,13 +150,17 @@ class Tracker:
             yield
             return
         import mlflow
+        from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
 
-        mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL_S)
+        chosen = MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.is_set()  # the user's interval wins
+        if not chosen:
+            mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL_S)
         try:
             with fluent_target(self.uri, self.experiment_id), _active(run_id, log_system_metrics=True):
                 yield
         finally:
-            mlflow.set_system_metrics_sampling_interval(None)
+            if not chosen:
+                mlflow.set_system_metrics_sampling_interval(None)
 
     def ui(self, parent_run_id: str | None = None) -> tuple[str, str]:
         """The command that starts the UI on this store, and the page to open: the sweep's saved
