@@ -71,11 +71,11 @@ postgres:
 test: setup browser postgres
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
-# The declared floors (every `>=` in pyproject.toml, exactly) in a throwaway venv, through the smoke
-# in compat/ (a sweep, a rerun, compare, register, predict, a pyfunc load); `make test` covers the
-# newest, its pins above. PINS="mlflow==3.14.0" tries another release in the floor's place.
+# The declared floors (every `>=` in pyproject.toml, exactly) in a throwaway venv, through the
+# smoke in tests/compat/ (a sweep, a rerun, compare, register, predict, a pyfunc load); `make test`
+# covers the newest, its pins above. PINS="mlflow==3.14.0" tries another release in a floor's place.
 compat:
-	PYTHON=$(PYTHON) PINS="$(PINS)" compat/run
+	PYTHON=$(PYTHON) PINS="$(PINS)" tests/compat/run
 
 clean:
 	rm -rf $(VENV) mlflow.db mlruns mlartifacts .pytest_cache

@@ -136,11 +136,13 @@ def smoke(tmp: Path) -> None:
 
     print("compare")
     rows = json.loads(cli("compare", "--experiment", EXPERIMENT, "--format", "json").stdout)
-    check(sorted(row["run_id"] for row in rows) == sorted(by_id), f"compare listed {len(rows)} rows, not the sweep's runs")
+    check(sorted(row["run_id"] for row in rows) == sorted(by_id),
+          f"compare listed {len(rows)} rows, not the sweep's {POINTS} runs")
     report = tmp / "report"
     cli("compare", "--experiment", EXPERIMENT, "--out", str(report))  # the charts: matplotlib
     charts = sorted(path.name for path in report.glob("*.png"))
-    check(bool(charts) and (report / "results.csv").is_file(), f"compare --out wrote {charts}, no charts or no results.csv")
+    check(bool(charts), f"compare --out wrote no chart into {report}")
+    check((report / "results.csv").is_file(), f"compare --out wrote no results.csv into {report}")
 
     print("register")
     cli("register", "--experiment", EXPERIMENT, "--name", MODEL)
@@ -162,7 +164,8 @@ def smoke(tmp: Path) -> None:
     mlflow.set_tracking_uri(store)
     model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
     logits = np.asarray(model.predict(test_images[:, None].astype(np.float32) / 255))
-    check(logits.shape == (len(test_labels), 10), f"pyfunc predicted shape {logits.shape}, expected ({len(test_labels)}, 10)")
+    check(logits.shape == (len(test_labels), 10),
+          f"pyfunc predicted shape {logits.shape}, expected ({len(test_labels)}, 10)")
     pyfunc_accuracy = float((logits.argmax(axis=1) == test_labels).mean())
     check(abs(pyfunc_accuracy - expected) < 1e-3,
           f"pyfunc's accuracy {pyfunc_accuracy} is not the run's test_accuracy {expected}")

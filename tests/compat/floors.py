@@ -6,7 +6,7 @@ without a `>=` floor is left to pip. Each floor must name a real release: pip re
 A NAME==VERSION argument replaces that dependency's floor (`make compat PINS="mlflow==3.14.0"`
 tries another release).
 
-Usage: python3 compat/floors.py PYPROJECT [NAME==VERSION ...]
+Usage: python3 tests/compat/floors.py PYPROJECT [NAME==VERSION ...]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def floors(dependencies: list[str]) -> list[str]:
     for requirement in dependencies:
         match = REQUIREMENT.match(requirement)
         if not match:
-            raise SystemExit(f"compat/floors.py: cannot read the requirement {requirement!r}")
+            raise SystemExit(f"tests/compat/floors.py: cannot read the requirement {requirement!r}")
         name, specifiers = match.groups()
         floor = FLOOR.search(specifiers)
         if floor:
