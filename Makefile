@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data browser postgres run test clean
+.PHONY: setup data browser postgres run test compat clean
 
 setup: $(STAMP) data
 
@@ -70,6 +70,12 @@ postgres:
 # Files in collection order (conftest puts the longest first), not xdist's most-tests-first.
 test: setup browser postgres
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+
+# The declared floors (every `>=` in pyproject.toml, exactly) in a throwaway venv, through the
+# smoke in tests/compat/ (a sweep, a rerun, compare, register, predict, a pyfunc load); `make test`
+# covers the newest, its pins above. PINS="mlflow==3.14.0" tries another release in a floor's place.
+compat:
+	PYTHON=$(PYTHON) PINS="$(PINS)" tests/compat/run
 
 clean:
 	rm -rf $(VENV) mlflow.db mlruns mlartifacts .pytest_cache

@@ -73,9 +73,19 @@ def load(explicit: str | os.PathLike | None = None, train_size: int | None = Non
 
 
 def download(root: str | os.PathLike = "data") -> Path:
-    """Fetch Fashion-MNIST with torchvision into ROOT/FashionMNIST/raw (needs a network)."""
-    from torchvision.datasets import FashionMNIST
+    """Fetch Fashion-MNIST with torchvision into ROOT/FashionMNIST/raw (needs a network).
 
+    torchvision is imported here alone: a torchvision built for another torch fails on import
+    (beside torch's CPU builds, `operator torchvision::nms does not exist`), and nothing else needs it.
+    """
+    try:
+        from torchvision.datasets import FashionMNIST
+    except Exception as exc:  # ImportError, or the RuntimeError of a mismatched build
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UserError(
+            f"--download needs torchvision, which cannot be imported here ({exc.__class__.__name__}: {reason}); "
+            f"install the torchvision build that matches torch {torch.__version__}, or install Debian's "
+            "dataset-fashion-mnist, or point --data-dir at a folder with the four IDX files") from None
     try:
         for train in (True, False):
             FashionMNIST(root=str(root), train=train, download=True)

@@ -164,3 +164,35 @@ def test_the_batch_image_grid_is_torchvisions_layout(n):
     red, green, blue = make_grid(images[:64], nrow=8, padding=2, pad_value=255).numpy()
     assert np.array_equal(red, green) and np.array_equal(red, blue)
     assert np.array_equal(image_grid(images), red)
+
+
+class _BrokenTorchvision:
+    """An import hook that fails `import torchvision` as a torchvision built for another torch does
+    (beside torch's CPU builds: `operator torchvision::nms does not exist`)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torchvision":
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return None
+
+
+@pytest.mark.parametrize("broken", ["runtime", "missing"])
+def test_download_says_in_one_line_that_torchvision_cannot_be_imported(monkeypatch, broken):
+    import sys
+
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    for name in [m for m in sys.modules if m.partition(".")[0] == "torchvision"]:
+        monkeypatch.delitem(sys.modules, name)
+    if broken == "runtime":
+        monkeypatch.setattr(sys, "meta_path", [_BrokenTorchvision(), *sys.meta_path])
+    else:
+        monkeypatch.setitem(sys.modules, "torchvision", None)  # import raises ImportError
+    result = CliRunner().invoke(main, ["data", "--download"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error: --download needs torchvision, which cannot be imported here")
+    assert ("RuntimeError: operator torchvision::nms" if broken == "runtime" else "ModuleNotFoundError") in lines[0]
