@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from catalogue import BAD_GRIDS
+from catalogue import BAD_GRID_FILES, BAD_GRIDS
 from pipeline.config import GridSpec, RunConfig, load_grid
 from pipeline.errors import UserError
 from pipeline.grid import config_hash, expand, grid_size
@@ -77,6 +77,27 @@ def test_bad_grids_name_file_key_and_fix(write_grid, text, expected):
     assert "\n" not in message
     for fragment in expected:
         assert fragment in message, message
+
+
+@pytest.mark.parametrize("content, expected", [(content, fragments) for _, content, fragments in BAD_GRID_FILES],
+                         ids=[name for name, _, _ in BAD_GRID_FILES])
+def test_files_that_are_no_grid_text_name_the_file_and_fix(tmp_path, content, expected):
+    path = tmp_path / "grid.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(UserError) as info:
+        load_grid(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and "\n" not in message, message
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_aliases_that_stay_small_are_read(write_grid):
+    spec = load_grid(write_grid("grid:\n  seed: &s [1, 2]\n  epochs: *s\n"))
+    assert spec.axes == (("seed", (1, 2)), ("epochs", (1, 2)))
 
 
 def test_missing_file(tmp_path):
