@@ -14,6 +14,7 @@ import click
 
 from pipeline import __version__, startup
 from pipeline.errors import UserError
+from pipeline.grid import MAX_POINTS
 
 EXIT_INTERRUPTED = 130
 
@@ -102,9 +103,12 @@ def main() -> None:
               help="local: one point after another (fair timing); ray: every point as a Ray task.")
 @click.option("--ray-address", callback=_blank_is_none, metavar="ADDR",
               help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.")
+@click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True, metavar="N",
+              help="Refuse a grid of more points than this (a dry run shows the first ones of any grid).")
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
         require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
-        rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None) -> None:
+        rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None,
+        max_points: int) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason, and points that already
@@ -120,7 +124,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
-                      ray_address=ray_address, register=register_name)
+                      ray_address=ray_address, register=register_name, max_points=max_points)
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry
@@ -167,14 +171,17 @@ def train(device: str, batch_size: int, lr: float, num_workers: int, epochs: int
 def validate(grid: str) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
     from pipeline.config import load_grid
-    from pipeline.grid import expand, grid_size
-    from pipeline.report import grid_table, make_console, plural
+    from pipeline.grid import SHOWN_POINTS, expand, grid_size
+    from pipeline.report import grid_notes, grid_table, make_console, plural
 
     spec = load_grid(grid)
     title = f"{spec.path}: experiment {spec.experiment!r}, {plural(grid_size(spec), 'grid point')}"
-    table = grid_table(spec, [(point, point.name) for point in expand(spec)], title, "run name")
+    shown = expand(spec, limit=SHOWN_POINTS)  # a grid of a million points is counted, not listed
+    table = grid_table(spec, [(point, point.name) for point in shown], title, "run name")
     console = make_console()
     console.print(table)
+    for line in grid_notes(grid_size(spec), len(shown), MAX_POINTS):
+        console.print(line)
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
         console.print(f"data: root={data.root or 'search'} train_size={data.train_size or 'all'} "
