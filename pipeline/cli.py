@@ -262,7 +262,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
     from pipeline.records import latest_experiment_id
-    from pipeline.server import exec_mlflow
+    from pipeline.server import check_port, run_mlflow
     from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -272,6 +272,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     from pipeline import view
     from pipeline.store import RUNS_PAGE
 
+    check_port(host, port)
     client = open_client(uri, must_exist=True)
     experiment_id = latest_experiment_id(client)
     page = RUNS_PAGE.format(experiment_id=experiment_id) if experiment_id else ""
@@ -283,7 +284,8 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
     click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
-    exec_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"])
+    sys.exit(run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"],
+                        host, port))
 
 
 @main.command()
@@ -404,4 +406,4 @@ def server(**options: Any) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
     from pipeline.server import serve
 
-    serve(**options)
+    sys.exit(serve(**options))
