@@ -19,9 +19,34 @@ from pipeline.grid import MAX_POINTS
 EXIT_INTERRUPTED = 130
 
 
-def _blank_is_none(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    # MLproject passes "" for an unset string parameter.
-    return None if value == "" else value
+class NonBlank(click.ParamType):
+    """A value that may not be blank: `--experiment ""` is a mistake (an unset shell variable, a
+    stray `=`), not a request for the default, so it is an error (exit 2) on every command.
+
+    The one exception is MLproject: `mlflow run` passes "" for each string parameter left at its
+    default. Under it (MLFLOW_RUN_ID is set), options built with `unset_when_blank` read "" as not
+    given; the others (a name, a metric) still need a value.
+    """
+
+    def __init__(self, inner: click.ParamType = click.STRING, unset_when_blank: bool = False) -> None:
+        self.inner, self.unset_when_blank = inner, unset_when_blank
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            if self.unset_when_blank and os.environ.get("MLFLOW_RUN_ID"):
+                return None
+            optional = isinstance(param, click.Option) and not param.required
+            self.fail(f"empty value {value!r}; give one" + (", or leave the option out" if optional else ""),
+                      param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+
+TEXT = NonBlank()
+OPTIONAL_TEXT = NonBlank(unset_when_blank=True)  # options MLproject passes as "" when unset
 
 
 def _grid_value(key: str):
@@ -40,7 +65,7 @@ def _grid_value(key: str):
 
 
 tracking_uri_option = click.option(
-    "--tracking-uri", callback=_blank_is_none, metavar="URI",
+    "--tracking-uri", type=OPTIONAL_TEXT, metavar="URI",
     help="MLflow tracking URI. Default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here.",
 )
 system_metrics_option = click.option(
@@ -48,7 +73,7 @@ system_metrics_option = click.option(
     help="Record MLflow system metrics (CPU, memory, disk, network; GPU via nvidia-ml-py) per run.",
 )
 data_dir_option = click.option(
-    "--data-dir", callback=_blank_is_none, metavar="DIR",
+    "--data-dir", type=OPTIONAL_TEXT, metavar="DIR",
     help="Folder with the four Fashion-MNIST IDX files (or a torchvision root). Default: search.",
 )
 
@@ -84,16 +109,16 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("grid", metavar="GRID.yaml")
+@click.argument("grid", type=TEXT, metavar="GRID.yaml")
 @tracking_uri_option
-@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="MLflow experiment. Default: the grid's `experiment`, else the file's name.")
 @data_dir_option
 @click.option("--require-devices", is_flag=True,
               help="Exit 2 before training if any grid point's device is missing, instead of skipping it.")
 @click.option("--dry-run", is_flag=True, help="Show the plan (points, devices, data) and exit; trains nothing.")
 @system_metrics_option
-@click.option("--register", "register_name", callback=_blank_is_none, metavar="MODEL_NAME",
+@click.option("--register", "register_name", type=OPTIONAL_TEXT, metavar="MODEL_NAME",
               help="When the grid finishes, register its best run (by test_accuracy) as MODEL_NAME@champion.")
 @click.option("--rerun", is_flag=True, help="Train every point, even those already FINISHED in this experiment.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed run.")
@@ -101,7 +126,7 @@ def main() -> None:
               help="Save model and optimizer state each epoch; an interrupted point resumes from it.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: one point after another (fair timing); ray: every point as a Ray task.")
-@click.option("--ray-address", callback=_blank_is_none, metavar="ADDR",
+@click.option("--ray-address", type=OPTIONAL_TEXT, metavar="ADDR",
               help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.")
 @click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True, metavar="N",
               help="Refuse a grid of more points than this (a dry run shows the first ones of any grid).")
@@ -148,7 +173,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 @click.option("--seed", type=int, default=0, show_default=True, callback=_grid_value("seed"))
 @click.option("--shuffle", type=bool, default=True, show_default=True, help="Shuffle training batches each epoch.")
 @data_dir_option
-@click.option("--experiment", default="train", show_default=True, callback=_blank_is_none, metavar="NAME")
+@click.option("--experiment", default="train", show_default=True, type=OPTIONAL_TEXT, metavar="NAME")
 @tracking_uri_option
 @system_metrics_option
 def train(device: str, batch_size: int, lr: float, num_workers: int, epochs: int, seed: int,
@@ -167,7 +192,7 @@ def train(device: str, batch_size: int, lr: float, num_workers: int, epochs: int
 
 
 @main.command()
-@click.argument("grid", metavar="GRID.yaml")
+@click.argument("grid", type=TEXT, metavar="GRID.yaml")
 def validate(grid: str) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
     from pipeline.config import load_grid
@@ -219,14 +244,14 @@ def data(data_dir: str | None, download: bool) -> None:
 
 
 @main.command()
-@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="Compare this experiment's latest sweep. Default: the latest sweep in the store.")
-@click.option("--parent-run", callback=_blank_is_none, metavar="ID", help="Compare this sweep (a parent run id).")
+@click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Compare this sweep (a parent run id).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
               show_default=True, help="table for a terminal; csv, markdown and json print only the data.")
-@click.option("--out", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--out", type=NonBlank(click.Path(file_okay=False)), metavar="DIR",
               help="Also write the charts (PNG), results.csv and results.md into DIR.")
-@click.option("--sort", metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
+@click.option("--sort", type=TEXT, metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
 @tracking_uri_option
 def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str | None, sort: str | None,
             tracking_uri: str | None) -> None:
@@ -256,7 +281,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
 
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. The UI has no authentication: keep it on 127.0.0.1 unless you must.")
 @tracking_uri_option
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
@@ -289,15 +314,15 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
 
 
 @main.command()
-@click.option("--run-id", callback=_blank_is_none, metavar="ID", help="Register this run's model.")
-@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+@click.option("--run-id", type=OPTIONAL_TEXT, metavar="ID", help="Register this run's model.")
+@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="Register the best FINISHED run of this experiment (by --metric).")
-@click.option("--parent-run", callback=_blank_is_none, metavar="ID",
+@click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID",
               help="With --experiment or alone: only consider this sweep's runs.")
-@click.option("--name", required=True, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
-@click.option("--metric", default="test_accuracy", show_default=True, help="Metric that picks the best run.")
+@click.option("--name", required=True, type=TEXT, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
+@click.option("--metric", type=TEXT, default="test_accuracy", show_default=True, help="Metric that picks the best run.")
 @click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True)
-@click.option("--alias", default="champion", show_default=True, help="Alias to point at the version.")
+@click.option("--alias", type=TEXT, default="champion", show_default=True, help="Alias to point at the version.")
 @click.option("--force", type=bool, is_flag=False, flag_value=True, default=False,
               help="Make a new version even if this run is already registered.")
 @tracking_uri_option
@@ -329,8 +354,8 @@ def _print_registration(reg) -> None:
 
 
 @main.command()
-@click.argument("images", nargs=-1, type=click.Path(path_type=Path), metavar="[IMAGE_FILES]...")
-@click.option("--model", "model_uri", required=True, metavar="URI",
+@click.argument("images", nargs=-1, type=NonBlank(click.Path(path_type=Path)), metavar="[IMAGE_FILES]...")
+@click.option("--model", "model_uri", required=True, type=TEXT, metavar="URI",
               help="models:/NAME@ALIAS, models:/m-..., or runs:/RUN_ID/model.")
 @click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "mps"]))
 @data_dir_option
@@ -364,7 +389,7 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
 
 
 @main.command()
-@click.argument("results_file", required=False, type=click.Path(path_type=Path), metavar="[RESULTS.jsonl]")
+@click.argument("results_file", required=False, type=NonBlank(click.Path(path_type=Path)), metavar="[RESULTS.jsonl]")
 @tracking_uri_option
 def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     """Log the runs that a tracking outage kept only in the local results file (pipeline-results.jsonl
@@ -381,25 +406,25 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-@click.option("--backend-store-uri", default="sqlite:///mlflow.db", show_default=True, envvar="MLFLOW_BACKEND_STORE_URI",
+@click.option("--backend-store-uri", type=TEXT, default="sqlite:///mlflow.db", show_default=True, envvar="MLFLOW_BACKEND_STORE_URI",
               help="Where runs are stored; use a database (postgresql://...) for a busy cluster. "
                    "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.")
-@click.option("--artifacts-destination", default="./mlartifacts", show_default=True,
+@click.option("--artifacts-destination", type=TEXT, default="./mlartifacts", show_default=True,
               help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
 @click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1), show_default=True,
               help="Request-handling processes (MLflow's default is 4 whatever the machine).")
-@click.option("--allowed-hosts", metavar="NAMES",
+@click.option("--allowed-hosts", type=TEXT, metavar="NAMES",
               help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
 @click.option("--auth", is_flag=True, help="Require a login (MLflow's basic-auth app). The first start creates the "
               "admin user with the password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.")
-@click.option("--admin-password-file", metavar="FILE", help="With --auth: a file holding the admin's password.")
+@click.option("--admin-password-file", type=TEXT, metavar="FILE", help="With --auth: a file holding the admin's password.")
 @click.option("--default-permission", type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")),
               default="READ", show_default=True,
               help="With --auth: what users may do with experiments and models they did not create.")
-@click.option("--auth-database-uri", metavar="URI",
+@click.option("--auth-database-uri", type=TEXT, metavar="URI",
               help="With --auth: where users are stored [default: the tracking database, or basic_auth.db beside "
                    "a sqlite store].")
 def server(**options: Any) -> None:
