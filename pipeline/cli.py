@@ -374,11 +374,14 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
     from pipeline.store import resolve_tracking_uri
 
     target = predict_mod.check_inputs(device, images, bool(data_dir or limit))
-    mlflow.set_tracking_uri(resolve_tracking_uri(tracking_uri))
+    batch = predict_mod.read_images(list(images)) if images else None
+    uri = resolve_tracking_uri(tracking_uri)
+    predict_mod.check_store(model_uri, uri)
+    mlflow.set_tracking_uri(uri)
     dataset = None if images else data_mod.load(data_dir)
     model = predict_mod.load(model_uri, target)
     if images:
-        for p in predict_mod.predict_files(model, list(images), target):
+        for p in predict_mod.predict_files(model, list(images), batch, target):
             click.echo(f"{p.path}\t{p.class_name}\t{p.probability:.3f}")
         return
     part = getattr(dataset, split).head(limit)
