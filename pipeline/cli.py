@@ -397,7 +397,10 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
 def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     """Log the runs that a tracking outage kept only in the local results file (pipeline-results.jsonl
     beside the store, or in the working folder for a server) into the store and sweep each line names,
-    and close the runs the outage left RUNNING. --tracking-uri sends them all to another store."""
+    and close the runs the outage left RUNNING. --tracking-uri sends them all to another store.
+
+    A line that is not a results line (cut short, not JSON, not text) is named (FILE:LINE) and left
+    as it is; the other lines are relogged, and the exit code is 2 (bad input)."""
     from pipeline import results
     from pipeline.store import local_state_dir, resolve_tracking_uri
 
@@ -406,6 +409,11 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     click.echo(f"logged {len(done)} run(s) from {path}")
     for run in done:
         click.echo(f"  {run.name}: run {run.run_id} in {run.tracking_uri}")
+    bad = results.bad_lines(path)
+    if bad:  # bad input (exit 2), named once the good lines are in
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UserError(f"{bad[0]}{more}; left as it is, the other lines were relogged; fix or delete it, "
+                        "then run `pipeline relog` again")
 
 
 @main.command()
