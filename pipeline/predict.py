@@ -35,6 +35,8 @@ def check_inputs(device: str, images: tuple[Path, ...], split_options: bool) -> 
     if images and split_options:
         raise UserError("give image files, or --data-dir/--limit for a dataset split, not both")
     for path in images:
+        if path.is_dir():
+            raise UserError(f"{path}: is a folder; give the image files in it, e.g. {path / '*.png'}")
         if not path.is_file():
             raise UserError(f"{path}: no such image file")
     return target
