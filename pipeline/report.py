@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from pipeline.grid import format_value, grid_size
+from pipeline.grid import SHOWN_POINTS, format_value, grid_size
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -78,10 +78,11 @@ class Reporter:
 
     def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path",
              done: dict[int, "Outcome"], max_points: int) -> None:
-        """--dry-run: where each point would run, or why it would not (of a big grid, its first points)."""
+        """--dry-run: where each point would run, or why it would not; the table shows the first
+        SHOWN_POINTS, the counts under it every point planned."""
         rows, reasons = [], Counter(p.reason for p in planned if p.device is None)
         numbers = {reason: n for n, reason in enumerate(reasons, start=1)}  # each reason once, under the table
-        for item in planned:
+        for item in planned[:SHOWN_POINTS]:
             if item.device is None:
                 where = f"[yellow]skipped[/] ({numbers[item.reason]})"
             elif item.point.index in done:
@@ -92,7 +93,7 @@ class Reporter:
         size = grid_size(spec)
         title = f"{spec.path}: {plural(size, 'grid point')} (dry run, nothing trained)"
         self.console.print(grid_table(spec, rows, title, "runs on"))
-        for line in grid_notes(size, len(planned), max_points):
+        for line in grid_notes(size, len(rows), max_points):
             self.console.print(line)
         for reason, count in reasons.items():
             self.console.print(f"({numbers[reason]}) {plural(count, 'point')} would be skipped: {reason}")

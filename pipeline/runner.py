@@ -23,7 +23,7 @@ from pipeline import charts, idx, interrupts, results, startup
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
-from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand
+from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, grid_size
 from pipeline.names import (CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
                             TAG_ROLE)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
@@ -117,7 +117,8 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     if not options.dry_run:
         check_size(spec, options.max_points)
     idx.start(options.data_dir or spec.data.root)
-    points = expand(spec, limit=SHOWN_POINTS if options.dry_run else None)  # a dry run counts the rest
+    # A dry run of a grid too big to run plans its first points only (and says the run would refuse).
+    points = expand(spec, limit=SHOWN_POINTS if grid_size(spec) > options.max_points else None)
     with charts.painting(len(points) > 1 and not options.dry_run and charts.painter_pays()) as painter:
         return _run_grid(spec, plan(points), reporter, options, executor, painter)
 

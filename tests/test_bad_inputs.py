@@ -38,6 +38,8 @@ def world(tmp_path_factory, data_dir, _store_template):
     good = tmp_path / "good.yaml"
     good.write_text(GOOD_GRID)
     (tmp_path / "two.yaml").write_text("grid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+    (tmp_path / "many.yaml").write_text("grid:\n  device: [cpu, mps]\n  batch_size: [" +  # mps points from #61
+                                        ", ".join(str(b) for b in range(1, 61)) + "]\n")
     out = CliRunner().invoke(main, ["run", str(good), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri])
     assert out.exit_code == 0, out.output
     write_images(tmp_path / "images")
@@ -46,6 +48,7 @@ def world(tmp_path_factory, data_dir, _store_template):
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
         yield {"tmp": tmp_path, "data": data_dir, "uri": tracking_uri, "good": good, "two": tmp_path / "two.yaml",
+               "many": tmp_path / "many.yaml",
                "images": tmp_path / "images", "results": tmp_path / "results", "hung": hung.getsockname()[1],
                "free": free_port()}
 
@@ -142,6 +145,9 @@ CASES = {
     "more points than --max-points": ("args", ["run", "{two}", "--max-points", "1", "--tracking-uri", "{uri}",
                                                "--data-dir", "{data}"],
                                       "2 grid points is more than --max-points 1; pass --max-points 2"),
+    "missing devices past the points a dry run shows": ("args", ["run", "{many}", "--dry-run", "--require-devices",
+                                                                 "--tracking-uri", "{uri}", "--data-dir", "{data}"],
+                                                        "60 of 120 grid points cannot run here"),
     "--max-points 0": ("args", ["run", "{good}", "--max-points", "0"], "'--max-points'"),
     "missing grid file": ("args", ["run", "{tmp}/nope.yaml"], "no such grid file"),
     # CLI options
