@@ -15,13 +15,39 @@ import click
 from pipeline import __version__
 from pipeline.config import DEFAULTS, KEYS, WORKERLESS, RunConfig
 from pipeline.errors import UserError
+from pipeline.grid import MAX_POINTS
 
 EXIT_INTERRUPTED = 130
 
 
-def _blank_is_none(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    # MLproject passes "" for an unset string parameter.
-    return None if value == "" else value
+class NonBlank(click.ParamType):
+    """A value that may not be blank: `--experiment ""` is a mistake (an unset shell variable, a
+    stray `=`), not a request for the default, so it is an error (exit 2) on every command.
+
+    The one exception is MLproject: `mlflow run` passes "" for each string parameter left at its
+    default. Under it (MLFLOW_RUN_ID is set), options built with `unset_when_blank` read "" as not
+    given; the others (a name, a metric) still need a value.
+    """
+
+    def __init__(self, inner: click.ParamType = click.STRING, unset_when_blank: bool = False) -> None:
+        self.inner, self.unset_when_blank = inner, unset_when_blank
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            if self.unset_when_blank and os.environ.get("MLFLOW_RUN_ID"):
+                return None
+            optional = isinstance(param, click.Option) and not param.required
+            self.fail(f"empty value {value!r}; give one" + (", or leave the option out" if optional else ""),
+                      param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+
+TEXT = NonBlank()
+OPTIONAL_TEXT = NonBlank(unset_when_blank=True)  # options MLproject passes as "" when unset
 
 
 def _grid_value(key: str):
@@ -50,7 +76,7 @@ def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 tracking_uri_option = click.option(
-    "--tracking-uri", callback=_blank_is_none, metavar="URI",
+    "--tracking-uri", type=OPTIONAL_TEXT, metavar="URI",
     help="MLflow tracking URI. Default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here.",
 )
 system_metrics_option = click.option(
@@ -58,7 +84,7 @@ system_metrics_option = click.option(
     help="Record MLflow system metrics (CPU, memory, disk, network; GPU via nvidia-ml-py) per run.",
 )
 data_dir_option = click.option(
-    "--data-dir", callback=_blank_is_none, metavar="DIR",
+    "--data-dir", type=OPTIONAL_TEXT, metavar="DIR",
     help="Folder with the four Fashion-MNIST IDX files (or a torchvision root). Default: search.",
 )
 
@@ -93,16 +119,16 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("grid", metavar="GRID.yaml")
+@click.argument("grid", type=TEXT, metavar="GRID.yaml")
 @tracking_uri_option
-@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="MLflow experiment. Default: the grid's `experiment`, else the file's name.")
 @data_dir_option
 @click.option("--require-devices", is_flag=True,
               help="Exit 2 before training if any grid point's device is missing, instead of skipping it.")
 @click.option("--dry-run", is_flag=True, help="Show the plan (points, devices, data) and exit; trains nothing.")
 @system_metrics_option
-@click.option("--register", "register_name", callback=_blank_is_none, metavar="MODEL_NAME",
+@click.option("--register", "register_name", type=OPTIONAL_TEXT, metavar="MODEL_NAME",
               help="When the grid finishes, register its best run (by test_accuracy) as MODEL_NAME@champion.")
 @click.option("--rerun", is_flag=True, help="Train every point, even those already FINISHED in this experiment.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed run.")
@@ -110,11 +136,14 @@ def main() -> None:
               help="Save model and optimizer state each epoch; an interrupted point resumes from it.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: one point after another (fair timing); ray: every point as a Ray task.")
-@click.option("--ray-address", callback=_blank_is_none, metavar="ADDR",
+@click.option("--ray-address", type=OPTIONAL_TEXT, metavar="ADDR",
               help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.")
+@click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True, metavar="N",
+              help="Refuse a grid of more points than this (a dry run shows the first ones of any grid).")
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
         require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
-        rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None) -> None:
+        rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None,
+        max_points: int) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason, and points that already
@@ -130,7 +159,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
-                      ray_address=ray_address, register=register_name)
+                      ray_address=ray_address, register=register_name, max_points=max_points)
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry
@@ -146,7 +175,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 @main.command()
 @setting_options
 @data_dir_option
-@click.option("--experiment", default="train", show_default=True, callback=_blank_is_none, metavar="NAME")
+@click.option("--experiment", default="train", show_default=True, type=OPTIONAL_TEXT, metavar="NAME")
 @tracking_uri_option
 @system_metrics_option
 def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool,
@@ -166,18 +195,21 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
 
 
 @main.command()
-@click.argument("grid", metavar="GRID.yaml")
+@click.argument("grid", type=TEXT, metavar="GRID.yaml")
 def validate(grid: str) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
     from pipeline.config import load_grid
-    from pipeline.grid import expand, grid_size
-    from pipeline.report import grid_table, make_console, plural
+    from pipeline.grid import SHOWN_POINTS, expand, grid_size
+    from pipeline.report import grid_notes, grid_table, make_console, plural
 
     spec = load_grid(grid)
     title = f"{spec.path}: experiment {spec.experiment!r}, {plural(grid_size(spec), 'grid point')}"
-    table = grid_table(spec, [(point, point.name) for point in expand(spec)], title, "run name")
+    shown = expand(spec, limit=SHOWN_POINTS)  # a grid of a million points is counted, not listed
+    table = grid_table(spec, [(point, point.name) for point in shown], title, "run name")
     console = make_console()
     console.print(table)
+    for line in grid_notes(grid_size(spec), len(shown), MAX_POINTS):
+        console.print(line)
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
         console.print(f"data: root={data.root or 'search'} train_size={data.train_size or 'all'} "
@@ -215,14 +247,14 @@ def data(data_dir: str | None, download: bool) -> None:
 
 
 @main.command()
-@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="Compare this experiment's latest sweep. Default: the latest sweep in the store.")
-@click.option("--parent-run", callback=_blank_is_none, metavar="ID", help="Compare this sweep (a parent run id).")
+@click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Compare this sweep (a parent run id).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
               show_default=True, help="table for a terminal; csv, markdown and json print only the data.")
-@click.option("--out", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--out", type=NonBlank(click.Path(file_okay=False)), metavar="DIR",
               help="Also write the charts (PNG), results.csv and results.md into DIR.")
-@click.option("--sort", metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
+@click.option("--sort", type=TEXT, metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
 @tracking_uri_option
 def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str | None, sort: str | None,
             tracking_uri: str | None) -> None:
@@ -253,13 +285,13 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
 
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. The UI has no authentication: keep it on 127.0.0.1 unless you must.")
 @tracking_uri_option
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
     from pipeline.records import latest_experiment_id
-    from pipeline.server import exec_mlflow
+    from pipeline.server import check_port, run_mlflow
     from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -269,6 +301,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     from pipeline import view
     from pipeline.store import RUNS_PAGE
 
+    check_port(host, port)
     client = open_client(uri, must_exist=True)
     experiment_id = latest_experiment_id(client)
     page = RUNS_PAGE.format(experiment_id=experiment_id) if experiment_id else ""
@@ -280,19 +313,20 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
     click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
-    exec_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"])
+    sys.exit(run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"],
+                        host, port))
 
 
 @main.command()
-@click.option("--run-id", callback=_blank_is_none, metavar="ID", help="Register this run's model.")
-@click.option("--experiment", callback=_blank_is_none, metavar="NAME",
+@click.option("--run-id", type=OPTIONAL_TEXT, metavar="ID", help="Register this run's model.")
+@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="Register the best FINISHED run of this experiment (by --metric).")
-@click.option("--parent-run", callback=_blank_is_none, metavar="ID",
+@click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID",
               help="With --experiment or alone: only consider this sweep's runs.")
-@click.option("--name", required=True, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
-@click.option("--metric", default="test_accuracy", show_default=True, help="Metric that picks the best run.")
+@click.option("--name", required=True, type=TEXT, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
+@click.option("--metric", type=TEXT, default="test_accuracy", show_default=True, help="Metric that picks the best run.")
 @click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True)
-@click.option("--alias", default="champion", show_default=True, help="Alias to point at the version.")
+@click.option("--alias", type=TEXT, default="champion", show_default=True, help="Alias to point at the version.")
 @click.option("--force", type=bool, is_flag=False, flag_value=True, default=False,
               help="Make a new version even if this run is already registered.")
 @tracking_uri_option
@@ -324,8 +358,8 @@ def _print_registration(reg) -> None:
 
 
 @main.command()
-@click.argument("images", nargs=-1, type=click.Path(path_type=Path), metavar="[IMAGE_FILES]...")
-@click.option("--model", "model_uri", required=True, metavar="URI",
+@click.argument("images", nargs=-1, type=NonBlank(click.Path(path_type=Path)), metavar="[IMAGE_FILES]...")
+@click.option("--model", "model_uri", required=True, type=TEXT, metavar="URI",
               help="models:/NAME@ALIAS, models:/m-..., or runs:/RUN_ID/model.")
 @click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "mps"]))
 @data_dir_option
@@ -344,11 +378,14 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
     from pipeline.store import resolve_tracking_uri
 
     target = predict_mod.check_inputs(device, images, bool(data_dir or limit))
-    mlflow.set_tracking_uri(resolve_tracking_uri(tracking_uri))
+    batch = predict_mod.read_images(list(images)) if images else None
+    uri = resolve_tracking_uri(tracking_uri)
+    predict_mod.check_store(model_uri, uri)
+    mlflow.set_tracking_uri(uri)
     dataset = None if images else data_mod.load(data_dir)
     model = predict_mod.load(model_uri, target)
     if images:
-        for p in predict_mod.predict_files(model, list(images), target):
+        for p in predict_mod.predict_files(model, list(images), batch, target):
             click.echo(f"{p.path}\t{p.class_name}\t{p.probability:.3f}")
         return
     part = getattr(dataset, split).head(limit)
@@ -359,12 +396,15 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
 
 
 @main.command()
-@click.argument("results_file", required=False, type=click.Path(path_type=Path), metavar="[RESULTS.jsonl]")
+@click.argument("results_file", required=False, type=NonBlank(click.Path(path_type=Path)), metavar="[RESULTS.jsonl]")
 @tracking_uri_option
 def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     """Log the runs that a tracking outage kept only in the local results file (pipeline-results.jsonl
     beside the store, or in the working folder for a server) into the store and sweep each line names,
-    and close the runs the outage left RUNNING. --tracking-uri sends them all to another store."""
+    and close the runs the outage left RUNNING. --tracking-uri sends them all to another store.
+
+    A line that is not a results line (cut short, not JSON, not text) is named (FILE:LINE) and left
+    as it is; the other lines are relogged, and the exit code is 2 (bad input)."""
     from pipeline import results
     from pipeline.store import local_state_dir, resolve_tracking_uri
 
@@ -373,28 +413,33 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     click.echo(f"logged {len(done)} run(s) from {path}")
     for run in done:
         click.echo(f"  {run.name}: run {run.run_id} in {run.tracking_uri}")
+    bad = results.bad_lines(path)
+    if bad:  # bad input (exit 2), named once the good lines are in
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UserError(f"{bad[0]}{more}; left as it is, the other lines were relogged; fix or delete it, "
+                        "then run `pipeline relog` again")
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-@click.option("--backend-store-uri", default="sqlite:///mlflow.db", show_default=True, envvar="MLFLOW_BACKEND_STORE_URI",
+@click.option("--backend-store-uri", type=TEXT, default="sqlite:///mlflow.db", show_default=True, envvar="MLFLOW_BACKEND_STORE_URI",
               help="Where runs are stored; use a database (postgresql://...) for a busy cluster. "
                    "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.")
-@click.option("--artifacts-destination", default="./mlartifacts", show_default=True,
+@click.option("--artifacts-destination", type=TEXT, default="./mlartifacts", show_default=True,
               help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
 @click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1), show_default=True,
               help="Request-handling processes (MLflow's default is 4 whatever the machine).")
-@click.option("--allowed-hosts", metavar="NAMES",
+@click.option("--allowed-hosts", type=TEXT, metavar="NAMES",
               help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
 @click.option("--auth", is_flag=True, help="Require a login (MLflow's basic-auth app). The first start creates the "
               "admin user with the password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.")
-@click.option("--admin-password-file", metavar="FILE", help="With --auth: a file holding the admin's password.")
+@click.option("--admin-password-file", type=TEXT, metavar="FILE", help="With --auth: a file holding the admin's password.")
 @click.option("--default-permission", type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")),
               default="READ", show_default=True,
               help="With --auth: what users may do with experiments and models they did not create.")
-@click.option("--auth-database-uri", metavar="URI",
+@click.option("--auth-database-uri", type=TEXT, metavar="URI",
               help="With --auth: where users are stored [default: the tracking database, or basic_auth.db beside "
                    "a sqlite store].")
 def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
@@ -403,6 +448,6 @@ def server(host: str, port: int, backend_store_uri: str, artifacts_destination: 
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
     from pipeline.server import serve
 
-    serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts, auth=auth,
-          admin_password_file=admin_password_file, default_permission=default_permission,
-          auth_database_uri=auth_database_uri)
+    sys.exit(serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts, auth=auth,
+                   admin_password_file=admin_password_file, default_permission=default_permission,
+                   auth_database_uri=auth_database_uri))

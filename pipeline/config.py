@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import math
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -241,8 +242,53 @@ def check_value(key: str, value: Any, where: str = "") -> Any:
 # --- YAML loading --------------------------------------------------------------------------------
 
 
+# A grid file is a few lines: three levels deep (grid → key → list of values), tens of values. The
+# bounds below are far past any real grid and stop pathological YAML while it is read, before
+# anything walks it: 100000 nested `[` (PyYAML composes recursively: a RecursionError), an alias
+# inside what it names (a loop), and aliases of aliases (a "billion laughs": a few lines that stand
+# for 9**9 values, whose repr in an error message alone would take minutes and gigabytes).
+MAX_GRID_FILE_BYTES = 1_000_000
+MAX_DEPTH = 20
+MAX_VALUES = 100_000
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of keeping the last one silently."""
+    """SafeLoader that rejects duplicate keys instead of keeping the last one silently, and YAML
+    nested past MAX_DEPTH, aliases that loop, or aliases that stand for more than MAX_VALUES values."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._open_anchors: set[str] = set()  # anchors of the collections being composed
+        self._sizes: dict[int, int] = {}  # id(node) → how many nodes it stands for, aliases expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise UserError(f"line {line}: alias *{event.anchor} is inside the &{event.anchor} it names "
+                                "(a loop); write the values out")
+            return super().compose_node(parent, index)  # its size is known: composed before
+        if self._depth >= MAX_DEPTH:
+            raise UserError(f"line {line}: nested more than {MAX_DEPTH} levels deep; a grid file needs three "
+                            "(grid → key → list of values)")
+        self._depth += 1
+        if event.anchor is not None:
+            self._open_anchors.add(event.anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open_anchors.discard(event.anchor)
+        children = node.value if isinstance(node, yaml.SequenceNode) else \
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+        size = 1 + sum(self._sizes[id(child)] for child in children)
+        if size > MAX_VALUES:
+            raise UserError(f"line {line}: its aliases (*name) stand for more than {MAX_VALUES} values; "
+                            "write the values out, without aliases")
+        self._sizes[id(node)] = size
+        return node
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -250,6 +296,9 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     mapping: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, Hashable):
+            line = key_node.start_mark.line + 1
+            raise UserError(f"line {line}: a key is a list or mapping; keys are names such as lr or batch_size")
         if key in mapping:
             line = key_node.start_mark.line + 1
             raise UserError(f"duplicate key {key!r} at line {line}; each key may appear once")
@@ -266,13 +315,36 @@ def _unknown_key(where: str, key: Any, allowed: tuple[str, ...] | list[str]) -> 
     return UserError(f"{where}{key}: unknown key; {suggestion}allowed: {', '.join(allowed)}")
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_text(path: Path) -> str:
+    """The grid file's text; UserError for what is no grid file: a folder, a huge or binary file,
+    bytes that are not UTF-8. Reads at most MAX_GRID_FILE_BYTES + 1 bytes (/dev/zero ends too)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_GRID_FILE_BYTES + 1)
     except FileNotFoundError:
         raise UserError(f"{path}: no such grid file; see experiments/ for examples") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read grid file ({exc.__class__.__name__})") from None
+    except IsADirectoryError:
+        found = sorted(path.glob("*.yaml"))
+        example = found[0] if found else Path("experiments") / "quickstart.yaml"
+        raise UserError(f"{path}: is a folder, not a grid file; pass a YAML file, e.g. {example}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read grid file ({exc.strerror or exc.__class__.__name__})") from None
+    if len(raw) > MAX_GRID_FILE_BYTES:
+        raise UserError(f"{path}: more than {MAX_GRID_FILE_BYTES} bytes; a grid file is a few lines of YAML "
+                        "(see experiments/): is this the right file?")
+    if b"\0" in raw:
+        raise UserError(f"{path}: binary data (a NUL byte at offset {raw.index(0)}), not a YAML grid file; "
+                        "pass a text file like experiments/quickstart.yaml")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise UserError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); save the file "
+                        "as UTF-8") from None
+
+
+def _read_yaml(path: Path) -> Any:
+    text = _read_text(path)
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except UserError as exc:

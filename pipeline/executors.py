@@ -113,6 +113,25 @@ def _is_remote(address: str | None) -> bool:
     return bool(address) and address != "local"
 
 
+def check_ray_address(address: str, timeout_s: float = 3.0) -> None:
+    """UserError unless something listens at a cluster address (HOST:PORT, the head's GCS, or
+    ray://HOST:PORT, its client server): ray.init retries an address where nothing listens for two
+    minutes and more. `auto` is Ray's to find (it says at once when there is no cluster)."""
+    import socket
+
+    client = address.startswith("ray://")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto":
+        return
+    if not host or not port.isdigit():
+        host, port = address.removeprefix("ray://"), "10001" if client else "6379"
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UserError(f"--ray-address {address}: nothing answers at {host}:{port} ({exc.strerror or 'timed out'}); "
+                        "start the cluster with `ray start --head` there, check the address, or drop --ray-address") from None
+
+
 class RayExecutor:
     """Points as Ray tasks on a cluster (joined, or started here). Checks at once that the sweep can
     run there: a sqlite store cannot be shared by several nodes."""
@@ -128,6 +147,8 @@ class RayExecutor:
         self.started_here = not ray.is_initialized()
         if self.started_here:
             quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+            if _is_remote(address):
+                check_ray_address(address)
             try:
                 ray.init(address=address, **quiet) if _is_remote(address) else ray.init(**quiet)
             except (ConnectionError, RuntimeError, ValueError) as exc:

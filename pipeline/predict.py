@@ -15,8 +15,13 @@ import torch
 
 from pipeline.errors import UserError
 from pipeline.model import CLASSES
+from pipeline.store import first_line
 
 SIDE = 28
+# Larger images are refused before they are decoded: 8000x8000 is past any photo of a garment, and a
+# few kilobytes of PNG can claim 50000x50000 (2.5 gigapixels, gigabytes once decoded). PIL's own
+# guard (Image.MAX_IMAGE_PIXELS) only warns below twice its 89 megapixels; it is left as it is.
+MAX_PIXELS = 8000 * 8000
 
 
 def check_inputs(device: str, images: tuple[Path, ...], split_options: bool) -> torch.device:
@@ -30,9 +35,20 @@ def check_inputs(device: str, images: tuple[Path, ...], split_options: bool) -> 
     if images and split_options:
         raise UserError("give image files, or --data-dir/--limit for a dataset split, not both")
     for path in images:
+        if path.is_dir():
+            raise UserError(f"{path}: is a folder; give the image files in it, e.g. {path / '*.png'}")
         if not path.is_file():
             raise UserError(f"{path}: no such image file")
     return target
+
+
+def check_store(model_uri: str, tracking_uri: str) -> None:
+    """A registered or logged model is read through the tracking store: fail in seconds (UserError)
+    when it is absent (MLflow would create an empty one) or does not answer (MLflow retries for minutes)."""
+    if model_uri.startswith(("models:/", "runs:/")):
+        from pipeline.store import open_client
+
+        open_client(tracking_uri, must_exist=True)
 
 
 def load(uri: str, device: torch.device) -> torch.nn.Module:
@@ -52,15 +68,28 @@ def load(uri: str, device: torch.device) -> torch.nn.Module:
 
 def image_tensor(path: Path) -> torch.Tensor:
     """A (1, 28, 28) float tensor in [0, 1] shaped like a Fashion-MNIST image."""
+    import warnings
+
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            image = ImageOps.exif_transpose(image).convert("L")
+        with warnings.catch_warnings():
+            # Past PIL's warning size the image is refused below: its warning would only repeat that.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as image:  # reads the header only
+                _check_size(path, *image.size)
+                image = ImageOps.exif_transpose(image).convert("L")
     except (FileNotFoundError, IsADirectoryError):
         raise UserError(f"{path}: no such image file") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise UserError(f"{path}: not a readable PNG or JPEG ({exc.__class__.__name__})") from None
+    except Image.DecompressionBombError:  # claims more than twice PIL's limit: refused by PIL's open
+        raise UserError(_too_large(path, f"over {2 * Image.MAX_IMAGE_PIXELS // 10**6} megapixels")) from None
+    except UnidentifiedImageError:
+        raise UserError(f"{path}: not an image file (no format it could be read as); give a PNG or JPEG file") from None
+    except PermissionError:
+        raise UserError(f"{path}: cannot read it (permission denied)") from None
+    except (OSError, SyntaxError, ValueError) as exc:  # PIL's decoders: "image file is truncated", ...
+        raise UserError(f"{path}: a damaged or truncated image ({first_line(exc)[:120]}); give a PNG or JPEG "
+                        "file that opens in an image viewer") from None
     pixels = np.asarray(image, dtype=np.float32)
     border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
     if border.mean() > 127:  # dark object on a light background: Fashion-MNIST is the reverse
@@ -68,6 +97,16 @@ def image_tensor(path: Path) -> torch.Tensor:
     image = ImageOps.pad(image, (SIDE, SIDE), method=Image.Resampling.LANCZOS, color=0) \
         if image.size != (SIDE, SIDE) else image
     return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).unsqueeze(0)
+
+
+def _check_size(path: Path, width: int, height: int) -> None:
+    if width * height > MAX_PIXELS:
+        raise UserError(_too_large(path, f"{width}x{height} pixels"))
+
+
+def _too_large(path: Path, size: str) -> str:
+    return (f"{path}: {size}, more than this command decodes ({MAX_PIXELS // 10**6} megapixels, e.g. "
+            "8000x8000); scale it down first (the network sees 28x28)")
 
 
 @dataclass(frozen=True)
@@ -81,10 +120,16 @@ class Prediction:
         return CLASSES[self.label]
 
 
+def read_images(paths: list[Path]) -> torch.Tensor:
+    """Every file as a (N, 1, 28, 28) batch, read before the model is loaded: a bad file is a
+    one-line error (UserError) in a moment, not after seconds of loading."""
+    return torch.stack([image_tensor(p) for p in paths])
+
+
 @torch.no_grad()
-def predict_files(model: torch.nn.Module, paths: list[Path], device: torch.device) -> list[Prediction]:
-    batch = torch.stack([image_tensor(p) for p in paths]).to(device)
-    probabilities = torch.softmax(model(batch), dim=1).cpu()
+def predict_files(model: torch.nn.Module, paths: list[Path], batch: torch.Tensor,
+                  device: torch.device) -> list[Prediction]:
+    probabilities = torch.softmax(model(batch.to(device)), dim=1).cpu()
     best, labels = probabilities.max(dim=1)
     return [Prediction(p, int(label), float(prob)) for p, label, prob in zip(paths, labels, best)]
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from pipeline.grid import format_value
+from pipeline.grid import SHOWN_POINTS, format_value, grid_size
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -44,6 +44,17 @@ def grid_table(spec: "GridSpec", rows: Sequence[tuple["GridPoint", str]], title:
     return table
 
 
+def grid_notes(size: int, shown: int, max_points: int) -> list[str]:
+    """Under a table of a grid's first `shown` points: how many more there are, and whether a run takes them."""
+    notes = []
+    if shown < size:
+        notes.append(f"... and {size - shown} more: the first {shown} of {plural(size, 'grid point')} are shown")
+    if size > max_points:
+        notes.append(f"note: `pipeline run` refuses {size} grid points (more than --max-points {max_points}); "
+                     f"pass --max-points {size} to train them all")
+    return notes
+
+
 def make_console() -> Console:
     console = Console(highlight=False)
     if not console.is_terminal:  # logs and `mlflow run`: wide enough that tables do not wrap
@@ -65,11 +76,12 @@ class Reporter:
     # --- before training ----------------------------------------------------------------------------
 
     def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path",
-             done: dict[int, "Outcome"]) -> None:
-        """--dry-run: where each point would run, or why it would not."""
+             done: dict[int, "Outcome"], max_points: int) -> None:
+        """--dry-run: where each point would run, or why it would not; the table shows the first
+        SHOWN_POINTS, the counts under it every point planned."""
         rows, reasons = [], Counter(p.reason for p in planned if p.device is None)
         numbers = {reason: n for n, reason in enumerate(reasons, start=1)}  # each reason once, under the table
-        for item in planned:
+        for item in planned[:SHOWN_POINTS]:
             if item.device is None:
                 where = f"[yellow]skipped[/] ({numbers[item.reason]})"
             elif item.point.index in done:
@@ -77,8 +89,11 @@ class Reporter:
             else:
                 where = str(item.device)
             rows.append((item.point, where))
-        title = f"{spec.path}: {plural(len(planned), 'grid point')} (dry run, nothing trained)"
+        size = grid_size(spec)
+        title = f"{spec.path}: {plural(size, 'grid point')} (dry run, nothing trained)"
         self.console.print(grid_table(spec, rows, title, "runs on"))
+        for line in grid_notes(size, len(rows), max_points):
+            self.console.print(line)
         for reason, count in reasons.items():
             self.console.print(f"({numbers[reason]}) {plural(count, 'point')} would be skipped: {reason}")
         if done:

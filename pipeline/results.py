@@ -41,10 +41,85 @@ def append(state_dir: Path, line: dict[str, Any], model_state: dict | None = Non
         f.write(json.dumps(line) + "\n")
 
 
+@dataclass(frozen=True)
+class Line:
+    """One line of the file as read: its entry, or why it is none (then relog leaves it as it is)."""
+
+    number: int  # from 1
+    raw: bytes
+    entry: dict[str, Any] | None
+    problem: str = ""
+
+
+def read_lines(results_file: Path) -> list[Line]:
+    """Every non-blank line, parsed and checked. A line that is not a results line (cut short by a
+    full disk or a killed process, edited by hand) is kept with its problem rather than raised: the
+    other lines are still worth relogging. A file that is no results file at all is a UserError."""
+    try:
+        data = results_file.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{results_file}: no results file here; pass the one the sweep named") from None
+    except IsADirectoryError:
+        inside = path_in(results_file)
+        hint = f"pass {inside}" if inside.exists() else f"pass the results file ({RESULTS_FILE}) the sweep named"
+        raise UserError(f"{results_file}: is a folder; {hint}") from None
+    except OSError as exc:
+        raise UserError(f"{results_file}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
+    if b"\0" in data:
+        raise UserError(f"{results_file}: binary data, not a results file (JSON lines); pass the "
+                        f"{RESULTS_FILE} the sweep named")
+    lines = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if raw.strip():
+            entry, problem = _parse(raw)
+            lines.append(Line(number, raw, entry, problem))
+    return lines
+
+
+def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    try:
+        entry = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg} at column {exc.colno}; cut short?)"
+    if not isinstance(entry, dict):
+        return None, f"a JSON {type(entry).__name__}, not a results line (an object)"
+    if not isinstance(entry.get("logged", True), bool):
+        return None, f"'logged' is {entry['logged']!r}, not true or false"
+    if entry.get("logged", True):
+        return entry, ""  # already in its store: only kept, never read further
+    for key, kind in _UNLOGGED_KEYS.items():
+        if not isinstance(entry.get(key), kind):
+            return None, f"{key!r} missing or not a {kind.__name__}"
+    for key, kinds in _OPTIONAL_KEYS.items():
+        if entry.get(key) is not None and not isinstance(entry[key], kinds):
+            return None, f"{key!r} is {str(entry[key])[:60]!r}, not a {' or '.join(k.__name__ for k in kinds)}"
+    from dataclasses import fields
+
+    from pipeline.train import EpochStats
+
+    known = {f.name for f in fields(EpochStats)}
+    for epoch in entry["epochs"]:
+        if not isinstance(epoch, dict) or "epoch" not in epoch or not set(epoch) <= known:
+            return None, f"an epoch that is not one ({str(epoch)[:60]})"
+    return entry, ""
+
+
+# What relog reads from an unlogged line (and how the sweep writes it).
+_UNLOGGED_KEYS = {"tracking_uri": str, "experiment": str, "name": str, "params": dict, "epochs": list}
+_OPTIONAL_KEYS = {"run_id": (str,), "parent_run_id": (str,), "model_file": (str,), "tags": (dict,),
+                  "one_off": (dict,), "run_duration_s": (int, float)}
+
+
 def read(results_file: Path) -> list[dict[str, Any]]:
-    if not results_file.exists():
-        raise UserError(f"{results_file}: no results file here; pass the one the sweep named")
-    return [json.loads(text) for text in results_file.read_text(encoding="utf-8").splitlines() if text.strip()]
+    """The file's results lines (those that are not are left out: `bad_lines` names them)."""
+    return [line.entry for line in read_lines(results_file) if line.entry is not None]
+
+
+def bad_lines(results_file: Path) -> list[str]:
+    """`FILE:LINE: problem` for each line relog could not read."""
+    return [f"{results_file}:{line.number}: {line.problem}" for line in read_lines(results_file) if line.entry is None]
 
 
 def unlogged_keys(state_dir: Path, tracking_uri: str) -> set[str]:
@@ -65,15 +140,16 @@ class Relogged:
 def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]:
     """Write every unlogged line into its store (or `override_uri`) as the FINISHED child of its
     sweep, with the params, per-epoch metrics, tags and model a normal run has; close the sweeps
-    the outage left RUNNING; mark the lines logged. Returns the runs written."""
+    the outage left RUNNING; mark the lines logged. Returns the runs written. Lines that are not
+    results lines are skipped and kept as they are (`bad_lines` names them)."""
     from pipeline.tracking import Tracker
 
-    lines = read(results_file)
+    lines = read_lines(results_file)
     done: list[Relogged] = []
     trackers: dict[tuple[str, str], Tracker] = {}
     parents: dict[tuple[str, str], Tracker] = {}
     try:
-        for entry in lines:
+        for entry in (line.entry for line in lines if line.entry is not None):
             if entry.get("logged", True):
                 continue
             uri = override_uri or entry["tracking_uri"]
@@ -86,10 +162,12 @@ def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]
             done.append(Relogged(run_id, uri, entry["name"]))
             if entry.get("parent_run_id"):
                 parents[(uri, entry["parent_run_id"])] = tracker
-    finally:  # what was written is marked, even when a later line fails
-        temporary = results_file.with_suffix(".tmp")
-        temporary.write_text("".join(json.dumps(entry) + "\n" for entry in lines), encoding="utf-8")
-        os.replace(temporary, results_file)
+    finally:  # what was written is marked, even when a later line fails; lines it could not read stay as they were
+        if done:
+            temporary = results_file.with_suffix(".tmp")
+            temporary.write_bytes(b"".join((json.dumps(line.entry).encode() if line.entry is not None else line.raw)
+                                           + b"\n" for line in lines))
+            os.replace(temporary, results_file)
     for (_, parent_id), tracker in parents.items():
         _close_stale_parent(tracker, parent_id)
     return done

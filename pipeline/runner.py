@@ -23,7 +23,7 @@ from pipeline import idx, interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
-from pipeline.grid import GridPoint, config_hash, expand
+from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, grid_size
 from pipeline.names import (CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
                             TAG_ROLE)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
@@ -51,6 +51,7 @@ class Options:
     executor: str = "local"  # or "ray"
     ray_address: str | None = None  # with ray: None starts Ray here; "auto" or "ray://..." joins a cluster
     register: str | None = None  # the CLI registers the best run under this name afterwards
+    max_points: int = MAX_POINTS  # a bigger grid is refused (a dry run shows its first points)
 
     def flags(self) -> str:
         """The sweep-wide options that were set, as flags (the parent run's tag, not params:
@@ -95,7 +96,11 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
-    return _run_grid(spec, plan(expand(spec)), reporter, options, executor)
+    if not options.dry_run:
+        check_size(spec, options.max_points)
+    # A dry run of a grid too big to run plans its first points only (and says the run would refuse).
+    points = expand(spec, limit=SHOWN_POINTS if grid_size(spec) > options.max_points else None)
+    return _run_grid(spec, plan(points), reporter, options, executor)
 
 
 def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options,
@@ -274,7 +279,7 @@ def _dry_run(spec: GridSpec, planned: list[Planned], reporter: "Reporter", optio
     nothing is created)."""
     folder, _ = idx.locate(options.data_dir or spec.data.root)
     done = _done_without_writing(spec, planned, options)
-    reporter.plan(spec, planned, folder, done)
+    reporter.plan(spec, planned, folder, done, options.max_points)
     return SweepResult([done.get(p.point.index) or Outcome(p.point, SKIPPED, reason="dry run") for p in planned])
 
 

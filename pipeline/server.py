@@ -1,5 +1,6 @@
-"""`pipeline server` and `pipeline ui`: check what can be checked, say where it serves, then become
-MLflow's own server process.
+"""`pipeline server` and `pipeline ui`: check what can be checked (the port among it), say where it
+serves, then run MLflow's own server process and wait for it, reporting one that stops before it
+listens (MLflow's server exits 0 after a failed start).
 
 With `--auth`, the server is MLflow's basic-auth app: every request but /health needs a user's
 password. Its users live in an auth database (by default the tracking database itself, or a
@@ -12,10 +13,14 @@ once; later starts keep the admin as it is.
 from __future__ import annotations
 
 import configparser
+import contextlib
+import errno
 import importlib.util
 import os
 import secrets
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,23 +35,101 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 AUTH_CACHE_S = 60
 
 
-def exec_mlflow(args: list[str], env: dict[str, str] | None = None) -> None:
-    """Become an MLflow server process, so signals (Ctrl-C, a service manager's SIGTERM) reach it
-    directly. Its GenAI job runners are off (the pipeline uses none; they start several processes)
-    and its libraries' deprecation warnings are not the user's to read."""
+def check_port(host: str, port: int) -> None:
+    """UserError unless a server can listen on `host`:`port` now: bound here the way uvicorn binds
+    it (SO_REUSEADDR, so a port that a stopped server left in TIME_WAIT is free), then released.
+    Otherwise MLflow's server would print its traceback in the background and exit 0."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except socket.gaierror as exc:
+            raise UserError(f"--host {host}: no such host name here ({exc.strerror}); use 127.0.0.1, 0.0.0.0 "
+                            "or an address of this machine") from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserError(f"--port {port}: already in use on {host} (another server?); stop it, or pick "
+                                f"another port, e.g. --port {_free_port(host)}") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise UserError(f"--host {host}: not an address of this machine; use 127.0.0.1, 0.0.0.0 "
+                                "or one of its own addresses") from None
+            if exc.errno == errno.EACCES:
+                raise UserError(f"--port {port}: permission denied (ports below 1024 need root); pick another "
+                                "port, e.g. --port 5000") from None
+            raise UserError(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def run_mlflow(args: list[str], host: str, port: int, env: dict[str, str] | None = None) -> int:
+    """Run `mlflow ARGS` (a server on `host`:`port`) and wait for it; its exit code. One that stops
+    before it listens is reported in one line (exit 1): MLflow's own server exits 0 after printing
+    why it could not start. Its GenAI job runners are off (the pipeline uses none; they start
+    several processes) and its libraries' deprecation warnings are not the user's to read.
+
+    The server is this process's child, in its process group: Ctrl-C at the terminal reaches it
+    directly, and SIGTERM or SIGHUP sent to this process (a service manager, `docker stop`) is
+    passed on to it, as `mlflow server` passes them on to its own workers."""
     sys.stdout.flush()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
            "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS), **(env or {})}
-    os.execve(sys.executable, [sys.executable, "-m", "mlflow", *args], env)
+    process = subprocess.Popen([sys.executable, "-m", "mlflow", *args], env=env)
+
+    def forward(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT and _terminal_sent_it():
+            return  # the terminal's Ctrl-C went to the whole process group, the server included
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, forward) for signum in handled}
+    listening = False
+    try:
+        while True:
+            try:
+                code = process.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                listening = listening or _listening(host, port)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if not listening:
+        print(f"error: the MLflow server stopped before it listened on {host}:{port} (exit code {code}); "
+              "its messages above say why", file=sys.stderr)
+        return 1
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's 128 + N
+
+
+def _terminal_sent_it() -> bool:
+    """Whether this process is in the terminal's foreground group, which a Ctrl-C reaches whole."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError):
+        return False
+
+
+def _listening(host: str, port: int) -> bool:
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    try:
+        with socket.create_connection((address, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
           allowed_hosts: str | None, auth: bool = False, admin_password_file: str | None = None,
-          default_permission: str = "READ", auth_database_uri: str | None = None) -> None:
-    """`pipeline server`: check the database (and with `auth` set up its users), say where it
-    serves, then become `mlflow server`."""
+          default_permission: str = "READ", auth_database_uri: str | None = None) -> int:
+    """`pipeline server`: check the port and the database (and with `auth` set up its users), say
+    where it serves, then run `mlflow server` until it stops; its exit code."""
     if not auth and (admin_password_file or auth_database_uri):
         raise UserError("--admin-password-file and --auth-database-uri go with --auth; add --auth")
+    check_port(host, port)
     store = absolute_store_uri(backend_store_uri)
     check_backend(store)
     env, app = {}, []
@@ -69,8 +152,8 @@ def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: s
     extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
     # The store's URI (it may hold the database's password) goes through the environment: the
     # command line is what `ps` shows every user of the machine.
-    exec_mlflow(["server", "--host", host, "--port", str(port), "--artifacts-destination", artifacts_destination,
-                 "--workers", str(workers), *app, *extra], {**env, "MLFLOW_BACKEND_STORE_URI": store})
+    return run_mlflow(["server", "--host", host, "--port", str(port), "--artifacts-destination", artifacts_destination,
+                       "--workers", str(workers), *app, *extra], host, port, {**env, "MLFLOW_BACKEND_STORE_URI": store})
 
 
 def _set_up_auth(store: str, password_file: str | None, default_permission: str, database_uri: str | None) -> dict:

@@ -130,9 +130,47 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
     elif parsed.scheme.split("+")[0] in ("postgresql", "mysql", "mssql"):
         check_backend(uri, label="tracking store")
     elif parsed.scheme == "sqlite":
-        path = sqlite_path(uri)
-        if path is not None and not path.parent.exists():
-            raise UserError(f"tracking store {uri}: folder {path.parent} does not exist; create it or pass another --tracking-uri")
+        check_sqlite_file(uri)
+    elif parsed.scheme in ("", "file") and not os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+        _refuse_file_store(uri, Path(parsed.path if parsed.scheme == "file" else uri).expanduser())
+
+
+def check_sqlite_file(uri: str, option: str = "--tracking-uri", label: str = "tracking store") -> None:
+    """UserError when a sqlite URI names a folder, a file in a folder that does not exist, or a file
+    that is no database: sqlite would answer "unable to open" to every retry, or fail after a lock
+    file is made beside it."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(f"{label} {uri}: {path} is a folder; name a database file in it, "
+                        f"e.g. {option} sqlite:///{path.resolve() / 'mlflow.db'}")
+    if not path.parent.exists():
+        raise UserError(f"{label} {uri}: folder {path.parent} does not exist; create it or pass another {option}")
+    if not _empty_or_sqlite(path):
+        raise UserError(f"{label} {uri}: {path} is not an SQLite database; pass the store's .db file, "
+                        "or a new file name to create one")
+
+
+def _empty_or_sqlite(path: Path) -> bool:
+    """Whether MLflow can use the file at `path`: absent or empty (it creates the tables), or an SQLite
+    database (its header). Anything else, say a grid file, would fail later, after a lock file is made."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(16)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return True  # unreadable: the client's own error says why
+    return not header or header == b"SQLite format 3\0"
+
+
+def _refuse_file_store(uri: str, path: Path) -> None:
+    """A plain path (or file:) is MLflow's retired file store: say which sqlite URI was most likely meant
+    instead of MLflow's page of text, before anything (an ./mlruns folder) is made."""
+    meant = path if path.suffix in (".db", ".sqlite", ".sqlite3") or path.is_file() else path / "mlflow.db"
+    raise UserError(f"tracking store {uri}: MLflow 3 retired file stores (a path or file: URI); use a database "
+                    f"file, e.g. --tracking-uri sqlite:///{meant.resolve()}, or a tracking server (http://HOST:PORT)")
 
 
 # How MLflow's client authenticates to a server; Ray workers get the driver's values (executors).
@@ -336,8 +374,11 @@ def check_backend(uri: str, timeout_s: int = 5, label: str = "--backend-store-ur
     """Fail fast (UserError, password masked) when a database store cannot be used: its driver is
     missing, it is down or unreachable, or it refuses the credentials. mlflow server would otherwise
     print a traceback, or start and fail every request; MLflow's client retries for ~100 s."""
-    if sqlite_path(uri) is not None or "://" not in uri:
-        return  # a local file: created on first use
+    if sqlite_path(uri) is not None:
+        check_sqlite_file(uri, label, label)  # a local file: created on first use
+        return
+    if "://" not in uri:
+        return
     import sqlalchemy
 
     fix = "check that the database is up and reachable and the user and password are right"

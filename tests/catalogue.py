@@ -1,10 +1,19 @@
 """The one table of bad grid files, shared by the loader's, the CLI's and the bad-input tests.
 
 Each entry is (id, grid file text, fragments): loading the file must fail with a one-line message
-naming the file, and every fragment must appear in it.
+naming the file, and every fragment must appear in it. BAD_GRID_FILES holds the files that are no
+text: (id, bytes, or None for a folder, fragments).
 """
 
 from __future__ import annotations
+
+
+def _billion_laughs() -> str:
+    """Nine aliases of nine aliases ... of nine values: a few hundred bytes that stand for 9**9 values."""
+    names = "abcdefghi"
+    parts = ["&a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    parts += [f"&{names[i]} [" + ", ".join([f"*{names[i - 1]}"] * 9) + "]" for i in range(1, 9)]
+    return "experiment: [" + ", ".join(parts) + "]\n"
 
 BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     # unknown keys: the message suggests the nearest key and lists every allowed one
@@ -72,4 +81,18 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("unclosed list", "grid:\n  lr: [0.1\n", ("YAML syntax error", "line")),
     ("unclosed list of two", "grid:\n  lr: [0.1, 0.2\n", ("YAML syntax error at line",)),
     ("unclosed flow mapping", "grid: {lr: [0.1\n", ("YAML syntax error",)),
+    # pathological YAML: stopped while it is read, before anything walks it
+    ("100000 nested lists", "grid:\n  lr: " + "[" * 100_000 + "\n", ("line 2", "nested more than 20 levels")),
+    ("deeply nested mappings", "grid: " + "{a: " * 5_000 + "1" + "}" * 5_000 + "\n", ("nested more than 20 levels",)),
+    ("alias inside its anchor", "grid:\n  lr: &a [0.1, *a]\n", ("alias *a is inside the &a", "a loop")),
+    ("mapping that contains itself", "grid: &g {lr: *g}\n", ("alias *g", "a loop")),
+    ("billion laughs", _billion_laughs(), ("line 1", "more than 100000 values", "without aliases")),
+    ("list as a key", "grid: {[lr]: [0.1]}\n", ("a key is a list or mapping",)),
+]
+
+BAD_GRID_FILES: list[tuple[str, bytes | None, tuple[str, ...]]] = [
+    ("grid file a folder", None, ("is a folder, not a grid file", "pass a YAML file")),
+    ("grid file binary", bytes(range(256)) * 4, ("binary data", "not a YAML grid file")),
+    ("grid file not UTF-8", b"grid:\n  device: [\xe9t\xe9]\n", ("not UTF-8 text (byte 0xe9 at line 2)", "save the file as UTF-8")),
+    ("grid file huge", b"# " + b"x" * 1_000_000 + b"\n", ("more than 1000000 bytes", "is this the right file")),
 ]

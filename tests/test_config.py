@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from catalogue import BAD_GRIDS
+from catalogue import BAD_GRID_FILES, BAD_GRIDS
 from pipeline.config import GridSpec, RunConfig, load_grid
 from pipeline.errors import UserError
-from pipeline.grid import config_hash, expand, grid_size
+from pipeline.grid import check_size, config_hash, expand, grid_size, iter_points
 
 TUTORIAL = """
 experiment: fashion-devices
@@ -77,6 +77,50 @@ def test_bad_grids_name_file_key_and_fix(write_grid, text, expected):
     assert "\n" not in message
     for fragment in expected:
         assert fragment in message, message
+
+
+@pytest.mark.parametrize("content, expected", [(content, fragments) for _, content, fragments in BAD_GRID_FILES],
+                         ids=[name for name, _, _ in BAD_GRID_FILES])
+def test_files_that_are_no_grid_text_name_the_file_and_fix(tmp_path, content, expected):
+    path = tmp_path / "grid.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(UserError) as info:
+        load_grid(path)
+    message = str(info.value)
+    assert message.startswith(str(path)) and "\n" not in message, message
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_aliases_that_stay_small_are_read(write_grid):
+    spec = load_grid(write_grid("grid:\n  seed: &s [1, 2]\n  epochs: *s\n"))
+    assert spec.axes == (("seed", (1, 2)), ("epochs", (1, 2)))
+
+
+def test_a_grid_of_a_million_points_is_counted_and_its_first_points_listed_without_expanding(write_grid):
+    """sklearn's ParameterGrid: the size is a product of lengths, and the points come one at a time."""
+    import time
+
+    started = time.perf_counter()
+    spec = load_grid(write_grid(MILLION))
+    assert grid_size(spec) == 1_000_000
+    first = expand(spec, limit=3)
+    assert [p.index for p in first] == [1, 2, 3] and [p.config.batch_size for p in first] == [1, 2, 3]
+    assert next(iter(iter_points(spec))).name == first[0].name
+    assert time.perf_counter() - started < 2  # expanding a million points takes tens of seconds
+    with pytest.raises(UserError) as info:
+        check_size(spec)
+    assert str(info.value).startswith(f"{spec.path}: 1000000 grid points is more than --max-points 10000; "
+                                      "pass --max-points 1000000")
+    assert check_size(spec, max_points=1_000_000) == 1_000_000
+
+
+MILLION = ("grid:\n  lr: [" + ", ".join(f"0.{i + 1:03d}" for i in range(100)) + "]\n"
+           "  seed: [" + ", ".join(str(i) for i in range(100)) + "]\n"
+           "  batch_size: [" + ", ".join(str(i + 1) for i in range(100)) + "]\n  device: [cpu]\n")
 
 
 def test_missing_file(tmp_path):

@@ -93,7 +93,7 @@ def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
     import pipeline.server
 
     became = []
-    monkeypatch.setattr(pipeline.server, "exec_mlflow", lambda args, env: became.append((args, env)))
+    monkeypatch.setattr(pipeline.server, "run_mlflow", lambda args, host, port, env: became.append((args, env)) or 0)
     monkeypatch.delenv("MLFLOW_AUTH_CONFIG_PATH", raising=False)  # restored after the test
     store = f"sqlite:///{tmp_path / 'store.db'}"
     out = invoke("server", "--auth", "--backend-store-uri", store, "--host", "0.0.0.0")

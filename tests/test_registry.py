@@ -187,4 +187,10 @@ def test_predict_bad_input(tmp_path, tracking_uri):
     (tmp_path / "x.png").write_text("not an image")
     out = CliRunner().invoke(main, ["predict", "--model", "models:/nope@champion", "--tracking-uri", tracking_uri,
                                     str(tmp_path / "x.png")])
+    assert out.exit_code == 2 and "x.png: not an image file" in out.output  # read before the model is looked up
+    from PIL import Image
+
+    Image.new("L", (28, 28)).save(tmp_path / "x.png")
+    out = CliRunner().invoke(main, ["predict", "--model", "models:/nope@champion", "--tracking-uri", tracking_uri,
+                                    str(tmp_path / "x.png")])
     assert out.exit_code == 2 and "--model models:/nope@champion" in out.output

@@ -14,7 +14,7 @@ import mlflow
 import pytest
 import torch
 
-from conftest import children, invoke, runs_of
+from conftest import children, free_port, invoke, runs_of
 from pipeline import names, store
 
 TWO = "experiment: two\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
@@ -208,17 +208,21 @@ def test_one_point_is_one_grid_point(write_grid):
 
 
 def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_path):
-    """`pipeline server` and `pipeline ui` become MLflow: check what they exec."""
+    """`pipeline server` and `pipeline ui` run MLflow's server: check what they start."""
+    import subprocess
+
     calls = []
 
-    def fake_execve(path, argv, env):
+    def fake_popen(argv, env):
         calls.append((argv, env))
         raise SystemExit(0)
 
-    monkeypatch.setattr(os, "execve", fake_execve)
-    invoke("server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}", "--allowed-hosts", "head,head:5000")
+    monkeypatch.setattr(subprocess, "Popen", fake_popen)
+    port = str(free_port())  # checked before the server starts: not one another test holds
+    invoke("server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}", "--allowed-hosts", "head,head:5000",
+           "--port", port)
     (tmp_path / "u.db").touch()
-    invoke("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'u.db'}")
+    invoke("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'u.db'}", "--port", port)
     (server_argv, server_env), (ui_argv, ui_env) = calls
     assert server_argv[:3] == [sys.executable, "-m", "mlflow"] and server_argv[3] == "server"
     assert server_argv[server_argv.index("--workers") + 1] == str(min(4, os.cpu_count() or 1))
