@@ -136,7 +136,7 @@ class Tracker:
         `params` copied onto it. Returns the model's URI."""
         try:
             with fluent_target(self.uri, self.experiment_id), _active(run_id):
-                return log_pytorch_model(model, example, step, params or {})
+                return log_network(model, example, step, params or {})
         except Exception as exc:
             if is_transient(exc):
                 raise TrackingUnavailable.of(self.uri, exc) from exc
@@ -185,7 +185,7 @@ def _active(run_id: str, log_system_metrics: bool = False):
         yield
 
 
-def log_pytorch_model(model: Any, example: Any, step: int, params: dict[str, Any]) -> str:
+def log_network(model: Any, example: Any, step: int, params: dict[str, Any]) -> str:
     """`mlflow.pytorch.log_model` of a CPU copy of `model` into the active run; returns its URI.
 
     Pickle serialization keeps the Network class where MLflow offers the choice (3.14 and later

@@ -189,13 +189,16 @@ def test_compare_errors_exit_2_without_creating_a_store(tmp_path, tracking_uri):
     assert out.exit_code == 2 and "no experiment 'nope'" in out.output
 
 
-def test_system_metrics(write_grid, data_dir, tracking_uri):
-    # The run is shorter than one sampling interval (2 s): it must still get a sample.
+def test_system_metrics(write_grid, data_dir, tracking_uri, monkeypatch):
+    """MLflow's system metrics of each run, sampled at the interval the user sets (here shorter than
+    the run, which lasts about a second; the pipeline's own 2 s would give none)."""
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     grid = write_grid("grid:\n  batch_size: [16]\n  device: [cpu]\n  epochs: [2]\n")
     result = run_grid(load_grid(grid), Reporter(),
                       Options(tracking_uri=tracking_uri, data_dir=str(data_dir), system_metrics=True))
     run = mlflow.MlflowClient(tracking_uri).get_run(result.outcomes[0].run_id)
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics), run.data.metrics.keys()
+    assert __import__("os").environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] == "0.2"  # the user's, kept
 
 
 def test_against_a_real_tracking_server(tracking_server, tmp_path, write_grid, data_dir):

@@ -83,18 +83,18 @@ def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid
     the training."""
     import pipeline.tracking
 
-    real = pipeline.tracking.log_pytorch_model
+    real = pipeline.tracking.log_network
 
     def refused(*args, **kwargs):
         raise ConnectionError("Connection refused")
 
-    monkeypatch.setattr(pipeline.tracking, "log_pytorch_model", refused)
+    monkeypatch.setattr(pipeline.tracking, "log_network", refused)
     args = ["run", str(write_grid("experiment: lost-model\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")),
             "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
     out = invoke(*args)
     assert out.exit_code == 1 and "UNLOGGED" in out.output and "1 not run" in out.output, out.output
 
-    monkeypatch.setattr(pipeline.tracking, "log_pytorch_model", real)
+    monkeypatch.setattr(pipeline.tracking, "log_network", real)
     assert "logged 1 run(s)" in invoke("relog", "--tracking-uri", tracking_uri).output
     (run,) = [r for r in children(runs_of(tracking_uri, "lost-model")) if r.info.status == "FINISHED"]
     assert run.outputs.model_outputs and run.data.params["batch_size"] == "128"

@@ -130,13 +130,13 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(write_grid,
 
         monkeypatch.setattr(Reporter, "epoch_end", interrupted)
     else:
-        real_log = pipeline.tracking.log_pytorch_model
+        real_log = pipeline.tracking.log_network
 
         def held(*args, **kwargs):
             real_log(*args, **kwargs)
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(pipeline.tracking, "log_pytorch_model", held)
+        monkeypatch.setattr(pipeline.tracking, "log_network", held)
     options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir), rerun=True)
     if stop == "model fails":
         (outcome,) = run_grid(load_grid(grid), Reporter(), options).outcomes
