@@ -64,34 +64,27 @@ def _number(value: Any) -> float:
     raise ValueError
 
 
-def _positive_float(examples: str) -> Callable[[Any], float]:
-    allowed = f"a positive number, e.g. {examples}"
+def _float_check(allowed: str, ok: Callable[[float], bool]) -> Callable[[Any], float]:
+    """A finite number for which `ok` holds, else ValueError(allowed)."""
 
     def check(value: Any) -> float:
         try:
             number = _number(value)
         except ValueError:
             raise ValueError(allowed) from None
-        if not math.isfinite(number) or number <= 0:
+        if not math.isfinite(number) or not ok(number):
             raise ValueError(allowed)
         return number
 
     return check
+
+
+def _positive_float(examples: str) -> Callable[[Any], float]:
+    return _float_check(f"a positive number, e.g. {examples}", lambda number: number > 0)
 
 
 def _non_negative_float(examples: str) -> Callable[[Any], float]:
-    allowed = f"a number >= 0, e.g. {examples}"
-
-    def check(value: Any) -> float:
-        try:
-            number = _number(value)
-        except ValueError:
-            raise ValueError(allowed) from None
-        if not math.isfinite(number) or number < 0:
-            raise ValueError(allowed)
-        return number
-
-    return check
+    return _float_check(f"a number >= 0, e.g. {examples}", lambda number: number >= 0)
 
 
 def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import shutil
-import struct
 from pathlib import Path
 
 # Under xdist, one core's share of torch threads per worker (and for the pipelines, servers and
@@ -18,47 +16,12 @@ if _WORKERS > 1:
     _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _CORES // _WORKERS)))
 
-import numpy as np  # noqa: E402 (after OMP_NUM_THREADS, above)
 import pytest  # noqa: E402
 
-from pipeline.idx import FILES  # noqa: E402
+from idx_files import make_idx  # noqa: E402 (numpy, after OMP_NUM_THREADS above)
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATA = Path("/usr/share/datasets/fashion-mnist")
-
-
-def write_idx(path: Path, array: np.ndarray, gz: bool) -> None:
-    magic = 2051 if array.ndim == 3 else 2049
-    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
-    payload = header + array.astype(np.uint8).tobytes()
-    if gz:
-        with gzip.open(path.with_name(path.name + ".gz"), "wb") as f:
-            f.write(payload)
-    else:
-        path.write_bytes(payload)
-
-
-def synthetic(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Learnable 28x28 images: class c lights a 5x5 block at a class-specific place, plus noise."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 10, n).astype(np.uint8)
-    images = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
-    for i, c in enumerate(labels):
-        r, col = 3 + (c // 5) * 12, 1 + (c % 5) * 5
-        images[i, r:r + 5, col:col + 5] = 250
-    return images, labels
-
-
-def make_idx(folder: Path, n_train: int = 512, n_test: int = 256, gz: bool = True,
-             torchvision_layout: bool = False) -> Path:
-    """Write the four Fashion-MNIST-named IDX files; returns the folder to pass as --data-dir."""
-    target = folder / "FashionMNIST" / "raw" if torchvision_layout else folder
-    target.mkdir(parents=True, exist_ok=True)
-    for split, n, seed in (("train", n_train, 1), ("test", n_test, 2)):
-        images, labels = synthetic(n, seed)
-        write_idx(target / FILES[f"{split}_images"], images, gz)
-        write_idx(target / FILES[f"{split}_labels"], labels, gz)
-    return folder
 
 
 # With `make test` (two workers, `--dist loadfile --no-loadscope-reorder`) each worker takes whole

@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from catalogue import BAD_GRID_FILES, BAD_GRIDS
-from conftest import free_port, make_idx, write_idx
+from conftest import free_port, make_idx
+from idx_files import write_idx
 from pipeline import idx
 from pipeline.cli import main
 from pipeline.idx import FILES

@@ -12,11 +12,9 @@ Standard library, numpy and mlflow only: nothing from the test suite, which need
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,6 +23,9 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the IDX files the suite makes too
+from idx_files import SEEDS, make_idx, synthetic  # noqa: E402
 
 EXPERIMENT = "compat-smoke"
 MODEL = "compat-cnn"
@@ -36,9 +37,6 @@ grid:
   epochs: [1]
 """
 POINTS = 2
-# The IDX names idx.py looks for; mirrored (not imported) so this file reads without the package.
-FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
-         "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 PINNED = ("torch", "torchvision", "mlflow", "mlflow-skinny", "sqlalchemy", "alembic", "numpy", "pandas",
           "matplotlib", "click", "pyyaml", "rich", "psutil", "nvidia-ml-py", "cloudpickle")
 
@@ -50,35 +48,6 @@ class SmokeFailed(Exception):
 def check(condition: bool, what: str) -> None:
     if not condition:
         raise SmokeFailed(what)
-
-
-def synthetic(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Learnable 28x28 images, as tests/conftest.py makes them: class c lights a 5x5 block at a
-    class-specific place, plus noise."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 10, n).astype(np.uint8)
-    images = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
-    for i, c in enumerate(labels):
-        r, col = 3 + (c // 5) * 12, 1 + (c % 5) * 5
-        images[i, r:r + 5, col:col + 5] = 250
-    return images, labels
-
-
-def write_idx(path: Path, array: np.ndarray) -> None:
-    magic = 2051 if array.ndim == 3 else 2049
-    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
-    with gzip.open(path.with_name(path.name + ".gz"), "wb") as f:
-        f.write(header + array.tobytes())
-
-
-def make_data(folder: Path, n_train: int = 512, n_test: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """The four IDX files in `folder`; returns the test split (images, labels)."""
-    folder.mkdir(parents=True)
-    for split, n, seed in (("train", n_train, 1), ("test", n_test, 2)):
-        images, labels = synthetic(n, seed)
-        write_idx(folder / FILES[f"{split}_images"], images)
-        write_idx(folder / FILES[f"{split}_labels"], labels)
-    return images, labels
 
 
 class Cli:
@@ -110,7 +79,8 @@ def smoke(tmp: Path) -> None:
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines on every store opened here
     data = tmp / "data"
-    test_images, test_labels = make_data(data)
+    make_idx(data)
+    test_images, test_labels = synthetic(256, SEEDS["test"])  # make_idx's test split
     grid = tmp / "grid.yaml"
     grid.write_text(GRID)
     store = f"sqlite:///{tmp / 'mlflow.db'}"
