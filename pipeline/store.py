@@ -254,6 +254,9 @@ def open_client(uri: str, must_exist: bool = False):
             hint = f"; install the {exc.name} package for this store"
         elif "MLFLOW_ALLOW_FILE_STORE" in str(exc):
             hint = "; MLflow 3 retired file stores: use sqlite:///mlflow.db or a tracking server"
+        elif new and _creation_race(exc):  # both migrations failed half-way: alembic's copy is left behind
+            hint = (f"; another program created this new store at the same moment and left it half made: "
+                    f"delete {path} and run again")
         raise UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
                         f"{first_line(exc)[:300]}){hint}") from None
     return Retrying(mlflow.MlflowClient(uri))
