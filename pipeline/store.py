@@ -332,7 +332,8 @@ class Retrying:
 @contextlib.contextmanager
 def fluent_target(uri: str, experiment_id: str):
     """MLflow's fluent APIs aimed at this store and experiment for the duration of one call, then
-    restored. Registering a model version resolves its `models:/m-...` source through them."""
+    restored: logging a model and sampling system metrics (tracking.py) go through them, and
+    registering a model version resolves its `models:/m-...` source through them."""
     import mlflow
 
     previous_uri = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None

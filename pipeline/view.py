@@ -48,14 +48,19 @@ def view_id(parent_run_id: str) -> str:
     return f"sweep-{parent_run_id}"
 
 
+def _mlflow_version(version: str | None) -> str:
+    """`version`, or the installed MLflow's."""
+    if version is not None:
+        return version
+    import mlflow
+
+    return mlflow.__version__
+
+
 def supported(version: str | None = None) -> bool:
     """Whether this MLflow (or `version`) is one whose UI the saved view was checked on."""
-    if version is None:
-        import mlflow
-
-        version = mlflow.__version__
     try:
-        major, minor = (int(part) for part in version.split(".")[:2])
+        major, minor = (int(part) for part in _mlflow_version(version).split(".")[:2])
     except ValueError:
         return False
     return (major, minor) in VERIFIED_UI
@@ -63,10 +68,7 @@ def supported(version: str | None = None) -> bool:
 
 def unverified_note(version: str | None = None) -> str:
     """What a user of an unverified MLflow is told instead of getting the saved view."""
-    if version is None:
-        import mlflow
-
-        version = mlflow.__version__
+    version = _mlflow_version(version)
     checked = ", ".join(f"{major}.{minor}" for major, minor in VERIFIED_UI)
     return (f"MLflow {version}: the sweep's saved view (columns, charts) is written only for MLflow {checked}, "
             "whose UI it was checked on; the link lists the sweep's runs instead")
