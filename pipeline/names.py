@@ -18,6 +18,13 @@ UPLOAD = "upload_s"  # data_on_device: uploading the training data to the device
 CAPTURE = "capture_s"  # cuda_graph: warming up and capturing the training step, once (step 0)
 COMPILE = "compile_s"  # compile: the warm-up that compiles the model at every shape the run uses (step 0)
 MODEL_NAME = "model"
+# Time to a target quality (a grid's `target:`), run-level at the step of the first epoch that reaches it.
+TIME_TO_TARGET = "time_to_target_s"  # training time to that epoch: warm-up and compile left out
+WALL_TO_TARGET = "wall_to_target_s"  # the same, with warm-up and compile counted
+# How busy the machine was while a run trained (run-level, step 0).
+LOAD_AVERAGE = "load_average"  # the 1-minute load average over the training, per core
+OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes took, 0-1
+REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 
 # Statuses MLflow stores (a run's end).
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
@@ -44,6 +51,10 @@ TAG_RESUMED_FROM = "pipeline.resumed_from_epoch"
 TAG_RESUMED_FROM_RUN = "pipeline.resumed_from_run"
 TAG_KILLED_REASON = "pipeline.killed_reason"
 TAG_RELOGGED = "pipeline.relogged_from"  # the results file a run's numbers were restored from
+TAG_TARGET = "pipeline.target"  # the target a run was timed against, e.g. "test_accuracy >= 0.85"
+TAG_TARGET_STATUS = "pipeline.target_status"  # "reached at epoch 2" or "not reached in 3 epochs"
+TAG_CONTENDED = "pipeline.contended"  # set when other processes took a meaningful share: the figures
+TAG_CONCURRENT = "pipeline.concurrent_points"  # Ray: how many points shared the node while it trained
 
 ARTIFACT_SUMMARY = "summary/model.txt"
 ARTIFACT_BATCH = "inputs/train_batch.png"
