@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Every GPU check in one call, for a lent GPU machine (see README, "Performance"), most valuable first,
 # each step under its own time limit so that one slow step cannot cost the others:
-#   1. the GPU-marked tests (tests/test_gpu.py: needs torch and pytest, no mlflow)       TESTS_S=120
-#   2. per-epoch times (the README's GPU table): cuda and cpu at batch sizes 1000/10000/20000 with 0
+#   1. the GPU-marked tests (tests/test_gpu.py: needs torch and pytest, no mlflow)       TESTS_S=90
+#   2. the tracked device sweep (benchmarks/tracked_sweep.py): experiments/devices.yaml with repeats 3
+#      through `pipeline run` into a fresh sqlite store, then `pipeline compare` with its intervals;
+#      writes the README's device charts (devices-*.png). Needs MLflow: the GPU machine has none, so
+#      carry it as wheels made here by `bash benchmarks/gpu_wheels.sh` (carry `.whl`)    SWEEP_S=240
+#   3. per-epoch times (the README's GPU table): cuda and cpu at batch sizes 1000/10000/20000 with 0
 #      and 1 workers, 3 epochs each with the warm-up and every epoch shown and the cuda/cpu speedups
 #      on the steady-state epochs; on cuda also cuda_graph, prefetch, data_on_device, bf16 and fp16,
-#      and last compile (fp32/bf16/fp16) at batch size 1000                               EPOCHS_S=240
-#   3. the pipeline against the tutorial's loop, side by side, with the data/transfer/compute shares,
-#      cuda and cpu at batch sizes 1000 and 10000, 0 workers, ROUNDS=2 alternating rounds  LOOPS_S=120
+#      and last compile (fp32/bf16/fp16) at batch size 1000                               EPOCHS_S=180
+#   4. the pipeline against the tutorial's loop, side by side, with the data/transfer/compute shares,
+#      cuda and cpu at batch sizes 1000 and 10000, 0 workers, ROUNDS=2 alternating rounds  LOOPS_S=60
 # Each step writes its log (and its markdown table when it ends) to OUT_DIR as it goes: a step cut
-# by its limit still leaves every row it measured in its log. The limits add up to 8 minutes, under
-# the GPU machine's 10 minutes a call; on one H200 the whole check took 166 s (2026-11-30).
-# On a machine without CUDA it says so and runs the CPU part only. Needs no MLflow and no
-# Fashion-MNIST (it generates data of the same shape unless --real is given: the pipeline's search).
+# by its limit still leaves every row it measured in its log. The limits add up to 9.5 minutes, under
+# the GPU machine's 10 minutes a call; on one H200 steps 1, 3 and 4 took 166 s (2026-11-30). OUT_DIR
+# gets 8 files, what a GPU machine sends back at most: gpu.txt, four logs, two tables, the device chart.
+# On a machine without CUDA it says so and runs the CPU part only. Steps 1, 3 and 4 need no MLflow
+# and no Fashion-MNIST (they generate data of the same shape unless --real is given: the pipeline's
+# search, e.g. a carried data/).
 # Usage: bash benchmarks/gpu_check.sh [OUT_DIR] [--real]   (either order; exit 1 when a step fails)
+#   On the device tool: run(command="bash benchmarks/gpu_check.sh $OUT --real", carry=["data", ".whl"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gpu_check}"
@@ -30,6 +37,12 @@ python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && python=.venv/bin/python
 export PYTHONUNBUFFERED=1
 status=0
+
+# MLflow carried as wheels (benchmarks/gpu_wheels.sh), where this Python has none.
+if [ -d .whl ] && ! "$python" -c "import mlflow" 2>/dev/null; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 
 # step NAME LIMIT_S LOG COMMAND...: runs COMMAND under its limit, its output shown and kept in LOG
 step() {
@@ -49,16 +62,23 @@ harness=("$python" benchmarks/harness.py --device cpu)
 if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   harness=("$python" benchmarks/harness.py --device cuda --device cpu)
   nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv | tee "$out/gpu.txt"
-  step "GPU-marked tests" "${TESTS_S:-120}" gpu_tests.log \
+  step "GPU-marked tests" "${TESTS_S:-90}" gpu_tests.log \
     "$python" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 else
   echo "no CUDA device here (torch.cuda.is_available() is False): skipping the CUDA parts, CPU only"
 fi
 
-step "per-epoch times" "${EPOCHS_S:-240}" epochs.log \
+if "$python" -c "import mlflow" 2>/dev/null; then
+  step "tracked device sweep" "${SWEEP_S:-240}" sweep.log \
+    "$python" benchmarks/tracked_sweep.py "$out" --repeats "${REPEATS:-3}" --budget-s "$((${SWEEP_S:-240} - 10))" ${data_flag}
+else
+  echo "== tracked device sweep: SKIPPED, no MLflow here; make wheels with 'bash benchmarks/gpu_wheels.sh' and carry .whl"
+  status=1
+fi
+step "per-epoch times" "${EPOCHS_S:-180}" epochs.log \
   "${harness[@]}" --batch-size 1000 --batch-size 10000 --batch-size 20000 --workers 0 --workers 1 \
   --epochs 3 --cuda-variants --no-loops $data_flag --out "$out/epochs.md"
-step "pipeline vs tutorial loop" "${LOOPS_S:-120}" loops.log \
+step "pipeline vs tutorial loop" "${LOOPS_S:-60}" loops.log \
   "${harness[@]}" --batch-size 1000 --batch-size 10000 --workers 0 --rounds "${ROUNDS:-2}" \
   $data_flag --out "$out/loops.md"
 exit $status

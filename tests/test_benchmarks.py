@@ -68,3 +68,27 @@ def test_a_failing_variant_is_listed_and_the_others_are_measured(data_dir, monke
     assert failures == ["cpu bf16 bs 100 w 0: RuntimeError: no kernel for this"]
     assert "- FAILED cpu bf16 bs 100 w 0: RuntimeError: no kernel for this" in text and "second line" not in text
     assert any(line.startswith("| cpu | 100 | 0 |") for line in text.splitlines())
+
+
+def test_the_tracked_device_sweep_records_and_compares_its_cpu_half(data_dir, tmp_path):
+    """gpu_check.sh's tracked sweep, on a machine without CUDA: the cuda points are skipped with the
+    reason, the cpu points are trained once per repeat into a real store, and the device chart is drawn."""
+    import mlflow
+
+    spec = importlib.util.spec_from_file_location("tracked_sweep", REPO / "benchmarks" / "tracked_sweep.py")
+    tracked = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tracked)
+    grid = tmp_path / "devices.yaml"
+    grid.write_text("experiment: devices\ndata: {train_size: 200, test_size: 100}\n"
+                    "grid:\n  batch_size: [50, 100]\n  device: [cuda, cpu]\n  epochs: [2]\n")
+    out, store = tmp_path / "out", tmp_path / "store"
+    assert tracked.main([str(out), "--grid", str(grid), "--repeats", "2", "--data-dir", str(data_dir),
+                         "--store", str(store)]) == 0
+    client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "devices"]
+    children = client.search_runs([experiment.experiment_id], "tags.`pipeline.role` = 'point'")
+    assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
+    assert sorted((r.data.params["batch_size"], r.data.params["repeat"]) for r in children) == [
+        ("100", "1"), ("100", "2"), ("50", "1"), ("50", "2")]
+    assert {r.data.tags["pipeline.device"] for r in children} == {"cpu"}
+    assert (out / "devices-epoch-duration.png").stat().st_size > 0
