@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data browser postgres run test compat clean
+.PHONY: setup data browser postgres run test docs compat clean
 
 setup: $(STAMP) data
 
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip $(QUIET)
 	$(PIP) torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2 $(QUIET)
-	PYTHONWARNINGS='ignore:Editable installation' $(PIP) -e '.[test,ray,server]' $(QUIET)
+	PYTHONWARNINGS='ignore:Editable installation' $(PIP) -e '.[test,ray,server,docs]' $(QUIET)
 	touch $@
 
 # Fashion-MNIST: Debian's dataset-fashion-mnist when missing (as root), else say what to do.
@@ -68,8 +68,14 @@ postgres:
 
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
 # Files in collection order (conftest puts the longest first), not xdist's most-tests-first.
+# The docs site is built first, with --strict: a broken link or a page missing from the nav fails.
 test: setup browser postgres
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+
+# The docs site (docs/, mkdocs.yml) at http://127.0.0.1:8000, rebuilt as pages change.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 # The declared floors (every `>=` in pyproject.toml, exactly) in a throwaway venv, through the
 # smoke in tests/compat/ (a sweep, a rerun, compare, register, predict, a pyfunc load); `make test`
