@@ -1,7 +1,7 @@
 """The recipes in deploy/ (a compose file, a KubeRay RayJob, their Dockerfile) cannot run here (no
 container runtime, no Kubernetes): this checks that every `pipeline` command in them uses only
 subcommands and options the CLI has, and that their images and `ray start` commands are the ones
-the README names."""
+the docs name (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_every_pipeline_command_in_the_recipes_is_one_the_cli_takes():
 
 
 def test_the_recipes_images_and_ray_commands_are_the_readmes():
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "scaling.md").read_text()
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     job = (DEPLOY / "rayjob.yaml").read_text()
     images = {service["image"] for service in compose["services"].values()}
