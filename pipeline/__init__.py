@@ -1,3 +1,3 @@
 """pipeline: YAML grids of training settings → device-agnostic Fashion-MNIST CNN runs → MLflow."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
