@@ -7,6 +7,7 @@ a notebook's process leaves its backend and figures alone).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 EPOCH_DURATION_PNG = "epoch_duration.png"
 TEST_ACCURACY_PNG = "test_accuracy.png"
 TIME_BREAKDOWN_PNG = "time_breakdown.png"
+SPEEDUP_PNG = "speedup.png"  # only where some row has a speedup
 
 
 DPI = 120
@@ -53,15 +55,40 @@ def variants(comparison: "Comparison") -> list[str]:
 
 def _epoch_duration(comparison: "Comparison") -> dict:
     """Steady-state epoch duration (timing.steady) for each (batch size, workers), one bar per
-    device (and variant: precision, compile, ...)."""
+    device (and variant: precision, compile, ...): the median over the setting's runs, whiskers from
+    its first to its third quartile (the outer ones where several settings share a bar)."""
     t = comparison.table.assign(device=variants(comparison))
-    means = t.groupby(["batch_size", "num_workers", "device"], sort=False)["epoch_duration_s"].mean()
+    groups = t.groupby(["batch_size", "num_workers", "device"], sort=False)
+    means = groups["epoch_duration_s"].mean()
+    low, high = groups["epoch_duration_s_q1"].min(), groups["epoch_duration_s_q3"].max()
     categories = list(dict.fromkeys((int(b), int(w)) for b, w, _ in means.index))
     devices = list(dict.fromkeys(d for _, _, d in means.index))
-    bars = [[categories.index((int(b), int(w))), devices.index(d), float(v)] for (b, w, d), v in means.items()]
+    bars = []
+    for (b, w, d), value in means.items():
+        bars.append([categories.index((int(b), int(w))), devices.index(d), float(value),
+                     float(low[(b, w, d)]), float(high[(b, w, d)])])
     return {"kind": "epoch_duration", "categories": categories, "devices": devices, "bars": bars,
-            "ylabel": "epoch duration (s), " + _timed(comparison),
+            "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian, whiskers: interquartile range",
             "title": f"Epoch duration by batch size and workers\n{comparison.sweep.name}"}
+
+
+def _speedup(comparison: "Comparison") -> dict:
+    """Every speedup a row has over its reference twin, one bar each, whiskers at its 95% interval;
+    the label says it in words, with (n.s.) where the interval includes no difference."""
+    from pipeline.compare import SPEEDUPS, verdict
+
+    t = comparison.table
+    bars = []
+    for column in SPEEDUPS:
+        if column not in t:
+            continue
+        for _, row in t[t[column].notna() & (t[f"{column}_vs"] != "")].iterrows():
+            low, high = row[f"{column}_low"], row[f"{column}_high"]
+            bars.append([f"{row['run_name']} ({column.replace('_', ' ')})", float(row[column]),
+                         None if math.isnan(low) else float(low), None if math.isnan(high) else float(high),
+                         verdict(row[column], low, high)])
+    return {"kind": "speedup", "bars": bars, "xlabel": "speedup over the reference twin (1 = no difference)",
+            "title": f"Speedups with 95% bootstrap intervals\n{comparison.sweep.name}"}
 
 
 def _test_accuracy(comparison: "Comparison") -> dict:
@@ -72,9 +99,10 @@ def _test_accuracy(comparison: "Comparison") -> dict:
 
 
 def _time_breakdown(comparison: "Comparison") -> dict:
-    """Where each run's epoch went: data, transfer and compute seconds, stacked."""
+    """Where each setting's epoch went: data, transfer and compute seconds, stacked (medians over its runs)."""
     t = comparison.table
     labels = [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])]
+    labels = [f"{label} (median of {n})" if n > 1 else label for label, n in zip(labels, t["n"])]
     stacks = [[share.replace("_share", ""), colour, (t[share].fillna(0) * t["epoch_duration_s"]).tolist()]
               for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"),
                                     ("compute_share", "tab:blue"))]
@@ -85,8 +113,12 @@ def _time_breakdown(comparison: "Comparison") -> dict:
 
 def plan(comparison: "Comparison") -> dict[str, dict]:
     """Each chart's file name and data, in JSON's types."""
-    return {EPOCH_DURATION_PNG: _epoch_duration(comparison), TEST_ACCURACY_PNG: _test_accuracy(comparison),
-            TIME_BREAKDOWN_PNG: _time_breakdown(comparison)}
+    charts = {EPOCH_DURATION_PNG: _epoch_duration(comparison), TEST_ACCURACY_PNG: _test_accuracy(comparison),
+              TIME_BREAKDOWN_PNG: _time_breakdown(comparison)}
+    speedups = _speedup(comparison)
+    if speedups["bars"]:
+        charts[SPEEDUP_PNG] = speedups
+    return charts
 
 
 # --- the drawing: plain values -> PNG (matplotlib) ---------------------------------------------------
@@ -97,8 +129,11 @@ def _draw_epoch_duration(chart: dict) -> Figure:
     width = 0.8 / len(devices)
     fig, ax = _new_axes((max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
     for i, device in enumerate(devices):
-        bars = [(j + (i - (len(devices) - 1) / 2) * width, value) for j, d, value in chart["bars"] if d == i]
-        drawn = ax.bar([x for x, _ in bars], [y for _, y in bars], width, label=device)
+        bars = [(j + (i - (len(devices) - 1) / 2) * width, value, low, high)
+                for j, d, value, low, high in chart["bars"] if d == i]
+        whiskers = [[max(0.0, y - lo) for _, y, lo, _ in bars], [max(0.0, hi - y) for _, y, _, hi in bars]]
+        drawn = ax.bar([x for x, *_ in bars], [y for _, y, *_ in bars], width, label=device,
+                       yerr=whiskers, capsize=3, error_kw={"elinewidth": 1})
         ax.bar_label(drawn, fmt="%.2f", fontsize=8, padding=2)
     ax.set_xticks(range(len(categories)), [f"bs {b}\n{w} worker{'s' if w != 1 else ''}" for b, w in categories])
     ax.set_xlabel("batch size / DataLoader workers")
@@ -147,8 +182,24 @@ def _draw_time_breakdown(chart: dict) -> Figure:
     return fig
 
 
+def _draw_speedup(chart: dict) -> Figure:
+    bars = chart["bars"]
+    fig, ax = _new_axes((8, 0.5 * len(bars) + 1.8))
+    values = [value for _, value, _, _, _ in bars]
+    whiskers = [[value - low if low is not None else 0.0 for _, value, low, _, _ in bars],
+                [high - value if high is not None else 0.0 for _, value, _, high, _ in bars]]
+    drawn = ax.barh([label for label, *_ in bars], values, xerr=whiskers, capsize=3, color="tab:green",
+                    error_kw={"elinewidth": 1})
+    ax.bar_label(drawn, labels=[text for *_, text in bars], fontsize=8, padding=4)
+    ax.axvline(1.0, color="grey", linewidth=1, linestyle="--")
+    ax.invert_yaxis()
+    ax.set_xlabel(chart["xlabel"])
+    ax.margins(x=0.35)  # room for the labels right of the bars
+    return fig
+
+
 _DRAW = {"epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_accuracy,
-         "time_breakdown": _draw_time_breakdown}
+         "time_breakdown": _draw_time_breakdown, "speedup": _draw_speedup}
 
 
 def figure(chart: dict) -> Figure:

@@ -255,22 +255,56 @@ def data(data_dir: str | None, download: bool) -> None:
 @click.option("--out", type=NonBlank(click.Path(file_okay=False)), metavar="DIR",
               help="Also write the charts (PNG), results.csv and results.md into DIR.")
 @click.option("--sort", type=TEXT, metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
+@click.option("--versus", type=TEXT, metavar="KEY=VALUE",
+              help="Also each row's speedup over its twin that differs only in KEY and has VALUE there, "
+                   "e.g. num_workers=0, batch_size=1000, or seed=0 (an A/A check: expect no difference).")
+@click.option("--include-contended", is_flag=True,
+              help="Count runs recorded while other processes took the cores in the speedups and the gate.")
+@click.option("--baseline", type=TEXT, metavar="SWEEP",
+              help="Compare each point's epoch time with this sweep's (a parent run id, or an experiment name "
+                   "for its latest sweep): same settings, device, hardware and host.")
+@click.option("--fail-if-slower", type=float, metavar="PCT",
+              help="With --baseline: exit 1 when a point is slower by more than PCT percent and its 95% "
+                   "interval lies above no change.")
+@click.option("--across-hosts", is_flag=True, help="With --baseline: pair points recorded on other hosts too.")
 @tracking_uri_option
 def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str | None, sort: str | None,
-            tracking_uri: str | None) -> None:
-    """One row per finished run of a sweep: settings, final loss and accuracy, epoch time, images/s,
-    the data/transfer/compute shares of each epoch, and each device's speedup over its cpu twin."""
-    from pipeline.compare import HISTORIES, build, render
+            versus: str | None, include_contended: bool, baseline: str | None, fail_if_slower: float | None,
+            across_hosts: bool, tracking_uri: str | None) -> None:
+    """One row per setting of a sweep (its repeats aggregated): n runs, median and interquartile range
+    of the steady-state epoch time, final loss and accuracy, images/s, time shares, time to target,
+    and each device's speedup over its cpu twin with a 95% bootstrap interval. With --baseline, the
+    change in each point's epoch time against another sweep instead (a regression gate)."""
+    from dataclasses import replace
+
+    from pipeline import gate
+    from pipeline.compare import HISTORIES, CompareOptions, build, render
     from pipeline.comparison_folder import write_report
+    from pipeline.names import TAG_TARGET
     from pipeline.records import read_sweep
     from pipeline.report import Reporter
     from pipeline.store import open_client, resolve_tracking_uri
 
+    if fail_if_slower is not None and baseline is None:
+        raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
+    if fail_if_slower is not None and (fail_if_slower < 0 or fail_if_slower != fail_if_slower):
+        raise UserError(f"--fail-if-slower {fail_if_slower:g}: give a percentage >= 0, e.g. --fail-if-slower 10")
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES)
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
-    comparison = build(sweep, sort)
+    options = CompareOptions(sort, versus, include_contended, client.get_run(sweep.run_id).data.tags.get(TAG_TARGET))
+    comparison = build(sweep, options)
+    if baseline is not None:
+        base_sweep = gate.baseline_sweep(client, baseline, HISTORIES)
+        base_target = client.get_run(base_sweep.run_id).data.tags.get(TAG_TARGET)
+        base = build(base_sweep, replace(options, sort=None, versus=None, target=base_target))
+        result = gate.check(comparison, base, fail_if_slower, across_hosts)
+        if fmt == "table":
+            Reporter().gate(result)
+        else:
+            click.echo(gate.render(result, fmt), nl=False)
+        sys.exit(result.exit_code)
     if fmt == "table":
         Reporter().comparison(comparison)
     else:

@@ -1,8 +1,13 @@
-"""Compare a sweep's runs: one row per finished run, device speedups, and where the time went.
+"""Compare a sweep's settings: one row per setting (its repeats aggregated), device speedups with
+95% intervals, time to a target, and where the time went.
 
-Works on plain RunRecords (tracking.read_sweep), so it needs no MLflow calls of its own. Speed
-figures (epoch time, images/s, time shares, speedups) use the steady-state epochs (timing.steady);
-the first epoch is shown on its own, and the `timed` column says which epochs were used.
+Works on plain RunRecords (records.read_sweep), so it needs no MLflow calls of its own. Runs that
+differ only in `repeat` (names.REPEAT) are one row. Speed figures use the steady-state epochs
+(timing.steady) pooled over a row's runs: the median and interquartile range of the epoch time;
+other figures are medians over the runs. Every speedup carries a hierarchical bootstrap interval
+(stats.median_ratio) and whether it excludes "no difference". Runs recorded while other processes
+took the cores (names.TAG_CONTENDED) are counted in their row but left out of the speedups unless
+asked for.
 """
 
 from __future__ import annotations
@@ -10,51 +15,77 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
+from pipeline import stats
 from pipeline.config import DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
-from pipeline.names import COMPILE, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TIME_BUCKETS, WARMUP
+from pipeline.names import (COMPILE, LOAD_AVERAGE, OTHERS_CPU_SHARE, REPEAT, TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY,
+                            TAG_HARDWARE, TAG_HOST, TAG_TARGET, TAG_TARGET_STATUS, TIME_BUCKETS, TIME_TO_TARGET,
+                            WALL_TO_TARGET, WARMUP)
 from pipeline.timing import steady, timed_label
 
 if TYPE_CHECKING:
-    from pipeline.records import SweepRecord
+    from pipeline.records import RunRecord, SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices: every
 # setting that changes what a run measures (config.Key.twin), and the data sizes.
 TWIN_KEYS = (*(name for name, key in KEYS.items() if key.twin), "train_size", "test_size")
+# What makes one row: a setting on one device of one kind of hardware. Its repeats are its runs.
+ROW_KEYS = ("device", "hardware", *TWIN_KEYS)
 # The axes whose twins get a speedup: the column, its reference value, the speedup column.
 TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_speedup"),
              ("compile", "false", "compile_speedup"))
+VERSUS = "versus_speedup"  # --versus KEY=VALUE: each row over its twin with KEY=VALUE
+TARGET_SPEEDUP = "target_speedup"  # the device speedup on time to target
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 _LATER_DEFAULTS = {key: format_value(DEFAULTS[key]) for key in LATER_KEYS}  # as params are logged
-SPEEDUPS = tuple(column for _, _, column in TWIN_AXES)
+SPEEDUPS = (*(column for _, _, column in TWIN_AXES), VERSUS, TARGET_SPEEDUP)
+INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS)
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", "energy_j", *TIME_BUCKETS)
-# The data's first columns (csv, json): which run, its settings, the results people compare.
-KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "epoch_duration_s", "timed", "images_per_s", "test_accuracy",
-               *SPEEDUPS, "peak_memory_mb")
+# Per-run figures whose row value is the median over the row's runs.
+RUN_MEDIANS = (*FINAL, "images_per_s", "first_epoch_s", "warmup_s", "compile_s", "peak_memory_mb", "energy_j",
+               "images_per_j", "run_duration_s", "data_share", "transfer_share", "compute_share",
+               LOAD_AVERAGE, OTHERS_CPU_SHARE)
+# The data's first columns (csv, json): which setting, its runs, the results people compare.
+KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", "epoch_duration_s", "epoch_duration_s_q1",
+               "epoch_duration_s_q3", "timed", "images_per_s", "test_accuracy",
+               *(f"{c}{s}" for c in SPEEDUPS for s in ("", *INTERVAL_SUFFIXES)), "peak_memory_mb", "run_ids")
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
 LABELS = {
     "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
     "epoch_duration_s": "epoch_s", "images_per_s": "img/s", "run_duration_s": "run_s",
     "first_epoch_s": "epoch1_s", "warmup_s": "warmup_s", "compile_s": "compile_s", "peak_memory_mb": "peak MiB",
     "data_share": "data %", "transfer_share": "transfer %", "compute_share": "compute %",
+    "time_to_target_s": "to target s",
 }
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """What `pipeline compare` was asked for, beyond which sweep."""
+
+    sort: str | None = None  # a column or its label; default: time to target when there is one, else run order
+    versus: str | None = None  # "KEY=VALUE": a speedup of every row over its twin with KEY=VALUE
+    include_contended: bool = False  # count contended runs in the speedups (and the gate)
+    target: str | None = None  # the sweep's target (its parent's TAG_TARGET); None: the runs' own
 
 
 @dataclass
 class Comparison:
     sweep: "SweepRecord"
-    table: pd.DataFrame  # one row per finished run; columns below
-    speedups: list[str]  # one summary line per twin group with a cpu run and another device
-    notes: list[str] = field(default_factory=list)  # why a figure is missing
-    # Points that differ only in seed, one row per group (empty unless seed varies): n, the median
-    # and min-max of epoch time and test accuracy, and speedups on the medians.
-    repeats: pd.DataFrame = field(default_factory=pd.DataFrame)
+    table: pd.DataFrame  # one row per setting (its repeats aggregated); columns above
+    speedups: list[str]  # one summary line per twin group with a reference row and another
+    notes: list[str] = field(default_factory=list)  # why a figure is missing, which runs were left out
+    # One row per finished run, indexed by run id: the rows' material (its `steady` column holds
+    # each run's steady-state epoch times, for the intervals).
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    include_contended: bool = False
+    target: str | None = None  # "test_accuracy >= 0.85" when the sweep was timed against one
 
     @property
     def varying(self) -> list[str]:
@@ -66,6 +97,20 @@ class Comparison:
         """Varying settings that change how a device runs the same training (config.Key.variant):
         each value gets its own bar in the charts."""
         return [k for k in self.varying if k in KEYS and KEYS[k].variant]
+
+    def timed_runs(self, row: pd.Series) -> list[str]:
+        """The run ids of `row` that speedups and the gate time: contended runs left out unless asked."""
+        ids = str(row["run_ids"]).split(",")
+        return [r for r in ids if self.include_contended or not self.runs.at[r, "contended"]]
+
+    def epochs(self, row: pd.Series) -> list[list[float]]:
+        """The steady-state epoch times of each timed run of `row` (stats.Runs)."""
+        return [self.runs.at[r, "steady"] for r in self.timed_runs(row)]
+
+    def to_target(self, row: pd.Series) -> list[list[float]]:
+        """The time to target of each timed run of `row` that reached it, one value per run."""
+        times = (self.runs.at[r, "time_to_target_s"] for r in self.timed_runs(row))
+        return [[t] for t in times if not math.isnan(t)]
 
 
 def _number(text: str | None) -> float | int | str | None:
@@ -83,117 +128,253 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def build(sweep: "SweepRecord", sort: str | None = None) -> Comparison:
-    """The comparison table of `sweep`'s finished children, with speedups over cpu twins."""
-    rows = []
-    for run in sweep.children:
-        row = {"run_id": run.run_id, "run_name": run.name}
-        row["device"] = run.tags.get(TAG_DEVICE) or run.params.get("device")
-        row["requested_device"] = run.params.get("device")
-        row["hardware"] = run.tags.get(TAG_HARDWARE, "")
-        for key in TWIN_KEYS:  # a setting added later is at its default in runs made before it
-            row[key] = _number(run.params.get(key, _LATER_DEFAULTS.get(key)))
-        for key in FINAL:
-            row[key] = run.metrics.get(key, math.nan)
-        epochs = run.histories.get("epoch_duration_s") or [run.metrics.get("epoch_duration_s", math.nan)]
-        row["epoch_duration_s"] = _mean(steady(epochs))
-        row["images_per_s"] = _mean(steady(run.histories.get("images_per_s")
-                                           or [run.metrics.get("images_per_s", math.nan)]))
-        row["timed"] = timed_label(len(epochs))
-        row["first_epoch_s"] = epochs[0]
-        row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
-        row["compile_s"] = run.metrics.get(COMPILE, math.nan)
-        memory = run.histories.get("peak_memory_mb") or [run.metrics.get("peak_memory_mb", math.nan)]
-        row["peak_memory_mb"] = max(memory)
-        # Counters advance in steps (NVML's every 100 ms): an epoch shorter than a step can read 0 J,
-        # and the mean over the steady epochs is right to one step. Zero in all of them is unknown.
-        joules = steady(run.histories.get("energy_j") or [])
-        energy, source = _mean(joules), run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
-        if joules and energy == 0:
-            energy, source = math.nan, (f"not measured: the counter ({source}) did not advance in the steady "
-                                        "epochs, each shorter than its update interval; train longer epochs")
-        row["energy_j"], row["energy_source"] = energy, source
-        row["images_per_j"] = int(run.params.get("train_size") or 0) / energy if energy > 0 else math.nan
-        row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
-        total = sum(steady(epochs))
-        for bucket in TIME_BUCKETS:
-            spent = steady(run.histories.get(bucket) or [])
-            share = bucket.replace("_time_s", "_share")
-            row[share] = sum(spent) / total if spent and total > 0 else math.nan
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    lines: list[str] = []
-    notes = []  # why a figure is missing (energy where no counter was readable)
-    if not table.empty and table["energy_j"].isna().any():
-        for source, group in table[table["energy_j"].isna()].groupby("energy_source", sort=False):
-            runs = "every run" if len(group) == len(table) else ", ".join(group["run_name"])
-            notes.append(f"energy of {runs}: {source}")
-    if not table.empty:
-        for axis, reference, column in TWIN_AXES:
-            table[column], table[f"{column}_vs"], found = _speedups(table, axis, reference)
-            lines += found
-        first = [c for c in KEY_COLUMNS if c in table]
-        table = table[first + [c for c in table.columns if c not in first]]
-    if sort:
-        sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
-        if sort not in table.columns:
-            raise UserError(f"--sort {sort}: no such column; choose one of {', '.join(table.columns)}")
-        table = table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
-    repeats, repeat_lines = _repeats(table)
-    return Comparison(sweep, table.reset_index(drop=True), lines + repeat_lines, notes, repeats)
+def _run_row(run: "RunRecord") -> dict[str, Any]:
+    """One finished run's figures: its settings, final metrics, steady-state speed and shares."""
+    row: dict[str, Any] = {"run_id": run.run_id, "run_name": run.name}
+    row["device"] = run.tags.get(TAG_DEVICE) or run.params.get("device")
+    row["requested_device"] = run.params.get("device")
+    row["hardware"] = run.tags.get(TAG_HARDWARE, "")
+    row["host"] = run.tags.get(TAG_HOST, "")
+    row["repeat"] = int(run.params.get(REPEAT, "1"))  # runs made before repeats existed are repeat 1
+    for key in TWIN_KEYS:  # a setting added later is at its default in runs made before it
+        row[key] = _number(run.params.get(key, _LATER_DEFAULTS.get(key)))
+    for key in FINAL:
+        row[key] = run.metrics.get(key, math.nan)
+    epochs = run.histories.get("epoch_duration_s") or [run.metrics.get("epoch_duration_s", math.nan)]
+    row["steady"] = steady(epochs)
+    row["images_per_s"] = _mean(steady(run.histories.get("images_per_s")
+                                       or [run.metrics.get("images_per_s", math.nan)]))
+    row["timed"] = timed_label(len(epochs))
+    row["first_epoch_s"] = epochs[0]
+    row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
+    row["compile_s"] = run.metrics.get(COMPILE, math.nan)
+    memory = run.histories.get("peak_memory_mb") or [run.metrics.get("peak_memory_mb", math.nan)]
+    row["peak_memory_mb"] = max(memory)
+    # Counters advance in steps (NVML's every 100 ms): an epoch shorter than a step can read 0 J,
+    # and the mean over the steady epochs is right to one step. Zero in all of them is unknown.
+    joules = steady(run.histories.get("energy_j") or [])
+    energy, source = _mean(joules), run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
+    if joules and energy == 0:
+        energy, source = math.nan, (f"not measured: the counter ({source}) did not advance in the steady "
+                                    "epochs, each shorter than its update interval; train longer epochs")
+    row["energy_j"], row["energy_source"] = energy, source
+    row["images_per_j"] = int(run.params.get("train_size") or 0) / energy if energy > 0 else math.nan
+    row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
+    total = sum(steady(epochs))
+    for bucket in TIME_BUCKETS:
+        spent = steady(run.histories.get(bucket) or [])
+        share = bucket.replace("_time_s", "_share")
+        row[share] = sum(spent) / total if spent and total > 0 else math.nan
+    row[LOAD_AVERAGE] = run.metrics.get(LOAD_AVERAGE, math.nan)
+    row[OTHERS_CPU_SHARE] = run.metrics.get(OTHERS_CPU_SHARE, math.nan)
+    row["contended"] = TAG_CONTENDED in run.tags
+    row["contended_detail"] = run.tags.get(TAG_CONTENDED, "")
+    row["target"] = run.tags.get(TAG_TARGET)
+    row["target_status"] = run.tags.get(TAG_TARGET_STATUS, "")
+    row["time_to_target_s"] = run.metrics.get(TIME_TO_TARGET, math.nan)
+    row["wall_to_target_s"] = run.metrics.get(WALL_TO_TARGET, math.nan)
+    return row
 
 
-def _repeats(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Runs equal in everything but the seed are repeats of one point: aggregate each group."""
-    if table.empty or "seed" not in table or table["seed"].nunique() < 2:
-        return pd.DataFrame(), []
-    keys = [k for k in ("device", *TWIN_KEYS) if k in table and k != "seed"]
-    rows = []
-    for values, group in table.groupby(keys, dropna=False, sort=False):
-        row = {**dict(zip(keys, values)), "n": len(group), "timed": group["timed"].iloc[0],
-               "run_id": ",".join(group["run_id"])}
-        for column in ("epoch_duration_s", "test_accuracy"):
-            row[column] = group[column].median()
-            row[f"{column}_min"], row[f"{column}_max"] = group[column].min(), group[column].max()
-        rows.append(row)
-    repeats = pd.DataFrame(rows)
-    lines = []
+def _setting_row(group: pd.DataFrame, target: str | None) -> dict[str, Any]:
+    """One setting's row from its runs (the repeats): pooled epoch-time quartiles, medians of the rest."""
+    first = group.iloc[0]
+    row: dict[str, Any] = {"run_name": first["run_name"], **{k: first[k] for k in ROW_KEYS}}
+    row["n"] = len(group)
+    q1, median, q3 = stats.quartiles(list(group["steady"]))
+    row["epoch_duration_s"], row["epoch_duration_s_q1"], row["epoch_duration_s_q3"] = median, q1, q3
+    row["timed"] = first["timed"]
+    for column in RUN_MEDIANS:
+        row[column] = group[column].median()  # NaN where no run has it
+    row["energy_source"] = first["energy_source"]
+    row["requested_device"] = first["requested_device"]
+    row["host"] = ",".join(sorted(set(group["host"])))
+    row["contended"] = int(group["contended"].sum())
+    if target is not None:
+        timed = group[group["target"].notna()]
+        reached = timed["time_to_target_s"].dropna()
+        row["target_runs"], row["target_reached"] = len(timed), len(reached)
+        row["time_to_target_s"] = reached.median() if len(reached) else math.nan
+        row["wall_to_target_s"] = timed["wall_to_target_s"].dropna().median() if len(reached) else math.nan
+    row["run_ids"] = ",".join(group["run_id"])
+    return row
+
+
+def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Comparison:
+    """The comparison of `sweep`'s finished children: one row per setting, speedups with intervals."""
+    options = options or CompareOptions()
+    runs = pd.DataFrame([_run_row(run) for run in sweep.children])
+    if runs.empty:
+        return Comparison(sweep, pd.DataFrame(), [], [], runs, options.include_contended, options.target)
+    runs = runs.set_index("run_id", drop=False)
+    known = runs["target"].dropna()
+    target = options.target or (known.iloc[0] if len(known) else None)
+    groups = runs.groupby(list(ROW_KEYS), dropna=False, sort=False)
+    table = pd.DataFrame([_setting_row(group, target) for _, group in groups])
+    comparison = Comparison(sweep, table, [], [], runs, options.include_contended, target)
+    versus = _versus(comparison, options.versus) if options.versus else None
     for axis, reference, column in TWIN_AXES:
-        repeats[column], _, found = _speedups(repeats, axis, reference)
-        lines += [f"median of repeats, {line}" for line in found]
-    return repeats.drop(columns=["run_id"]), lines
+        comparison.speedups += _speedups(comparison, axis, reference, column, comparison.epochs)
+    if versus is not None:
+        comparison.speedups += _speedups(comparison, *versus, VERSUS, comparison.epochs)
+    if target is not None:
+        comparison.speedups += _speedups(comparison, "device", "cpu", TARGET_SPEEDUP, comparison.to_target,
+                                         what=f"time to {target}")
+    comparison.notes = _notes(comparison)
+    first = [c for c in KEY_COLUMNS if c in table]
+    table = table[first + [c for c in table.columns if c not in first]]
+    comparison.table = _sorted(table, options.sort, target).reset_index(drop=True)
+    return comparison
 
 
-def _speedups(table: pd.DataFrame, axis: str, reference_value: str) -> tuple[list[float], list[str], list[str]]:
-    """Each run's epoch-time speedup over its twin that differs only in `axis`, where that twin has
-    `reference_value` (the cpu run for devices, the fp32 run for precisions), and one summary line
-    per group of twins."""
-    speedup = [math.nan] * len(table)
+def _sorted(table: pd.DataFrame, sort: str | None, target: str | None) -> pd.DataFrame:
+    """`--sort`'s order (higher first for accuracies and speedups); by default, with a target, the
+    fastest to it first and the rows that never reached it last."""
+    if sort is None:
+        if target is None:
+            return table
+        sort = "time_to_target_s"
+    sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
+    if sort not in table.columns:
+        detail = (*INTERVAL_SUFFIXES, "_vs", "_q1", "_q3")  # an interval's parts sort with their figure
+        choices = [c for c in table.columns if not c.endswith(detail) and c not in ("run_ids", "energy_source")]
+        raise UserError(f"--sort {sort}: no such column; choose one of {', '.join(choices)}")
+    return table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
+
+
+def _same(values: pd.Series, value: Any) -> pd.Series:
+    """Which of `values` (a setting's column) equal `value`, as the grid would spell both."""
+    wanted = format_value(_number(str(value))).lower()
+    return values.map(lambda v: format_value(v).lower() == wanted)
+
+
+def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
+    """`--versus KEY=VALUE` checked against the sweep: (KEY, VALUE), or UserError saying what is there."""
+    key, sep, value = versus.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not key or not value:
+        raise UserError(f"--versus {versus}: give KEY=VALUE, e.g. --versus num_workers=0 or --versus seed=0")
+    keys = ["device", *TWIN_KEYS[:-2]]
+    if key not in keys:
+        raise UserError(f"--versus {versus}: {key} is not a grid key; grid keys: {', '.join(keys)}")
+    column = comparison.table[key]
+    present = list(dict.fromkeys(format_value(v) for v in column))
+    if len(present) < 2:
+        raise UserError(f"--versus {versus}: {key} does not vary in this sweep (every run has {key}={present[0]}); "
+                        f"vary it in the grid, or compare on a key that varies")
+    if not _same(column, value).any():
+        raise UserError(f"--versus {versus}: no run has {key}={value}; values in this sweep: {', '.join(present)}")
+    return key, value
+
+
+def _speedups(comparison: Comparison, axis: str, reference_value: str, column: str,
+              samples: Callable[[pd.Series], stats.Runs], what: str = "epoch time") -> list[str]:
+    """Each row's speedup over its twin row that differs only in `axis`, where that twin has
+    `reference_value` (the cpu row for devices, the fp32 row for precisions), with its 95% bootstrap
+    interval over `samples` of each row; columns `column` and its _low/_high/_significant/_vs are
+    added to the table. One summary line per group of twins."""
+    table = comparison.table
+    speedup, low, high = ([math.nan] * len(table) for _ in range(3))
+    significant: list[bool | None] = [None] * len(table)
     versus = [""] * len(table)
     lines = []
-    keys = [k for k in (*TWIN_KEYS, "device") if k in table and k != axis]
-    varying = [k for k in keys if table[k].nunique() > 1]
+    # Other devices are other hardware by nature: device twins differ in both.
+    ignored = {axis, "hardware"} if axis == "device" else {axis}
+    keys = [k for k in ROW_KEYS if k in table and k not in ignored]
+    varying = [k for k in keys if k != "hardware" and table[k].nunique() > 1]
     for _, group in table.groupby(keys, dropna=False, sort=False):
-        base = group[group[axis] == reference_value]
-        others = group[group[axis] != reference_value]
+        matches = _same(group[axis], reference_value)
+        base, others = group[matches], group[~matches]
         if base.empty or others.empty:
             continue
         reference = base.iloc[0]
-        label = " ".join(f"{k}={reference[k]}" for k in varying) or "all settings equal"
+        reference_samples = samples(reference)
+        label = " ".join(f"{k}={format_value(reference[k])}" for k in varying if k != axis) or "all settings equal"
         parts = []
         for index, row in others.iterrows():
-            ratio = reference["epoch_duration_s"] / row["epoch_duration_s"]
-            speedup[index], versus[index] = ratio, reference["run_id"]
-            parts.append(f"{_value(axis, row[axis])} x{ratio:.2f} ({row['epoch_duration_s']:.3f} s/epoch)")
+            ratio = stats.median_ratio(reference_samples, samples(row))
+            if math.isnan(ratio.estimate):
+                continue
+            speedup[index], low[index], high[index] = ratio.estimate, ratio.low, ratio.high
+            significant[index], versus[index] = ratio.significant, reference["run_ids"]
+            parts.append(f"{_value(axis, row[axis])} {verdict(ratio.estimate, ratio.low, ratio.high)} "
+                         f"({_figure(row, samples, what)})")
+        if not parts:
+            continue
         speedup[base.index[0]] = 1.0
-        lines.append(f"{label}: {', '.join(parts)} vs {_value(axis, reference_value)} ({reference['epoch_duration_s']:.3f} "
-                     f"s/epoch), timed on {reference['timed']}")
-    return speedup, versus, lines
+        lines.append(f"{label}: {', '.join(parts)} vs {_value(axis, reference_value)} "
+                     f"({_figure(reference, samples, what)}); {_basis(reference, what)}")
+    table[column], table[f"{column}_low"], table[f"{column}_high"] = speedup, low, high
+    table[f"{column}_significant"], table[f"{column}_vs"] = significant, versus
+    return lines
 
 
-def _value(axis: str, value) -> str:
-    """A twin axis's value as a speedup line names it: cuda, bf16, compile=true."""
-    return f"{axis}={value}" if str(value).lower() in ("true", "false") else str(value)
+def _figure(row: pd.Series, samples: Callable[[pd.Series], stats.Runs], what: str) -> str:
+    """A row's figure in a speedup line: its pooled median and how many runs it is over."""
+    runs = samples(row)
+    unit = "s/epoch" if what == "epoch time" else "s"
+    return f"{stats.pooled_median(runs):.3f} {unit}, {len(runs)} run{'s' if len(runs) != 1 else ''}"
+
+
+def _basis(reference: pd.Series, what: str) -> str:
+    if what == "epoch time":
+        return f"median epoch time, timed on {reference['timed']}"
+    return f"median {what} of the runs that reached it"
+
+
+def _value(axis: str, value: Any) -> str:
+    """A twin axis's value as a speedup line names it: cuda, bf16, compile=true, num_workers=0."""
+    return str(value) if axis in ("device", "precision") else f"{axis}={format_value(value)}"
+
+
+def verdict(estimate: float, low: float, high: float, compact: bool = False) -> str:
+    """A speedup in words: "2.41x faster [2.30-2.52]", "1.02x slower [0.97-1.08] (n.s.)", or "(n too
+    small)" where there is no interval. Slower is said as the inverse ratio (never "x0.42"), its
+    interval inverted with it. `compact`: the interval on a second line (a terminal cell)."""
+    if math.isnan(estimate):
+        return ""
+    faster = estimate >= 1
+    words = f"{estimate:.2f}x faster" if faster else f"{1 / estimate:.2f}x slower"
+    gap = "\n" if compact else " "  # a terminal cell: the interval on its second line
+    if math.isnan(low) or math.isnan(high):
+        return f"{words}{gap}" + (stats.TOO_SMALL if compact else f"({stats.TOO_SMALL})")
+    lo, hi = (low, high) if faster else (1 / high, 1 / low)
+    text = f"{words}\n{lo:.2f}-{hi:.2f}" if compact else f"{words} [{lo:.2f}-{hi:.2f}]"
+    if low > 1 or high < 1:
+        return text
+    return f"{text}\nn.s." if compact else f"{text} (n.s.)"
+
+
+def _names(names: pd.Series, total: int, limit: int = 5) -> str:
+    """Run names for a note: all of them up to `limit`, else the first few and a count."""
+    names = list(names)
+    if len(names) == total and total > 1:
+        return f"all {total}"
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
+def _notes(comparison: Comparison) -> list[str]:
+    """Why a figure is missing or which runs were left out: energy, untargeted and contended runs."""
+    table, runs, notes = comparison.table, comparison.runs, []
+    if table["energy_j"].isna().any():
+        for source, group in table[table["energy_j"].isna()].groupby("energy_source", sort=False):
+            where = "every row" if len(group) == len(table) else ", ".join(group["run_name"])
+            notes.append(f"energy of {where}: {source}")
+    if comparison.target is not None and runs["target"].isna().any():
+        untargeted = runs[runs["target"].isna()]
+        notes.append(f"{_names(untargeted['run_name'], len(runs))} of {len(runs)} runs were trained without the "
+                     f"target ({comparison.target}): no time to target (\"-\"); `pipeline run GRID --rerun` times them")
+    contended = runs[runs["contended"]]
+    if len(contended):
+        figures = "; ".join(f"{name}: {detail}" for name, detail in
+                            zip(contended["run_name"][:5], contended["contended_detail"][:5]))
+        if comparison.include_contended:
+            notes.append(f"{len(contended)} contended run(s) counted in the speedups (--include-contended): {figures}")
+        else:
+            notes.append(f"{len(contended)} contended run(s) left out of the speedups (other processes took the "
+                         f"cores): {figures}; --include-contended counts them")
+    return notes
 
 
 def render(comparison: Comparison, fmt: str) -> str:
@@ -208,57 +389,97 @@ def render(comparison: Comparison, fmt: str) -> str:
     raise ValueError(fmt)
 
 
-def display_frame(comparison: Comparison) -> pd.DataFrame:
-    """The human view: varying settings, results, time shares and speedups, formatted."""
+def display_frame(comparison: Comparison, compact: bool = False) -> pd.DataFrame:
+    """The human view: settings, n, results, time shares and speedups, formatted (markdown: all of
+    them). `compact` (a terminal): intervals on a second line of their cell, and only what differs
+    between rows or matters most, so the columns stay narrow: settings equal in every row, train
+    loss and accuracy, test loss, the first epoch, run time and columns with nothing in them go (`caption` says the
+    equal settings; csv, json and markdown keep everything)."""
     t = comparison.table
     always = sorted((k for k, key in KEYS.items() if key.shown == "always"), key=lambda k: k != "device")
     settings = [k for k in always if k in t] + [k for k in comparison.varying if k in KEYS and KEYS[k].shown == "varying"]
+    if compact:
+        settings = [k for k in settings if k == "device" or k in comparison.varying]
     out = t[settings].copy()
     if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
         out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"
                             for v in t["data_on_device"]]
-    for key in FINAL:
+    out["n"] = t["n"]
+    if t["contended"].any():
+        out["contended"] = [f"{c}/{n}" if c else "" for c, n in zip(t["contended"], t["n"])]
+    for key in FINAL if not compact else ("test_accuracy",):
         out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
-    out[LABELS["epoch_duration_s"]] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
-    out["timed"] = t["timed"]
-    out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
+    out[LABELS["epoch_duration_s"]] = [_spread(m, q1, q3, compact) for m, q1, q3 in
+                                       zip(t["epoch_duration_s"], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
+    if not compact or t["timed"].nunique() > 1:
+        out["timed"] = t["timed"]
+    if comparison.target is not None:
+        out[LABELS["time_to_target_s"]] = [_to_target(row, compact) for _, row in t.iterrows()]
+    if not compact:
+        out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
     if t["compile_s"].notna().any():  # compiling is its own one-off cost, in neither epoch column
         out[LABELS["compile_s"]] = t["compile_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.1f}")
     out[LABELS["images_per_s"]] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
-    out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
+    if not compact or t["peak_memory_mb"].notna().any():
+        out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
     if t["energy_j"].notna().any():
         out["J/epoch"] = t["energy_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.1f}")
         out["img/J"] = t["images_per_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
-    out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
+    if not compact:
+        out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
-        out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
-    out = pd.concat([out, speedup_columns(t, always=("speedup",))], axis=1)
-    return out
+        if not compact or t[share].notna().any():
+            out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
+    return pd.concat([out, speedup_columns(t, always=("speedup",), compact=compact)], axis=1)
 
 
-def speedup_columns(frame: pd.DataFrame, always: tuple[str, ...] = ()) -> pd.DataFrame:
-    """One text column per twin axis that has a speedup in `frame` (and those in `always`): "ref"
-    on the reference run, "x2.10" on its twins, empty where a run has no twin."""
+def caption(comparison: Comparison) -> str:
+    """What the compact view leaves out of its columns: the settings every row shares, the epochs timed."""
+    t = comparison.table
+    shown = [k for k in KEYS if KEYS[k].shown == "always" and k != "device" and k in t and k not in comparison.varying]
+    same = ", ".join(f"{k} {format_value(t[k].iloc[0])}" for k in shown)
+    timed = (f"; epoch s: median of {t['timed'].iloc[0]}, interquartile range under it"
+             if t["timed"].nunique() == 1 else "")
+    return f"every row: {same}{timed}" if same else timed.lstrip("; ")
+
+
+def _spread(median: float, q1: float, q3: float, compact: bool) -> str:
+    """A median epoch time and its interquartile range: "0.300 [0.290-0.310]" (none where they agree)."""
+    if math.isnan(q1) or f"{q1:.3f}" == f"{q3:.3f}":
+        return f"{median:.3f}"
+    return f"{median:.3f}\n{q1:.3f}-{q3:.3f}" if compact else f"{median:.3f} [{q1:.3f}-{q3:.3f}]"
+
+
+def _to_target(row: pd.Series, compact: bool) -> str:
+    """A row's median time to target and how many of its timed runs reached it: "1.23 (3/4)"; "-"
+    where its runs were trained without the target."""
+    if not row["target_runs"]:
+        return "-"
+    reached = f"({row['target_reached']}/{row['target_runs']})"
+    time = "never" if math.isnan(row["time_to_target_s"]) else f"{row['time_to_target_s']:.2f}"
+    return f"{time}\n{reached}" if compact else f"{time} {reached}"
+
+
+def speedup_columns(frame: pd.DataFrame, always: tuple[str, ...] = (), compact: bool = False) -> pd.DataFrame:
+    """One text column per speedup in `frame` (and those in `always`): "ref" on the reference row,
+    "2.41x faster [2.30-2.52]" on its twins (verdict), empty where a row has no twin."""
     columns = {}
-    for axis, reference, column in TWIN_AXES:
+    for column in SPEEDUPS:
         values = frame[column] if column in frame else pd.Series([math.nan] * len(frame), index=frame.index)
-        if column in always or values.notna().any():
-            columns[column.replace("_", " ")] = [
-                "" if math.isnan(v) else ("ref" if str(a) == reference else f"x{v:.2f}")
-                for v, a in zip(values, frame[axis])]
+        if column not in always and not values.notna().any():
+            continue
+        low, high = frame.get(f"{column}_low"), frame.get(f"{column}_high")
+        cells = []
+        for index, value in values.items():
+            reference = frame.at[index, f"{column}_vs"] == "" if f"{column}_vs" in frame else False
+            if math.isnan(value):
+                cells.append("")
+            elif reference:
+                cells.append("ref")
+            else:
+                cells.append(verdict(value, low[index], high[index], compact))
+        columns[column.replace("_", " ")] = cells
     return pd.DataFrame(columns, index=frame.index)
-
-
-def repeats_frame(comparison: Comparison) -> pd.DataFrame:
-    """The human view of the repeats: settings, n, median [min-max] of epoch time and accuracy."""
-    r = comparison.repeats
-    settings = ["device"] + [k for k in comparison.varying if k != "seed" and k in r]
-    out = r[settings].copy()
-    out["n"] = r["n"]
-    for column, label, digits in (("epoch_duration_s", "epoch_s", 3), ("test_accuracy", "test acc", 4)):
-        out[label] = [f"{m:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
-                      for m, lo, hi in zip(r[column], r[f"{column}_min"], r[f"{column}_max"])]
-    return pd.concat([out, speedup_columns(r)], axis=1)
 
 
 def markdown(frame: pd.DataFrame) -> str:

@@ -1,6 +1,5 @@
-"""A comparison's folder: its charts (charts.py), results.csv and results.md, and repeats.csv
-where seeds repeat. The sweep logs it as the parent run's `comparison/`; `pipeline compare --out`
-writes it to disk."""
+"""A comparison's folder: its charts (charts.py), results.csv and results.md. The sweep logs it as
+the parent run's `comparison/`; `pipeline compare --out` writes it to disk."""
 
 from __future__ import annotations
 
@@ -11,16 +10,13 @@ from pipeline.compare import Comparison, render
 
 
 def write_report(comparison: Comparison, folder: Path) -> list[Path]:
-    """Charts, results.csv and results.md (with the speedup lines) into `folder`."""
+    """Charts, results.csv and results.md (with the speedup lines and notes) into `folder`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    # Charts compare runs; a one-run sweep has nothing to compare (and matplotlib costs ~1 s).
+    # Charts compare rows; a one-row sweep has nothing to compare (and matplotlib costs ~1 s).
     paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
     (folder / "results.csv").write_text(render(comparison, "csv"))
-    if not comparison.repeats.empty:
-        (folder / "repeats.csv").write_text(comparison.repeats.to_csv(index=False))
     speedups = "".join(f"- {line}\n" for line in comparison.speedups + comparison.notes)
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
     (folder / "results.md").write_text(title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
-    written = [folder / "results.csv", folder / "results.md"]
-    return [*paths, *written, *([folder / "repeats.csv"] if not comparison.repeats.empty else [])]
+    return [*paths, folder / "results.csv", folder / "results.md"]

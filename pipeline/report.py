@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pipeline.compare import Comparison
     from pipeline.config import GridSpec
     from pipeline.executors import Planned
+    from pipeline.gate import GateResult
     from pipeline.grid import GridPoint
     from pipeline.point import Outcome, SweepResult
     from pipeline.tracking import Tracker
@@ -169,24 +170,30 @@ class Reporter:
     # --- after training ------------------------------------------------------------------------------
 
     def comparison(self, comparison: "Comparison") -> None:
-        """`pipeline compare --format table`: the comparison table and one line per speedup group."""
-        from pipeline.compare import display_frame
+        """`pipeline compare --format table`: one row per setting (intervals on a second line of their
+        cell) and one line per speedup group."""
+        from pipeline.compare import caption, display_frame
 
         sweep = comparison.sweep
-        title = f"{sweep.name} ({sweep.experiment_name}): {len(comparison.table)} finished runs"
-        self.console.print(_frame_table(title, display_frame(comparison)))
-        if not comparison.repeats.empty:
-            from pipeline.compare import repeats_frame
-
-            title = "Repeats (runs equal but for the seed): median [min-max]"
-            self.console.print(_frame_table(title, repeats_frame(comparison)))
+        rows, runs = len(comparison.table), len(comparison.runs)
+        title = f"{sweep.name} ({sweep.experiment_name}): {plural(rows, 'setting')}, {plural(runs, 'finished run')}"
+        table = _frame_table(title, display_frame(comparison, compact=True))
+        table.caption = caption(comparison)
+        self.console.print(table)
         self.speedups(comparison)
+
+    def gate(self, result: "GateResult") -> None:
+        """`pipeline compare --baseline`: one row per point, then the verdict."""
+        from pipeline import gate
+
+        self.console.print(_frame_table(gate.title(result), gate.display_frame(result)))
+        self.console.print(result.verdict(), markup=False)
 
     def speedups(self, comparison: "Comparison") -> None:
         for line in comparison.speedups:
-            self.console.print(f"speedup  {line}")
+            self.console.print(f"speedup  {line}", markup=False)
         for line in comparison.notes:
-            self.console.print(f"note     {line}")
+            self.console.print(f"note     {line}", markup=False)
 
     def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker",
                 comparison: "Comparison | None" = None) -> None:
@@ -247,7 +254,7 @@ def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> T
 def class_accuracy_table(title: str, per_class: Sequence[tuple[str, int, float]]) -> Table:
     table = Table(title=title)
     for column in ("class", "examples", "accuracy"):
-        table.add_column(column, justify="left" if column == "class" else "right")
+        table.add_column(column.replace("_", " "), justify="left" if column == "class" else "right")
     for name, count, value in per_class:
         table.add_row(name, str(count), "-" if count == 0 else f"{value:.4f}")
     return table
@@ -275,7 +282,10 @@ def _frame_table(title: str, frame) -> Table:
     """A rich table of a display frame: text left, numbers right."""
     table = Table(title=title)
     for column in frame.columns:
-        table.add_column(column, justify="left" if column == "device" else "right")
+        # Headers as words ("batch size"), so they can wrap; a cell too wide for the terminal folds
+        # onto another line rather than losing its end to an ellipsis.
+        table.add_column(column.replace("_", " "), justify="left" if column in ("device", "point") else "right",
+                         overflow="fold")
     for row in frame.itertuples(index=False):
         table.add_row(*(str(v) for v in row))
     return table

@@ -148,7 +148,9 @@ def read_envelope(value: str) -> dict:
 
 
 def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> str:
-    """The parent run's description: what happened, a compact results table, the epoch-time chart."""
+    """The parent run's description: what happened, a compact results table (one row per setting,
+    its epoch time's median and interquartile range, speedups with their 95% intervals), the
+    speedup lines and notes, and the epoch-time chart."""
     import pandas as pd
 
     from pipeline.compare import markdown, speedup_columns
@@ -156,15 +158,21 @@ def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> s
     t = comparison.table
     lines = [summary, ""]
     if not t.empty:
+        t = t.sort_values("epoch_duration_s", kind="stable")
         settings = ["device"] + comparison.varying
         frame = t[settings].copy()
-        frame["epoch s"] = t["epoch_duration_s"].map(lambda v: f"{v:.3f}")
+        frame["n"] = t["n"]
+        frame["epoch s [IQR]"] = [f"{m:.3f}" if f"{q1:.3f}" == f"{q3:.3f}" else f"{m:.3f} [{q1:.3f}-{q3:.3f}]"
+                                  for m, q1, q3 in zip(t["epoch_duration_s"], t["epoch_duration_s_q1"],
+                                                       t["epoch_duration_s_q3"])]
         frame = pd.concat([frame, speedup_columns(t)], axis=1)  # device, precision, compile twins
         frame["test acc"] = t["test_accuracy"].map(lambda v: f"{v:.4f}")
         if len(t) > 1:
             lines += [f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]
-        lines += [f"Epoch time: {t['timed'].iloc[0]} (steady state when a run had 2+ epochs).", "",
-                  markdown(frame.sort_values("epoch s", key=lambda s: s.astype(float)))]
+        lines += [f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state when a run "
+                  "had 2+ epochs); speedups with their 95% bootstrap interval, (n.s.) where it includes no "
+                  "difference.", "", markdown(frame)]
+        lines += [f"- {line}" for line in comparison.speedups + comparison.notes]
     return "\n".join(lines) + "\n"
 
 

@@ -239,6 +239,19 @@ CASES = {
                                           "--ray-address 127.0.0.1:{free}: nothing answers at 127.0.0.1:{free}"),
     "server on a folder store": ("args", ["server", "--port", "{free}", "--backend-store-uri", "sqlite:///{tmp}"],
                                  "is a folder; name a database file in it"),
+    # --- compare: --versus, --baseline, --fail-if-slower (the comparison side's cases) ---
+    "compare --versus without =": ("args", ["compare", "--tracking-uri", "{uri}", "--versus", "seed"],
+                                   "--versus seed: give KEY=VALUE"),
+    "compare --versus not a grid key": ("args", ["compare", "--tracking-uri", "{uri}", "--versus", "speed=1"],
+                                        ("speed is not a grid key", "grid keys: device, lr")),
+    "compare --versus a key that does not vary": ("args", ["compare", "--tracking-uri", "{uri}", "--versus", "seed=0"],
+                                                  "seed does not vary in this sweep"),
+    "compare --fail-if-slower without --baseline": ("args", ["compare", "--tracking-uri", "{uri}", "--fail-if-slower",
+                                                             "10"], "--fail-if-slower 10 needs --baseline"),
+    "compare --fail-if-slower negative": ("args", ["compare", "--tracking-uri", "{uri}", "--baseline", "existing",
+                                                   "--fail-if-slower", "-5"], "give a percentage >= 0"),
+    "compare --baseline unknown experiment": ("args", ["compare", "--tracking-uri", "{uri}", "--baseline", "nope"],
+                                              "--baseline nope: no experiment 'nope'"),
 }
 
 

@@ -7,16 +7,20 @@ import io
 import json
 import math
 
+import re
+
 import mlflow
+import numpy as np
 import pytest
 from PIL import Image
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
 
 from conftest import isolated, new_store
+from synthetic_sweeps import Run, jittered, write_sweep
 from pipeline import charts, names
 from pipeline.cli import main
-from pipeline.compare import HISTORIES, build, render
+from pipeline.compare import HISTORIES, CompareOptions, build, render
 from pipeline.config import load_grid
 from pipeline.report import Reporter
 from pipeline.runner import Options, run_grid
@@ -63,7 +67,8 @@ def test_rows_speedups_and_shares(sweep_store):
     gpu = table[table["device"] == "cuda:0"].iloc[0]
     ref = table[(table["device"] == "cpu") & (table["batch_size"] == 128)].iloc[0]
     lone = table[table["batch_size"] == 256].iloc[0]
-    assert gpu["speedup"] == pytest.approx(4.0) and gpu["speedup_vs"] == ref["run_id"]
+    assert gpu["speedup"] == pytest.approx(4.0) and gpu["speedup_vs"] == ref["run_ids"]
+    assert (gpu["n"], ref["n"]) == (1, 1) and gpu["speedup_significant"] is None  # one steady epoch each
     assert ref["speedup"] == 1.0 and math.isnan(lone["speedup"])  # no twin on another device
     history = sorted(client.get_metric_history(cpu.info.run_id, "epoch_duration_s"), key=lambda m: m.step)
     # Speed is the steady state: epoch 2 of 2; epoch 1 is shown on its own.
@@ -80,7 +85,8 @@ def test_rows_speedups_and_shares(sweep_store):
         assert ref[f"{bucket}_share"] == pytest.approx(spent / history[1].value)
     assert 0 < ref[["data_share", "transfer_share", "compute_share"]].sum() <= 1.01
     (line,) = comparison.speedups
-    assert line.startswith("batch_size=128: cuda:0 x4.00") and "vs cpu" in line and line.endswith("timed on epoch 2")
+    assert line.startswith("batch_size=128: cuda:0 4.00x faster (n too small)") and "vs cpu" in line
+    assert line.endswith("timed on epoch 2")
 
 
 def test_the_histories_a_sweep_keeps_are_the_ones_its_store_holds(sweep_store):
@@ -98,17 +104,17 @@ def test_the_histories_a_sweep_keeps_are_the_ones_its_store_holds(sweep_store):
 def test_formats_and_sort(sweep_store):
     result, client, _ = sweep_store
     sweep = read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES)
-    comparison = build(sweep, sort="epoch_duration_s")
+    comparison = build(sweep, CompareOptions(sort="epoch_duration_s"))
     # (not "cuda first": the fake twin is a quarter of its cpu twin, which the other cpu run can beat)
     assert list(comparison.table["epoch_duration_s"]) == sorted(comparison.table["epoch_duration_s"])
-    assert list(build(sweep, sort="speedup").table["device"])[0] == "cuda:0"  # higher first
+    assert list(build(sweep, CompareOptions(sort="speedup")).table["device"])[0] == "cuda:0"  # higher first
     rows = list(csv.DictReader(io.StringIO(render(comparison, "csv"))))
     assert len(rows) == 3 and {"device", "batch_size", "num_workers", "lr", "epochs", "train_loss", "test_accuracy",
                                "epoch_duration_s", "images_per_s", "run_duration_s", "data_share", "speedup"} <= set(rows[0])
     records = json.loads(render(comparison, "json"))
     assert [r["device"] for r in records] == list(comparison.table["device"])
     lines = render(comparison, "markdown").splitlines()
-    assert len(lines) == 5 and lines[1].startswith("|---") and any("x4.00" in line for line in lines[2:])
+    assert len(lines) == 5 and lines[1].startswith("|---") and any("4.00x faster (n too small)" in line for line in lines[2:])
 
 
 def test_cli_compare_pipes_csv_and_writes_charts(sweep_store, tmp_path):
@@ -118,11 +124,11 @@ def test_cli_compare_pipes_csv_and_writes_charts(sweep_store, tmp_path):
     assert out.exit_code == 0, out.output
     assert len(list(csv.DictReader(io.StringIO(out.stdout)))) == 3
     out = CliRunner().invoke(main, ["compare", "--tracking-uri", uri, "--out", str(tmp_path / "report")])
-    assert out.exit_code == 0 and "speedup  batch_size=128: cuda:0 x4.00" in out.output
+    assert out.exit_code == 0 and "speedup  batch_size=128: cuda:0 4.00x faster" in out.output
     for name in ("epoch_duration.png", "test_accuracy.png", "time_breakdown.png"):
         data = (tmp_path / "report" / name).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000
-    assert "x4.00" in (tmp_path / "report" / "results.md").read_text()
+    assert "4.00x faster (n too small)" in (tmp_path / "report" / "results.md").read_text()
 
 
 def test_time_breakdown_legend_covers_no_bar(sweep_store, tmp_path):
@@ -237,39 +243,163 @@ def test_an_energy_counter_that_did_not_advance_is_unknown_not_free():
     Zeros average in (the mean over the steady epochs is right to one step); all zeros mean unknown."""
     from pipeline.records import RunRecord, SweepRecord
 
-    def run(run_id, joules):
-        return RunRecord(run_id, run_id, {"batch_size": "1000", "train_size": "60000"}, {"test_accuracy": 0.8},
+    def run(run_id, joules, batch_size):
+        return RunRecord(run_id, run_id, {"batch_size": batch_size, "train_size": "60000"}, {"test_accuracy": 0.8},
                          {"pipeline.device": "cuda:0", "pipeline.energy": "NVML total energy of the whole GPU"},
                          histories={"epoch_duration_s": [0.2, 0.03, 0.03], "energy_j": joules})
 
-    comparison = build(SweepRecord("p", "p", "1", "x", [run("brief", [15.0, 0.0, 0.0]), run("some", [15.0, 0.0, 41.0])]))
-    rows = comparison.table.set_index("run_id")
+    comparison = build(SweepRecord("p", "p", "1", "x", [run("brief", [15.0, 0.0, 0.0], "1000"),
+                                                        run("some", [15.0, 0.0, 41.0], "2000")]))
+    rows = comparison.table.set_index("run_ids")
     assert math.isnan(rows.loc["brief", "energy_j"]) and math.isnan(rows.loc["brief", "images_per_j"])
     assert rows.loc["some", "energy_j"] == 20.5 and rows.loc["some", "images_per_j"] == pytest.approx(60000 / 20.5)
     assert [note for note in comparison.notes if note.startswith("energy of brief:")], comparison.notes
     assert not [note for note in comparison.notes if "some" in note.split(":")[0]]
 
 
-def test_repeats_are_aggregated_and_speedups_use_their_medians():
-    """Points that differ only in seed: n, median and min-max; the device speedup is median/median."""
+def test_repeats_are_one_row_with_the_median_and_iqr_of_their_steady_epochs():
+    """Runs that differ only in `repeat` are one setting: n, run ids, and the epoch time's median and
+    quartiles over every steady epoch of every run (never epoch 1's 99 s); seeds stay rows of their own."""
     from pipeline.records import RunRecord, SweepRecord
 
-    def run(run_id, device, seed, seconds, accuracy):
-        return RunRecord(run_id, run_id, {"batch_size": "64", "seed": str(seed)}, {"test_accuracy": accuracy},
-                         {"pipeline.device": device}, histories={"epoch_duration_s": [99.0, seconds]})
+    def run(run_id, repeat, seconds, accuracy, seed="0"):
+        return RunRecord(run_id, run_id, {"batch_size": "64", "seed": seed, names.REPEAT: str(repeat)},
+                         {"test_accuracy": accuracy}, {"pipeline.device": "cpu"},
+                         histories={"epoch_duration_s": [99.0, *seconds]})
 
-    runs = [run("c0", "cpu", 0, 4.0, 0.80), run("c1", "cpu", 1, 6.0, 0.82), run("c2", "cpu", 2, 5.0, 0.84),
-            run("g0", "cuda:0", 0, 1.0, 0.81), run("g1", "cuda:0", 1, 3.0, 0.83)]
-    comparison = build(SweepRecord("p", "p", "1", "x", runs))
-    repeats = comparison.repeats.set_index("device")
-    assert repeats.loc["cpu", "n"] == 3 and repeats.loc["cuda:0", "n"] == 2
-    assert repeats.loc["cpu", "epoch_duration_s"] == 5.0  # the median, not epoch 1's 99 s
-    assert (repeats.loc["cpu", "epoch_duration_s_min"], repeats.loc["cpu", "epoch_duration_s_max"]) == (4.0, 6.0)
-    assert repeats.loc["cpu", "test_accuracy"] == pytest.approx(0.82)
-    assert repeats.loc["cuda:0", "speedup"] == pytest.approx(5.0 / 2.0)
-    assert any(line.startswith("median of repeats, all settings equal: cuda:0 x2.50") for line in comparison.speedups)
-    output = io.StringIO()
-    from rich.console import Console
+    runs = [run("r1", 1, [4.0, 5.0], 0.80), run("r2", 2, [6.0, 7.0], 0.82), run("r3", 3, [5.0, 5.0], 0.84),
+            run("other-seed", 1, [1.0, 1.0], 0.5, seed="1")]
+    table = build(SweepRecord("p", "p", "1", "x", runs)).table.set_index("seed")
+    assert table.loc[0, "n"] == 3 and table.loc[0, "run_ids"] == "r1,r2,r3" and table.loc[1, "n"] == 1
+    assert table.loc[0, "epoch_duration_s"] == 5.0
+    assert (table.loc[0, "epoch_duration_s_q1"], table.loc[0, "epoch_duration_s_q3"]) == (5.0, 5.75)
+    assert table.loc[0, "test_accuracy"] == pytest.approx(0.82)  # the median over the runs
+    assert "repeat" not in table.columns  # grouped away
 
-    Reporter(Console(file=output, width=200)).comparison(comparison)
-    assert "Repeats" in output.getvalue() and "5.000 [4.000-6.000]" in output.getvalue()
+
+# --- synthetic sweeps: controlled epoch times in a real store, no training -----------------------------
+
+
+def _compare(uri, *args):
+    return CliRunner().invoke(main, ["compare", "--tracking-uri", uri, *args])
+
+
+def _repeats(device, seconds, count, rng, seed="0", **run):
+    return [Run(jittered(seconds, 4, rng), device, {"seed": seed, names.REPEAT: str(r)}, **run)
+            for r in range(1, count + 1)]
+
+
+def test_a_2x_difference_over_4_repeats_is_significant(tracking_uri):
+    rng = np.random.default_rng(1)
+    write_sweep(tracking_uri, "fast", _repeats("cpu", 1.0, 4, rng) + _repeats("cuda:0", 0.5, 4, rng))
+    out = _compare(tracking_uri, "--format", "json")
+    assert out.exit_code == 0, out.output
+    rows = {r["device"]: r for r in json.loads(out.stdout)}
+    gpu = rows["cuda:0"]
+    assert gpu["n"] == 4 and gpu["speedup"] == pytest.approx(2.0, rel=0.05)
+    assert 1 < gpu["speedup_low"] < gpu["speedup"] < gpu["speedup_high"] and gpu["speedup_significant"] is True
+    assert rows["cpu"]["speedup"] == 1.0 and rows["cpu"]["speedup_significant"] is None
+    markdown = _compare(tracking_uri, "--format", "markdown").stdout
+    (line,) = [line for line in markdown.splitlines() if "cuda:0" in line]
+    assert re.search(r"2\.\d\dx faster \[\d\.\d\d-\d\.\d\d\] \|", line) and "n.s." not in line, line
+    table = _compare(tracking_uri).output
+    assert re.search(r"speedup  all settings equal: cuda:0 2\.\d\dx faster \[[\d.-]+\] \(", table), table
+
+
+def test_an_a_a_pair_of_seeds_is_not_significant(tracking_uri):
+    """`--versus seed=0`: two seeds of one setting, drawn from one distribution: no difference."""
+    rng = np.random.default_rng(2)
+    write_sweep(tracking_uri, "aa", _repeats("cpu", 1.0, 4, rng, seed="0") + _repeats("cpu", 1.0, 4, rng, seed="1"))
+    out = _compare(tracking_uri, "--versus", "seed=0", "--format", "json")
+    assert out.exit_code == 0, out.output
+    other = next(r for r in json.loads(out.stdout) if r["seed"] == 1)
+    assert other["versus_speedup_low"] < 1 < other["versus_speedup_high"]
+    assert other["versus_speedup_significant"] is False
+    markdown = _compare(tracking_uri, "--versus", "seed=0", "--format", "markdown").stdout
+    assert re.search(r"1\.\d\dx (faster|slower) \[[\d.-]+\] \(n\.s\.\)", markdown), markdown
+
+
+def test_one_run_of_one_steady_epoch_per_side_is_too_small_for_an_interval(tracking_uri):
+    write_sweep(tracking_uri, "tiny", [Run([2.0, 1.0]), Run([2.0, 0.5], "cuda:0")])
+    out = _compare(tracking_uri, "--format", "json")
+    gpu = next(r for r in json.loads(out.stdout) if r["device"] == "cuda:0")
+    assert gpu["speedup"] == 2.0 and gpu["speedup_low"] is None and gpu["speedup_significant"] is None
+    assert "2.00x faster (n too small)" in _compare(tracking_uri, "--format", "markdown").stdout
+
+
+def test_slower_is_said_in_words_with_the_interval_inverted(tracking_uri):
+    rng = np.random.default_rng(3)
+    write_sweep(tracking_uri, "slow", _repeats("cpu", 1.0, 4, rng) + _repeats("cuda:0", 2.0, 4, rng))
+    markdown = _compare(tracking_uri, "--format", "markdown").stdout
+    match = re.search(r"(\d\.\d\d)x slower \[(\d\.\d\d)-(\d\.\d\d)\]", markdown)
+    assert match and float(match[2]) < float(match[1]) < float(match[3]) and 1.8 < float(match[1]) < 2.2, markdown
+    assert "x0." not in markdown
+
+
+@pytest.mark.parametrize("versus, message", [
+    ("seed", "--versus seed: give KEY=VALUE"),
+    ("speed=1", "speed is not a grid key; grid keys: device, lr, batch_size"),
+    ("num_workers=0", "num_workers does not vary in this sweep (every run has num_workers=0)"),
+    ("batch_size=999", "no run has batch_size=999; values in this sweep: 128, 256"),
+])
+def test_versus_refuses_what_the_sweep_cannot_answer(tracking_uri, versus, message):
+    write_sweep(tracking_uri, "bs", [Run([1.0, 1.0], params={"batch_size": "128"}),
+                                     Run([1.0, 0.5], params={"batch_size": "256"})])
+    out = _compare(tracking_uri, "--versus", versus)
+    assert out.exit_code == 2 and message in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1
+    ok = _compare(tracking_uri, "--versus", "batch_size=128", "--format", "json")
+    assert next(r for r in json.loads(ok.stdout) if r["batch_size"] == 256)["versus_speedup"] == 2.0
+
+
+def test_time_to_target_ranks_rows_and_names_untargeted_runs(tracking_uri):
+    """With a target the rows rank by the median time to it (never reached: last); the device
+    speedup on it sits beside the epoch one; runs trained before the target show "-" and one note."""
+    target = {names.TAG_TARGET: "test_accuracy >= 0.85"}
+    runs = [Run([2.0, 1.0], "cpu", {names.REPEAT: str(r)}, tags=target, metrics={names.TIME_TO_TARGET: t})
+            for r, t in ((1, 3.0), (2, 3.2), (3, 3.4))]
+    runs += [Run([2.0, 0.5], "cuda:0", {names.REPEAT: str(r)}, tags=target, metrics={names.TIME_TO_TARGET: t})
+             for r, t in ((1, 1.0), (2, 1.1), (3, 1.2))]
+    runs += [Run([2.0, 0.9], "cpu", {"batch_size": "256"}, tags=target),  # not reached
+             Run([2.0, 0.8], "cpu", {"batch_size": "512"})]  # trained before the target was set
+    write_sweep(tracking_uri, "target", runs, parent_tags=target)
+    rows = json.loads(_compare(tracking_uri, "--format", "json").stdout)
+    assert [(r["device"], r["batch_size"]) for r in rows] == [("cuda:0", 128), ("cpu", 128), ("cpu", 256), ("cpu", 512)]
+    assert rows[0]["time_to_target_s"] == pytest.approx(1.1) and rows[0]["target_reached"] == 3
+    assert rows[0]["target_speedup"] == pytest.approx(3.2 / 1.1) and rows[0]["target_speedup_significant"] is True
+    assert rows[2]["target_reached"] == 0 and rows[2]["target_runs"] == 1
+    out = _compare(tracking_uri, "--format", "markdown").stdout
+    cells = [line.split(" | ") for line in out.splitlines() if "512" in line]
+    assert "- " in " | ".join(cells[0]) or any(cell.strip() == "-" for cell in cells[0])
+    table = _compare(tracking_uri).output
+    (note,) = [line for line in table.splitlines() if "trained without the target" in line]
+    assert "point7 cpu of 8 runs" in note and "--rerun" in note
+
+
+def test_contended_runs_are_counted_and_left_out_of_speedups(tracking_uri):
+    rng = np.random.default_rng(4)
+    busy = {names.TAG_CONTENDED: "other processes took 60% of 2 cores"}
+    runs = _repeats("cpu", 1.0, 3, rng) + _repeats("cuda:0", 0.5, 1, rng)
+    runs.append(Run([1.0, 5.0, 5.0, 5.0], "cuda:0", {names.REPEAT: "2"}, tags=busy))  # slowed down by others
+    write_sweep(tracking_uri, "busy", runs)
+    rows = {r["device"]: r for r in json.loads(_compare(tracking_uri, "--format", "json").stdout)}
+    assert rows["cuda:0"]["contended"] == 1 and rows["cuda:0"]["n"] == 2
+    assert rows["cuda:0"]["speedup"] == pytest.approx(2.0, rel=0.1)
+    included = {r["device"]: r for r in json.loads(_compare(tracking_uri, "--format", "json",
+                                                            "--include-contended").stdout)}
+    assert included["cuda:0"]["speedup"] < 1.5
+    table = _compare(tracking_uri).output
+    assert "1 contended run(s) left out of the speedups" in table and "60% of 2 cores" in table
+
+
+def test_cli_run_then_compare_on_real_runs(tmp_path, data_dir, tracking_uri):
+    """The real path once: `pipeline run` trains two seeds, `pipeline compare --versus seed=0` reads them."""
+    grid = tmp_path / "seeds.yaml"
+    grid.write_text("experiment: seeds\ngrid:\n  batch_size: [256]\n  seed: [0, 1]\n  device: [cpu]\n  epochs: [2]\n")
+    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri])
+    assert out.exit_code == 0, out.output
+    out = _compare(tracking_uri, "--versus", "seed=0", "--format", "json")
+    assert out.exit_code == 0, out.output
+    rows = {r["seed"]: r for r in json.loads(out.stdout)}
+    assert rows[0]["versus_speedup"] == 1.0 and rows[1]["versus_speedup"] > 0 and rows[1]["n"] == 1
+    assert rows[1]["versus_speedup_vs"] == rows[0]["run_ids"]

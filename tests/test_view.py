@@ -59,7 +59,8 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     note = client.get_experiment(experiment_id).tags["mlflow.note.content"]
     assert "`batch_size` [64, 128]" in note and "pipeline run" in note and ".yaml" in note
     parent = client.get_run(parent_id).data.tags["mlflow.note.content"]
-    assert "| device | batch_size | epoch s | test acc |" in parent  # no speedup column: no twins on two devices
+    # One row per setting (n runs), its epoch time's median [IQR]; no speedup column: no twins on two devices.
+    assert "| device | batch_size | n | epoch s [IQR] | test acc |" in parent
     assert parent.count("| cpu |") == 2 and "epoch 2" in parent
     image = f"get-artifact?path=comparison%2Fepoch_duration.png&run_uuid={parent_id}"
     assert f"![epoch time]({image})" in parent
@@ -151,3 +152,24 @@ def test_an_unverified_mlflow_gets_the_plain_filtered_link_and_a_note(tmp_path, 
     tags = client.get_experiment(experiment_id).tags
     assert not [key for key in tags if key.startswith(view.VIEW_TAG_PREFIX)]
     assert client.get_run(parent_id).data.tags[view.NOTE_TAG]  # the description is still written
+
+
+def test_the_parent_description_carries_speedup_intervals_and_the_not_significant_label():
+    """The parent run's description says each speedup as the comparison does: its 95% interval in
+    words, (n.s.) where the interval includes no difference, and the summary lines under the table."""
+    from pipeline.compare import build
+    from pipeline.records import RunRecord, SweepRecord
+
+    def run(run_id, device, batch_size, seconds):
+        return RunRecord(run_id, run_id, {"batch_size": batch_size, "repeat": run_id[-1]}, {"test_accuracy": 0.8},
+                         {"pipeline.device": device}, histories={"epoch_duration_s": [9.0, *seconds]})
+
+    runs = [run(f"c{b}{r}", "cpu", b, [1.0 + 0.01 * r, 1.02 - 0.01 * r]) for b in ("64", "128") for r in range(4)]
+    runs += [run(f"g64{r}", "cuda:0", "64", [0.5 + 0.01 * r, 0.51]) for r in range(4)]
+    runs += [run(f"g128{r}", "cuda:0", "128", [1.0 + 0.01 * r, 1.01 - 0.01 * r]) for r in range(4)]
+    note = view.parent_note(build(SweepRecord("p", "p", "1", "x", runs)), "p", "summary")
+    (fast,) = [line for line in note.splitlines() if line.startswith("| cuda:0 | 64 |")]
+    (same,) = [line for line in note.splitlines() if line.startswith("| cuda:0 | 128 |")]
+    assert "| 4 |" in fast and re.search(r"1\.9\dx faster \[\d\.\d\d-\d\.\d\d\] \|", fast), fast
+    assert "(n.s.)" in same and "(n.s.)" not in fast
+    assert "- batch_size=64: cuda:0 1.98x faster [" in note

@@ -1,0 +1,111 @@
+"""The regression gate (`pipeline compare --baseline`): point-by-point change in median epoch time
+with its interval, on synthetic sweeps whose epoch times the tests set."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import new_store
+from pipeline import names
+from pipeline.cli import main
+from synthetic_sweeps import Run, jittered, write_sweep
+
+
+def _sweep(uri, experiment, seconds, seed, **run):
+    """Two settings (batch sizes), 4 repeats each, at `seconds` and 0.8 x `seconds` per epoch."""
+    rng = np.random.default_rng(seed)
+    return write_sweep(uri, experiment, [
+        Run(jittered(base, 4, rng), params={"batch_size": bs, names.REPEAT: str(r)}, **run)
+        for bs, base in (("128", seconds), ("256", 0.8 * seconds)) for r in range(1, 5)])
+
+
+@pytest.fixture(scope="module")
+def slower(tmp_path_factory, _store_template):
+    """A baseline sweep, then one 30% slower at every point; one store per module (tests only read it)."""
+    tracking_uri = new_store(tmp_path_factory.mktemp("gate"), _store_template)
+    baseline = _sweep(tracking_uri, "base", 1.0, seed=1)
+    current = _sweep(tracking_uri, "now", 1.3, seed=2)
+    return tracking_uri, baseline, current
+
+
+def _gate(uri, *args):
+    return CliRunner().invoke(main, ["compare", "--tracking-uri", uri, *args])
+
+
+def test_a_30_percent_slowdown_fails_a_10_percent_gate_and_passes_a_50_percent_one(slower):
+    uri, baseline, current = slower
+    out = _gate(uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10")
+    assert out.exit_code == 1, out.output
+    assert len(re.findall(r"\+(2\d|3\d)\.\d% slower \[\+\d+\.\d%, \+\d+\.\d%\]", out.output)) == 2, out.output
+    assert "FAIL: 2 of 2 points slower by more than 10%" in out.output
+    out = _gate(uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "50")
+    assert out.exit_code == 0 and "PASS" in out.output, out.output
+    out = _gate(uri, "--parent-run", current, "--baseline", baseline)  # report only
+    assert out.exit_code == 0 and "does not fail" in out.output
+
+
+def test_the_same_timings_again_do_not_fail(tracking_uri):
+    """An A/A gate: a sweep against a sweep of the same distribution passes even at 0%: every
+    interval includes no change."""
+    baseline = _sweep(tracking_uri, "base", 1.0, seed=3)
+    current = _sweep(tracking_uri, "now", 1.0, seed=4)
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "0",
+                "--format", "json")
+    assert out.exit_code == 0, out.output
+    points = json.loads(out.stdout)["points"]
+    assert len(points) == 2 and all(p["change_pct_low"] < 0 < p["change_pct_high"] for p in points)
+    assert not any(p["significant"] for p in points)
+
+
+def test_markdown_fits_a_ci_comment(slower):
+    uri, baseline, current = slower
+    out = _gate(uri, "--parent-run", current, "--baseline", "base", "--fail-if-slower", "10", "--format", "markdown")
+    lines = out.stdout.strip().splitlines()
+    assert out.exit_code == 1
+    assert lines[0].startswith("### Epoch time of now-sweep against the baseline base-sweep")
+    assert lines[2].startswith("| point |") and len([line for line in lines if line.startswith("| cpu")]) == 2
+    assert lines[-1].startswith("**FAIL: 2 of 2 points") and len(lines) == 8  # heading, table, verdict
+
+
+def test_a_baseline_from_other_hardware_is_refused(tracking_uri):
+    baseline = _sweep(tracking_uri, "base", 1.0, seed=5, hardware="AMD EPYC 7B13")
+    current = _sweep(tracking_uri, "now", 1.0, seed=6, hardware="Intel Xeon 8481C")
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10")
+    assert out.exit_code == 2, out.output
+    assert "AMD EPYC 7B13" in out.output and "Intel Xeon 8481C" in out.output and "refused" in out.output
+    assert len(out.output.strip().splitlines()) == 1
+
+
+def test_hosts_must_match_unless_across_hosts(tracking_uri):
+    baseline = _sweep(tracking_uri, "base", 1.0, seed=7, host="ci-1")
+    current = _sweep(tracking_uri, "now", 1.3, seed=8, host="ci-2")
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline)
+    assert out.exit_code == 2 and "no point has the same settings" in out.output
+    assert "on ci-2" in out.output and "on ci-1" in out.output and "--across-hosts" in out.output
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--across-hosts", "--fail-if-slower", "10")
+    assert out.exit_code == 1, out.output
+
+
+def test_points_without_a_baseline_twin_are_counted_and_none_at_all_is_refused(tracking_uri):
+    baseline = write_sweep(tracking_uri, "base", [Run([2.0, 1.0, 1.0], params={"batch_size": "64"})])
+    current = _sweep(tracking_uri, "now", 1.0, seed=9)
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline)
+    assert out.exit_code == 2, out.output
+    assert "this sweep has cpu batch_size=128" in out.output and "the baseline has cpu batch_size=64" in out.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--fail-if-slower", "10"], "--fail-if-slower 10 needs --baseline"),
+    (["--baseline", "base", "--fail-if-slower", "-5"], "--fail-if-slower -5: give a percentage >= 0"),
+    (["--baseline", "nope"], "--baseline nope: no experiment 'nope'"),
+])
+def test_bad_gate_options_are_one_line_and_exit_2(slower, args, message):
+    uri, _, current = slower
+    out = _gate(uri, "--parent-run", current, *args)
+    assert out.exit_code == 2 and message in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1
