@@ -24,6 +24,11 @@ WALL_TO_TARGET = "wall_to_target_s"  # the same, with warm-up and compile counte
 # How busy the machine was while a run trained (run-level, step 0).
 LOAD_AVERAGE = "load_average"  # the 1-minute load average over the training, per core
 OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes took, 0-1
+# Each child's steady-state summary (run-level, step 0), rounded as a person reads them: the figures
+# the terminal, `pipeline compare`, the parent's description, the charts and the UI's view all show.
+STEADY_EPOCH = "steady_epoch_s"  # the median of the steady-state epochs' epoch_duration_s, to the ms
+STEADY_IMAGES = "steady_images_per_s"  # the median of their images_per_s, whole images
+FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 digits
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 
 # Statuses MLflow stores (a run's end).
