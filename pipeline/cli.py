@@ -5,7 +5,6 @@ Heavy imports (torch, mlflow) happen inside the commands that need them: `pipeli
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -170,12 +169,11 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     from pipeline.runner import Options, run_grid
 
     spec = load_grid(grid)
-    if repeats is not None:
-        spec = dataclasses.replace(spec, repeats=repeats)
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
-                      ray_address=ray_address, register=register_name, max_points=max_points)
+                      ray_address=ray_address, register=register_name, max_points=max_points,
+                      repeats=repeats)
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry

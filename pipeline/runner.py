@@ -53,7 +53,8 @@ class Options:
     executor: str = "local"  # or "ray"
     ray_address: str | None = None  # with ray: None starts Ray here; "auto" or "ray://..." joins a cluster
     register: str | None = None  # the CLI registers the best run under this name afterwards
-    max_points: int = MAX_POINTS  # a bigger grid is refused (a dry run shows its first points)
+    max_points: int = MAX_POINTS  # a bigger sweep (points x repeats) is refused (a dry run shows its first runs)
+    repeats: int | None = None  # --repeats: overrides the grid file's `repeats`
 
     def flags(self) -> str:
         """The sweep-wide options that were set, as flags (the parent run's tag, not params:
@@ -62,6 +63,7 @@ class Options:
                 if getattr(self, name)]
         set_ += [f"--executor {self.executor}"] if self.executor != "local" else []
         set_ += [f"--register {self.register}"] if self.register else []
+        set_ += [f"--repeats {self.repeats}"] if self.repeats is not None else []
         return " ".join(set_)
 
 
@@ -106,6 +108,8 @@ def run_key(config: RunConfig, identity: dict, hardware: str, repeat: int = 1,
 def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
              executor: Executor | None = None) -> SweepResult:
     """Train every point of `spec` under one parent run; returns what happened to each point."""
+    if options.repeats is not None:
+        spec = replace(spec, repeats=options.repeats)
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
     if not options.dry_run:

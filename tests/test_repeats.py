@@ -83,6 +83,8 @@ def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, trac
     runs = _by_start(tracking_uri)
     assert len(runs) == 6
     assert [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs[4:]] == [("128", "3"), ("256", "3")]
+    parent = mlflow.MlflowClient(tracking_uri).get_run(runs[4].data.tags["mlflow.parentRunId"])
+    assert parent.data.tags[names.TAG_OPTIONS] == "--repeats 3"
 
     out = invoke(*args, "--repeats", "1")
     assert out.exit_code == 0 and out.output.count("DONE") == 2, out.output
