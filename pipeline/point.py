@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pipeline import contention, interrupts, names
 from pipeline.grid import GridPoint, config_hash
 from pipeline.target import Target
+from pipeline.target import Timing as TargetTiming
 from pipeline.target import timing as target_timing
 
 if TYPE_CHECKING:
@@ -177,7 +178,10 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
                 result = fit(job.point.config, dataset, device, hooks, resume=resume, stop_at=job.stop_at)
                 load, outcome.span = contention.since(cpu), (started, time.time())
             outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
-            _measured(outcome, job.target, load)
+            timing = _measured(outcome, job.target, load)
+            if job.stop_at is not None and timing is not None and timing.epoch is not None \
+                    and timing.epoch < job.point.config.epochs:
+                progress.note(f"{timing.target} {timing.status}: stopped there (stop_at_target)")
             if hooks.tracking_error is None:
                 _record_result(tracker, run_id, result, dataset, hooks)
             if hooks.tracking_error is None:
@@ -250,15 +254,17 @@ def params_of(job: PointJob) -> dict:
             names.REPEAT: job.point.repeat}
 
 
-def _measured(outcome: Outcome, target: Target | None, load: "contention.Contention") -> None:
+def _measured(outcome: Outcome, target: Target | None, load: "contention.Contention") -> "TargetTiming | None":
     """What the training measured beside its epochs, into the outcome's metrics and tags: the machine's
-    load (tagged contended when others took a meaningful share), and the time to the target."""
+    load (tagged contended when others took a meaningful share), and the time to the target (returned)."""
     outcome.measured.update(load.metrics())
     outcome.tags.update(load.tags())
-    if target is not None:
-        timing = target_timing(target, outcome.epochs, outcome.one_off)
-        outcome.measured.update(timing.metrics())
-        outcome.tags.update(timing.tags())
+    if target is None:
+        return None
+    timing = target_timing(target, outcome.epochs, outcome.one_off)
+    outcome.measured.update(timing.metrics())
+    outcome.tags.update(timing.tags())
+    return timing
 
 
 def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", hooks: "_PointHooks") -> None:

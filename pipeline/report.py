@@ -121,10 +121,10 @@ class Reporter:
     def note(self, text: str) -> None:
         self.console.print(f"note: {text}")
 
-    def sweep_start(self, tracker: "Tracker", parent_id: str, size: int) -> None:
+    def sweep_start(self, tracker: "Tracker", parent_id: str, spec: "GridSpec") -> None:
         self.console.print(
             f"experiment {tracker.experiment_name!r} (id {tracker.experiment_id}), parent run {parent_id}, "
-            f"{plural(size, 'grid point')}, store {tracker.uri}"
+            f"{sweep_size(spec)}, store {tracker.uri}"
         )
 
     # --- during training ------------------------------------------------------------------------------

@@ -271,7 +271,7 @@ def _open_parent(sweep: _Sweep, spec: GridSpec, size: int) -> tuple[str, bool]:
     parent_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
     with contextlib.suppress(OSError):
         tracker.log_files(parent_id, {f"grid/{spec.path.name}": spec.path.read_text(encoding="utf-8")})
-    sweep.reporter.sweep_start(tracker, parent_id, size)
+    sweep.reporter.sweep_start(tracker, parent_id, spec)
     return parent_id, bool(project_run)
 
 

@@ -93,6 +93,7 @@ def test_time_to_target_and_stop_at_target_end_to_end(write_grid, data_dir, trac
                       "stop.yaml")
     out = invoke("run", str(stop), *args)
     assert out.exit_code == 0 and "DONE" not in out.output, out.output
+    assert "reached at epoch 2: stopped there (stop_at_target)" in out.output
     (stopped,) = [r for r in children(runs_of(tracking_uri, "tt")) if r.info.run_id != missed.info.run_id]
     durations = _history(client, stopped.info.run_id, "epoch_duration_s")
     assert sorted(durations) == [1, 2]  # epochs: [3] is the cap; it stopped at the target
