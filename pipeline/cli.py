@@ -13,7 +13,7 @@ from typing import Any, Callable, get_type_hints
 import click
 
 from pipeline import __version__
-from pipeline.config import DEFAULTS, KEYS, WORKERLESS, RunConfig
+from pipeline.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats
 from pipeline.errors import UserError
 from pipeline.grid import MAX_POINTS
 
@@ -61,6 +61,16 @@ def _grid_value(key: str):
             raise click.BadParameter(f"got {value!r}; expected {exc}") from None
 
     return callback
+
+
+def _repeats(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """--repeats, checked like the grid file's `repeats:` (the same message)."""
+    if value is None:
+        return None
+    try:
+        return check_repeats(value)
+    except UserError as exc:
+        raise click.BadParameter(str(exc).removeprefix("repeats: ")) from None
 
 
 def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -139,11 +149,14 @@ def main() -> None:
 @click.option("--ray-address", type=OPTIONAL_TEXT, metavar="ADDR",
               help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.")
 @click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True, metavar="N",
-              help="Refuse a grid of more points than this (a dry run shows the first ones of any grid).")
+              help="Refuse a sweep of more runs (points x repeats) than this (a dry run shows the first ones).")
+@click.option("--repeats", type=str, default=None, metavar="N", callback=_repeats,
+              help="Train each point N times, interleaved (overrides the grid's `repeats`; raising it trains "
+                   "only the missing repeats).")
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
         require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
         rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None,
-        max_points: int) -> None:
+        max_points: int, repeats: int | None) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason, and points that already
@@ -159,7 +172,8 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
-                      ray_address=ray_address, register=register_name, max_points=max_points)
+                      ray_address=ray_address, register=register_name, max_points=max_points,
+                      repeats=repeats)
     result = run_grid(spec, Reporter(), options)
     if register_name and not dry_run:
         from pipeline import registry
@@ -199,22 +213,24 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
 def validate(grid: str) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
     from pipeline.config import load_grid
-    from pipeline.grid import SHOWN_POINTS, expand, grid_size
-    from pipeline.report import grid_notes, grid_table, make_console, plural
+    from pipeline.grid import SHOWN_POINTS, expand
+    from pipeline.report import grid_notes, grid_table, make_console, sweep_size, target_line
 
     spec = load_grid(grid)
-    title = f"{spec.path}: experiment {spec.experiment!r}, {plural(grid_size(spec), 'grid point')}"
+    title = f"{spec.path}: experiment {spec.experiment!r}, {sweep_size(spec)}"
     shown = expand(spec, limit=SHOWN_POINTS)  # a grid of a million points is counted, not listed
     table = grid_table(spec, [(point, point.name) for point in shown], title, "run name")
     console = make_console()
     console.print(table)
-    for line in grid_notes(grid_size(spec), len(shown), MAX_POINTS):
+    for line in grid_notes(spec, len(shown), MAX_POINTS):
         console.print(line)
+    if spec.target is not None:
+        console.print(target_line(spec))
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
         console.print(f"data: root={data.root or 'search'} train_size={data.train_size or 'all'} "
                       f"test_size={data.test_size or 'all'}")
-    console.print(f"ok: {plural(grid_size(spec), 'grid point')}")
+    console.print(f"ok: {sweep_size(spec)}")
 
 
 @main.command()

@@ -6,6 +6,9 @@ A grid file has these top-level keys, all optional (see DESIGN.md):
     data: {root: null, train_size: null, test_size: null}
     grid: {lr: [0.01], batch_size: [1000, 10000], device: [cuda, cpu], ...}
     checkpoint: false              # save state each epoch; an interrupted point resumes from it
+    repeats: 1                     # train each point N times, interleaved (pipeline run --repeats N)
+    target: {test_accuracy: 0.85}  # time each run to this quality (target.py); optional
+    stop_at_target: false          # end a run at the epoch that reaches the target (epochs: the cap)
 
 Every error names the file, the key and what is allowed, so the CLI can print it on one line.
 """
@@ -24,6 +27,7 @@ from typing import Any, Callable, Literal
 import yaml
 
 from pipeline.errors import UserError
+from pipeline.target import Target, parse as parse_target
 
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(:\d+)?)$")
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps or auto"
@@ -46,6 +50,15 @@ class GridSpec:
     data: DataConfig = field(default_factory=DataConfig)
     axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     checkpoint: bool = False  # save model and optimizer state each epoch, resume from it
+    repeats: int = 1  # each point trained this many times, every point's first repeat before any second
+    target: Target | None = None  # the quality each run is timed to (time_to_target_s)
+    stop_at_target: bool = False  # a run ends at the epoch that reaches the target; epochs is its cap
+
+    @property
+    def stop_at(self) -> Target | None:
+        """The target runs stop at, when they do: the one part of the target that changes what is
+        trained (and so joins the run key)."""
+        return self.target if self.stop_at_target else None
 
 
 # --- value checks --------------------------------------------------------------------------------
@@ -215,13 +228,23 @@ _DATA_KEYS: dict[str, Callable[[Any], Any]] = {
     "train_size": _int_between(1, 2**31 - 1),
     "test_size": _int_between(1, 2**31 - 1),
 }
-_TOP_KEYS = ("experiment", "data", "grid", "checkpoint")
+_TOP_KEYS = ("experiment", "data", "grid", "checkpoint", "repeats", "target", "stop_at_target")
+MAX_REPEATS = 10_000  # far past any useful count; --max-points bounds the runs a sweep trains anyway
+_repeats = _int_between(1, MAX_REPEATS)
 
 
 def _nonempty_string(value: Any, allowed: str) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
         raise ValueError(allowed)
     return str(value).strip()
+
+
+def check_repeats(value: Any, where: str = "") -> int:
+    """A grid file's `repeats:` (or --repeats): an integer >= 1; UserError naming `where` otherwise."""
+    try:
+        return _repeats(value)
+    except ValueError as exc:
+        raise UserError(f"{where}repeats: got {value!r}; expected {exc}") from None
 
 
 def check_value(key: str, value: Any, where: str = "") -> Any:
@@ -413,8 +436,21 @@ def load_grid(path: str | Path) -> GridSpec:
     checkpoint = raw.get("checkpoint", False)
     if not isinstance(checkpoint, bool):
         raise UserError(f"{where}checkpoint: got {checkpoint!r}; expected true or false")
+    repeats = check_repeats(raw.get("repeats", 1), where)
+    target = None
+    if raw.get("target") is not None:
+        try:
+            target = parse_target(raw["target"])
+        except ValueError as exc:
+            raise UserError(f"{where}target: {exc}") from None
+    stop_at_target = raw.get("stop_at_target", False)
+    if not isinstance(stop_at_target, bool):
+        raise UserError(f"{where}stop_at_target: got {stop_at_target!r}; expected true or false")
+    if stop_at_target and target is None:
+        raise UserError(f"{where}stop_at_target: true needs a target to stop at; add one, e.g. "
+                        "target: {test_accuracy: 0.85}")
     if "root" in data_values and not Path(data_values["root"]).expanduser().is_absolute():
         # Relative to the grid file, so the grid means the same from any working directory.
         data_values["root"] = str(path.parent / data_values["root"])
     return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes),
-                    checkpoint=checkpoint)
+                    checkpoint=checkpoint, repeats=repeats, target=target, stop_at_target=stop_at_target)

@@ -10,7 +10,9 @@ Ctrl-C propagates as KeyboardInterrupt once no job can open or close a run any m
 
 local: one point after another in this process (fair timing). ray: every point a Ray task with the
 resources it needs; a cuda point asks for `gpus_per_run` GPUs (Ray sets CUDA_VISIBLE_DEVICES), a cpu
-point for 1 + num_workers CPUs, and the task limits torch's threads to the CPUs it was given.
+point for 1 + num_workers CPUs, and the task limits torch's threads to the CPUs it was given. Once
+every point has landed, each Ray run is tagged with how many points trained beside it on its node
+(TAG_CONCURRENT): points sharing a node time each other's load.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from pipeline.errors import UserError
-from pipeline.point import FAILED, NOT_RUN, Outcome, PointJob, Progress, run_point
+from pipeline.point import FAILED, FINISHED, NOT_RUN, Outcome, PointJob, Progress, run_point
 
 if TYPE_CHECKING:
     import torch
@@ -241,7 +243,9 @@ class RayExecutor:
         except KeyboardInterrupt:
             self._stop_tasks(list(pending))
             raise
-        return [outcomes[i] for i in range(len(jobs))]
+        ordered = [outcomes[i] for i in range(len(jobs))]
+        _tag_concurrency(jobs, ordered)
+        return ordered
 
     def tasks(self) -> dict:
         """The Ray tasks points run as. A GPU task is declared with a GPU so that Ray gives each
@@ -262,6 +266,59 @@ class RayExecutor:
     def close(self) -> None:
         if self.started_here and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+def concurrency(spans: Sequence[tuple[float, float]]) -> list[int]:
+    """For each (start, end) span, the most spans, itself included, that were running at one moment
+    during it. Spans that only touch (one ends as the other starts) did not run together."""
+    events = sorted([(start, 1, i) for i, (start, _) in enumerate(spans)] +
+                    [(end, 0, i) for i, (_, end) in enumerate(spans)])  # at equal times, ends first
+    running: set[int] = set()
+    most = [1] * len(spans)
+    for _, starts, i in events:
+        if not starts:
+            running.discard(i)
+            continue
+        running.add(i)
+        for j in running:
+            most[j] = max(most[j], len(running))
+    return most
+
+
+def concurrency_by_node(outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """Run id → how many points trained at once on its node while it trained (the most at any
+    moment, itself included), for the trained outcomes that say where and when they trained.
+    Spans are the workers' clocks: compared only within one node, where they are one clock."""
+    from pipeline.names import TAG_RAY_NODE
+
+    by_node: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.trained and outcome.run_id and outcome.span and outcome.tags.get(TAG_RAY_NODE):
+            by_node.setdefault(outcome.tags[TAG_RAY_NODE], []).append(outcome)
+    counts: dict[str, int] = {}
+    for together in by_node.values():
+        counts.update(zip((o.run_id for o in together), concurrency([o.span for o in together])))
+    return counts
+
+
+def _tag_concurrency(jobs: Sequence[PointJob], outcomes: Sequence[Outcome]) -> None:
+    """Tag each Ray run with TAG_CONCURRENT once every point has landed: only the driver sees every
+    run's node and training span, and points that shared a node timed each other's load. A store
+    that is down loses these tags only (the sweep has said so already)."""
+    from pipeline.names import TAG_CONCURRENT
+    from pipeline.store import TrackingUnavailable
+    from pipeline.tracking import Tracker
+
+    counts = concurrency_by_node(outcomes)
+    for job, outcome in zip(jobs, outcomes):
+        if outcome.run_id not in counts or outcome.status != FINISHED:
+            continue
+        outcome.tags[TAG_CONCURRENT] = str(counts[outcome.run_id])
+        try:
+            tracker = Tracker.attach(job.tracking_uri, job.experiment_id, job.experiment_name)
+            tracker.log_tags(outcome.run_id, {TAG_CONCURRENT: outcome.tags[TAG_CONCURRENT]})
+        except TrackingUnavailable:
+            return
 
 
 def task_resources(config, kind: str) -> dict[str, float]:

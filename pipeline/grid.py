@@ -1,7 +1,10 @@
 """Grid expansion: a pure function from a validated GridSpec to an ordered list of grid points.
 
 The order is the tutorial's `itertools.product` over an OrderedDict: the file's keys in file order,
-the last key varying fastest. Keys the file does not mention take RunConfig's defaults.
+the last key varying fastest. Keys the file does not mention take RunConfig's defaults. With
+`repeats: N` the whole grid comes N times, interleaved: every point's first repeat, then every
+point's second, and so on, so that whatever drifts on the machine over a sweep (heat, other load)
+falls on every point alike instead of on its last repeats.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from pipeline.errors import UserError
 
 @dataclass(frozen=True)
 class GridPoint:
-    index: int  # 1-based position in the grid
+    index: int  # 1-based position in the sweep's order (repeats interleaved)
     config: RunConfig
-    name: str  # what varies, device first: e.g. "cpu bs1000 w0"
+    name: str  # what varies, device first: e.g. "cpu bs1000 w0"; with repeats, "cpu bs1000 w0 r2"
+    repeat: int = 1  # which repeat of its settings this is, from 1
 
 
 # `pipeline run` refuses a grid of more points than this unless given --max-points: a grid that
@@ -32,15 +36,23 @@ SHOWN_POINTS = 50
 
 
 def grid_size(spec: GridSpec) -> int:
-    """Number of points, without expanding."""
+    """Number of distinct points (settings), without expanding."""
     return math.prod(len(values) for _, values in spec.axes)
 
 
+def run_count(spec: GridSpec) -> int:
+    """Number of runs a sweep of `spec` trains: points x repeats, without expanding."""
+    return grid_size(spec) * spec.repeats
+
+
 def check_size(spec: GridSpec, max_points: int = MAX_POINTS) -> int:
-    """The grid's size; UserError naming the count, the limit and the option when it is past `max_points`."""
-    size = grid_size(spec)
+    """The sweep's run count; UserError naming the count, the limit and the option when it is past
+    `max_points` (which counts runs: each repeat is a training run)."""
+    size = run_count(spec)
     if size > max_points:
-        raise UserError(f"{spec.path}: {size} grid points is more than --max-points {max_points}; pass "
+        what = f"{size} runs ({grid_size(spec)} grid points x {spec.repeats} repeats)" if spec.repeats > 1 \
+            else f"{size} grid points"
+        raise UserError(f"{spec.path}: {what} is more than --max-points {max_points}; pass "
                         f"--max-points {size} to train them all, or make the grid smaller "
                         f"(`pipeline validate {spec.path}` counts it)")
     return size
@@ -69,7 +81,8 @@ def expand(spec: GridSpec, limit: int | None = None) -> list[GridPoint]:
 
 
 def iter_points(spec: GridSpec) -> Iterator[GridPoint]:
-    """The grid points one at a time, in deterministic file order: a huge grid is never held whole."""
+    """The grid points one at a time, in deterministic file order, repeats interleaved (every
+    point's repeat 1, then every point's repeat 2, ...): a huge grid is never held whole."""
     keys = [key for key, _ in spec.axes]
     # Names show what varies, led by the device whenever the grid names one (what this tool
     # compares); a one-point grid names itself after the keys it sets. Every setting is also a param.
@@ -77,10 +90,14 @@ def iter_points(spec: GridSpec) -> Iterator[GridPoint]:
     if "device" in keys and "device" not in named:
         named.append("device")
     named.sort(key=lambda key: key != "device")  # stable: the others keep file order
-    for index, combo in enumerate(itertools.product(*(values for _, values in spec.axes)), start=1):
-        values = dict(zip(keys, combo))
-        name = " ".join(short(key, values[key]) for key in named) or "defaults"
-        yield GridPoint(index=index, config=RunConfig(**values), name=name)
+    index = 0
+    for repeat in range(1, spec.repeats + 1):
+        suffix = f" r{repeat}" if spec.repeats > 1 else ""
+        for combo in itertools.product(*(values for _, values in spec.axes)):
+            values = dict(zip(keys, combo))
+            index += 1
+            name = (" ".join(short(key, values[key]) for key in named) or "defaults") + suffix
+            yield GridPoint(index=index, config=RunConfig(**values), name=name, repeat=repeat)
 
 
 def config_hash(config: RunConfig, **identity: Any) -> str:

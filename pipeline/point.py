@@ -11,12 +11,16 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline import interrupts, names
+from pipeline import contention, interrupts, names
 from pipeline.grid import GridPoint, config_hash
+from pipeline.target import Target
+from pipeline.target import Timing as TargetTiming
+from pipeline.target import timing as target_timing
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +34,8 @@ SKIPPED = "SKIPPED"  # its device is missing here
 DONE = "DONE"  # already FINISHED in an earlier sweep: not trained again
 NOT_RUN = "NOT RUN"  # left out after --fail-fast or a tracking outage
 UNLOGGED = "UNLOGGED"  # trained, but the store went down: the results wait in the results file
+# The tags a run gets once it has trained (the rest it has from the start): logged with its results.
+MEASURED_TAGS = (names.TAG_CONTENDED, names.TAG_TARGET, names.TAG_TARGET_STATUS)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class PointJob:
     system_metrics: bool = False
     position: tuple[int, int] = (1, 1)  # n of m, for progress lines
     where: tuple[tuple[str, str], ...] = ()  # tags naming where it ran, set there (a Ray node's id)
+    target: Target | None = None  # the grid's target: each run is timed to it (time_to_target_s)
+    stop_at: Target | None = None  # the same with stop_at_target: the run ends at the epoch that reaches it
 
 
 @dataclass
@@ -80,6 +88,10 @@ class Outcome:
     store_down: bool = False  # the tracking store stopped answering: the sweep stops here
     device_lost: bool = False  # a sticky CUDA error: this process cannot use CUDA any more
     tags: dict[str, str] = field(default_factory=dict)  # the run's tags, for the results file
+    # Run-level metrics measured over the training, name → (value, step): the machine's load
+    # (contention.py) and the time to target (target.py). Kept for the results file as well.
+    measured: dict[str, tuple[float, int]] = field(default_factory=dict)
+    span: tuple[float, float] | None = None  # time.time() when training started and ended (Ray's concurrency)
 
     @property
     def mean_epoch_s(self) -> float | None:
@@ -162,8 +174,14 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     with interrupts.last_resort(lambda: tracker.end_run(run_id, KILLED, quick=True)):
         try:
             with tracker.system_metrics(run_id, job.system_metrics):
-                result = fit(job.point.config, dataset, device, hooks, resume=resume)
+                started, cpu = time.time(), contention.sample()
+                result = fit(job.point.config, dataset, device, hooks, resume=resume, stop_at=job.stop_at)
+                load, outcome.span = contention.since(cpu), (started, time.time())
             outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
+            timing = _measured(outcome, job.target, load)
+            if job.stop_at is not None and timing is not None and timing.epoch is not None \
+                    and timing.epoch < job.point.config.epochs:
+                progress.note(f"{timing.target} {timing.status}: stopped there (stop_at_target)")
             if hooks.tracking_error is None:
                 _record_result(tracker, run_id, result, dataset, hooks)
             if hooks.tracking_error is None:
@@ -232,14 +250,32 @@ def params_of(job: PointJob) -> dict:
     params = job.point.config.as_params()
     if not job.device.startswith("cuda"):
         del params["gpus_per_run"]
-    return {**params, "train_size": job.data.train_size, "test_size": job.data.test_size}
+    return {**params, "train_size": job.data.train_size, "test_size": job.data.test_size,
+            names.REPEAT: job.point.repeat}
+
+
+def _measured(outcome: Outcome, target: Target | None, load: "contention.Contention") -> "TargetTiming | None":
+    """What the training measured beside its epochs, into the outcome's metrics and tags: the machine's
+    load (tagged contended when others took a meaningful share), and the time to the target (returned)."""
+    outcome.measured.update(load.metrics())
+    outcome.tags.update(load.tags())
+    if target is None:
+        return None
+    timing = target_timing(target, outcome.epochs, outcome.one_off)
+    outcome.measured.update(timing.metrics())
+    outcome.tags.update(timing.tags())
+    return timing
 
 
 def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", hooks: "_PointHooks") -> None:
     from pipeline.store import TrackingUnavailable
 
+    measured, outcome = hooks.outcome.measured, hooks.outcome
+    run_metrics = {names.RUN_DURATION: result.duration_s, **{name: value for name, (value, _) in measured.items()}}
+    steps = {name: step for name, (_, step) in measured.items()}
+    tags = {k: v for k, v in outcome.tags.items() if k in MEASURED_TAGS}
     try:
-        tracker.log_epochs(run_id, [], run_metrics={names.RUN_DURATION: result.duration_s})
+        tracker.log_epochs(run_id, [], run_metrics=run_metrics, tags=tags, steps=steps)
         tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch,
                           params=hooks.run_params)
         tracker.end_run(run_id, FINISHED)

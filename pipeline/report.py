@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from pipeline.grid import SHOWN_POINTS, format_value, grid_size
+from pipeline.grid import SHOWN_POINTS, format_value, grid_size, run_count
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,26 +32,39 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def sweep_size(spec: "GridSpec") -> str:
+    """How much a sweep of `spec` trains: "6 grid points", or "6 grid points x 3 repeats = 18 runs"."""
+    points = plural(grid_size(spec), "grid point")
+    return f"{points} x {spec.repeats} repeats = {run_count(spec)} runs" if spec.repeats > 1 else points
+
+
 def grid_table(spec: "GridSpec", rows: Sequence[tuple["GridPoint", str]], title: str, last: str) -> Table:
-    """One row per grid point: its index, the grid's settings, and a last column (`last`)."""
+    """One row per grid point (per run, with repeats): its index, the grid's settings, its repeat
+    when there are several, and a last column (`last`)."""
+    repeats = spec.repeats > 1
     table = Table(title=title)
     table.add_column("#", justify="right")
     for key, _ in spec.axes:
         table.add_column(key)
+    if repeats:
+        table.add_column("repeat", justify="right")
     table.add_column(last)
     for point, cell in rows:
         values = point.config.as_params()
-        table.add_row(str(point.index), *(format_value(values[k]) for k, _ in spec.axes), cell)
+        shown = [format_value(values[k]) for k, _ in spec.axes] + ([str(point.repeat)] if repeats else [])
+        table.add_row(str(point.index), *shown, cell)
     return table
 
 
-def grid_notes(size: int, shown: int, max_points: int) -> list[str]:
-    """Under a table of a grid's first `shown` points: how many more there are, and whether a run takes them."""
+def grid_notes(spec: "GridSpec", shown: int, max_points: int) -> list[str]:
+    """Under a table of a sweep's first `shown` runs: how many more there are, and whether a run takes them."""
+    size = run_count(spec)
+    noun = "run" if spec.repeats > 1 else "grid point"
     notes = []
     if shown < size:
-        notes.append(f"... and {size - shown} more: the first {shown} of {plural(size, 'grid point')} are shown")
+        notes.append(f"... and {size - shown} more: the first {shown} of {plural(size, noun)} are shown")
     if size > max_points:
-        notes.append(f"note: `pipeline run` refuses {size} grid points (more than --max-points {max_points}); "
+        notes.append(f"note: `pipeline run` refuses {plural(size, noun)} (more than --max-points {max_points}); "
                      f"pass --max-points {size} to train them all")
     return notes
 
@@ -90,11 +103,12 @@ class Reporter:
             else:
                 where = str(item.device)
             rows.append((item.point, where))
-        size = grid_size(spec)
-        title = f"{spec.path}: {plural(size, 'grid point')} (dry run, nothing trained)"
+        title = f"{spec.path}: {sweep_size(spec)} (dry run, nothing trained)"
         self.console.print(grid_table(spec, rows, title, "runs on"))
-        for line in grid_notes(size, len(rows), max_points):
+        for line in grid_notes(spec, len(rows), max_points):
             self.console.print(line)
+        if spec.target is not None:
+            self.console.print(target_line(spec))
         for reason, count in reasons.items():
             self.console.print(f"({numbers[reason]}) {plural(count, 'point')} would be skipped: {reason}")
         if done:
@@ -108,10 +122,10 @@ class Reporter:
     def note(self, text: str) -> None:
         self.console.print(f"note: {text}")
 
-    def sweep_start(self, tracker: "Tracker", parent_id: str, size: int) -> None:
+    def sweep_start(self, tracker: "Tracker", parent_id: str, spec: "GridSpec") -> None:
         self.console.print(
             f"experiment {tracker.experiment_name!r} (id {tracker.experiment_id}), parent run {parent_id}, "
-            f"{plural(size, 'grid point')}, store {tracker.uri}"
+            f"{sweep_size(spec)}, store {tracker.uri}"
         )
 
     # --- during training ------------------------------------------------------------------------------
@@ -224,15 +238,25 @@ class Reporter:
         self.console.print(f"then browse to       {url}")
 
 
+def target_line(spec: "GridSpec") -> str:
+    """What the sweep does with its target, in a line."""
+    stop = ", each run stops at the epoch that reaches it (epochs: the cap)" if spec.stop_at_target else ""
+    return f"target: {spec.target} (time_to_target_s){stop}"
+
+
 def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> Table:
-    """One row per point: its settings, final numbers, mean epoch time and status."""
+    """One row per run: its settings, its repeat when there are several, final numbers, mean epoch
+    time and status."""
     keys = [k for k, _ in axes]
     if "device" not in keys:
         keys.append("device")
+    repeats = any(o.point.repeat > 1 for o in result.outcomes)
     table = Table(title="Results")
     table.add_column("#", justify="right")
     for key in keys:
         table.add_column(key)
+    if repeats:
+        table.add_column("repeat", justify="right")
     for name in ("train loss", "train acc", "test loss", "test acc", "epoch s", "run s"):
         table.add_column(name, justify="right")
     table.add_column("status")
@@ -241,6 +265,8 @@ def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> T
         cells = [format_value(values[k]) for k in keys]
         if o.device and o.device != values["device"]:
             cells[keys.index("device")] = f"{values['device']} ({o.device})"
+        if repeats:
+            cells.append(str(o.point.repeat))
         f = o.final
         numbers = (
             [f"{f.train_loss:.4f}", f"{f.train_accuracy:.4f}", f"{f.test_loss:.4f}", f"{f.test_accuracy:.4f}",

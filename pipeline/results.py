@@ -103,13 +103,22 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     for epoch in entry["epochs"]:
         if not isinstance(epoch, dict) or "epoch" not in epoch or not set(epoch) <= known:
             return None, f"an epoch that is not one ({str(epoch)[:60]})"
+    for name, value in (entry.get("metrics") or {}).items():
+        if not _is_measured(value):
+            return None, f"metric {name!r} is {str(value)[:60]!r}, not [value, step]"
     return entry, ""
+
+
+def _is_measured(value: Any) -> bool:
+    """A run-level metric as the sweep writes it (Outcome.measured): [number, integer step]."""
+    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], (int, float))
+            and not isinstance(value[0], bool) and isinstance(value[1], int) and not isinstance(value[1], bool))
 
 
 # What relog reads from an unlogged line (and how the sweep writes it).
 _UNLOGGED_KEYS = {"tracking_uri": str, "experiment": str, "name": str, "params": dict, "epochs": list}
 _OPTIONAL_KEYS = {"run_id": (str,), "parent_run_id": (str,), "model_file": (str,), "tags": (dict,),
-                  "one_off": (dict,), "run_duration_s": (int, float)}
+                  "one_off": (dict,), "run_duration_s": (int, float), "metrics": (dict,)}
 
 
 def read(results_file: Path) -> list[dict[str, Any]]:
@@ -215,10 +224,12 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
         logged_steps = {m.step for m in tracker.client.get_metric_history(run_id, "epoch_duration_s")}
     tracker.log_params(run_id, entry["params"])
     epochs = [EpochStats(**e) for e in entry["epochs"] if e["epoch"] not in logged_steps]
-    run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {})}
+    measured = entry.get("metrics") or {}  # the machine's load and the time to target: [value, step]
+    run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {}),
+                   **{name: value for name, (value, _) in measured.items()}}
     if run is not None:  # what reached the store before the outage is not logged a second time
         run_metrics = {k: v for k, v in run_metrics.items() if k not in run.data.metrics}
-    tracker.log_epochs(run_id, epochs, run_metrics)
+    tracker.log_epochs(run_id, epochs, run_metrics, steps={name: step for name, (_, step) in measured.items()})
     if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
         step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
         _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"])

@@ -2,7 +2,8 @@
 
 Bad input (grid, device with --require-devices, data, tracking store, Ray) raises UserError before
 any MLflow run or experiment exists. Points that already have a FINISHED run with the same run key
-(settings, data, host, hardware) are DONE unless --rerun. Each point is a `PointJob` that an
+(settings, data, host, hardware; a repeat past the first; a target it stops at) are DONE unless
+--rerun. With `repeats: N` each point is planned N times, interleaved. Each point is a `PointJob` that an
 executor runs through `point.run_point`; what happens inside one run is that function's concern.
 Every trained point is also appended to the local results file, so a tracking outage loses no
 training. Ctrl-C or SIGTERM marks the current run and the parent KILLED; a second one exits at once.
@@ -23,15 +24,16 @@ from pipeline import idx, interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
-from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, grid_size
+from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, run_count
 from pipeline.names import (CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
-                            TAG_ROLE)
+                            TAG_ROLE, TAG_TARGET)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
                             PointJob, SweepResult, params_of, with_position)
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
     from pipeline.report import Reporter
+    from pipeline.target import Target
     from pipeline.tracking import Tracker
 
 
@@ -51,7 +53,8 @@ class Options:
     executor: str = "local"  # or "ray"
     ray_address: str | None = None  # with ray: None starts Ray here; "auto" or "ray://..." joins a cluster
     register: str | None = None  # the CLI registers the best run under this name afterwards
-    max_points: int = MAX_POINTS  # a bigger grid is refused (a dry run shows its first points)
+    max_points: int = MAX_POINTS  # a bigger sweep (points x repeats) is refused (a dry run shows its first runs)
+    repeats: int | None = None  # --repeats: overrides the grid file's `repeats`
 
     def flags(self) -> str:
         """The sweep-wide options that were set, as flags (the parent run's tag, not params:
@@ -60,6 +63,7 @@ class Options:
                 if getattr(self, name)]
         set_ += [f"--executor {self.executor}"] if self.executor != "local" else []
         set_ += [f"--register {self.register}"] if self.register else []
+        set_ += [f"--repeats {self.repeats}"] if self.repeats is not None else []
         return " ".join(set_)
 
 
@@ -74,32 +78,44 @@ class _Sweep:
     identity: dict
     state_dir: Path
 
-    def job(self, item: Planned, parent_id: str | None, adopt: str | None = None) -> PointJob:
+    def job(self, item: Planned, parent_id: str | None, adopt: str | None = None,
+            target: "Target | None" = None, stop_at: "Target | None" = None) -> PointJob:
         checkpoint = self.state_dir / CHECKPOINT_DIR / f"{item.run_key}.pt"
         return PointJob(
             point=item.point, device=str(item.device), run_key=item.run_key, tracking_uri=self.tracker.uri,
             experiment_id=self.tracker.experiment_id, experiment_name=self.tracker.experiment_name, data=self.data,
             parent_run_id=parent_id, adopt_run_id=adopt, checkpoint=str(checkpoint),
             save_checkpoints=self.options.checkpoint, resume=self.options.checkpoint and not self.options.rerun,
-            system_metrics=self.options.system_metrics,
+            system_metrics=self.options.system_metrics, target=target, stop_at=stop_at,
         )
 
 
-def run_key(config: RunConfig, identity: dict, hardware: str) -> str:
+def run_key(config: RunConfig, identity: dict, hardware: str, repeat: int = 1,
+            stop_at: "Target | None" = None) -> str:
     """A point's identity: its settings, the data, and where it was measured (host, hardware).
-    The same settings timed on another machine are a different measurement, not a duplicate."""
-    return config_hash(config, **identity, host=socket.gethostname(), hardware=hardware)
+    The same settings timed on another machine are a different measurement, not a duplicate.
+    A repeat past the first, and a target the run stops at, join it only when there is one: repeat
+    1 of any sweep keeps the key its point had before repeats existed (raising `repeats` trains only
+    the new repeats), and a target that only times runs changes nothing that is trained."""
+    extra: dict = {}
+    if repeat > 1:
+        extra["repeat"] = repeat
+    if stop_at is not None:
+        extra["stop_at_target"] = {"metric": stop_at.metric, "threshold": stop_at.threshold}
+    return config_hash(config, **identity, host=socket.gethostname(), hardware=hardware, **extra)
 
 
 def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
              executor: Executor | None = None) -> SweepResult:
     """Train every point of `spec` under one parent run; returns what happened to each point."""
+    if options.repeats is not None:
+        spec = replace(spec, repeats=options.repeats)
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
     if not options.dry_run:
         check_size(spec, options.max_points)
     # A dry run of a grid too big to run plans its first points only (and says the run would refuse).
-    points = expand(spec, limit=SHOWN_POINTS if grid_size(spec) > options.max_points else None)
+    points = expand(spec, limit=SHOWN_POINTS if run_count(spec) > options.max_points else None)
     return _run_grid(spec, plan(points), reporter, options, executor)
 
 
@@ -186,11 +202,12 @@ def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter:
 
 def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor) -> SweepResult:
     tracker, reporter = sweep.tracker, sweep.reporter
-    _assign_run_keys(planned, sweep.identity)
+    _assign_run_keys(planned, sweep.identity, spec.stop_at)
     outcomes = _already_done(sweep, planned)
     todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
     parent_id, adopted = _open_parent(sweep, spec, len(planned)) if todo else (None, False)
-    jobs = [with_position(sweep.job(item, parent_id), n, len(todo)) for n, item in enumerate(todo, start=1)]
+    jobs = [with_position(sweep.job(item, parent_id, target=spec.target, stop_at=spec.stop_at),
+                          n, len(todo)) for n, item in enumerate(todo, start=1)]
     closing = interrupts.last_resort(lambda: tracker.end_run(parent_id, KILLED, quick=True)) \
         if parent_id else contextlib.nullcontext()
     try:
@@ -248,11 +265,13 @@ def _open_parent(sweep: _Sweep, spec: GridSpec, size: int) -> tuple[str, bool]:
     name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
     tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path), TAG_GRID_SIZE: str(size),
             TAG_OPTIONS: sweep.options.flags() or "none"}
+    if spec.target is not None:
+        tags[TAG_TARGET] = str(spec.target)
     project_run = _project_run_id()
     parent_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
     with contextlib.suppress(OSError):
         tracker.log_files(parent_id, {f"grid/{spec.path.name}": spec.path.read_text(encoding="utf-8")})
-    sweep.reporter.sweep_start(tracker, parent_id, size)
+    sweep.reporter.sweep_start(tracker, parent_id, spec)
     return parent_id, bool(project_run)
 
 
@@ -265,6 +284,7 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
             "name": job.point.name, "run_key": job.run_key, "device": outcome.device,
             "params": params_of(job),
             "tags": outcome.tags, "run_duration_s": outcome.run_duration_s, "one_off": outcome.one_off,
+            "metrics": {name: [value, step] for name, (value, step) in outcome.measured.items()},
             "epochs": [asdict(e) for e in outcome.epochs],
         }, model_state=outcome.model_state)
     if outcome.store_down:
@@ -298,7 +318,7 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     from pipeline import data as data_mod
 
     _assign_run_keys(planned, data_mod.load(options.data_dir or spec.data.root, spec.data.train_size,
-                                            spec.data.test_size).identity)
+                                            spec.data.test_size).identity, spec.stop_at)
     return _finished_outcomes(client, planned, finished)
 
 
@@ -355,10 +375,10 @@ def _require_devices(planned: Sequence[Planned]) -> None:
         )
 
 
-def _assign_run_keys(planned: Sequence[Planned], identity: dict) -> None:
+def _assign_run_keys(planned: Sequence[Planned], identity: dict, stop_at: "Target | None" = None) -> None:
     for item in planned:
         if item.device is not None:
-            item.run_key = run_key(item.point.config, identity, _hardware(item))
+            item.run_key = run_key(item.point.config, identity, _hardware(item), item.point.repeat, stop_at)
 
 
 def _finished_outcomes(client, planned: Sequence[Planned], finished: dict) -> dict[int, Outcome]:

@@ -101,11 +101,12 @@ class Tracker:
         self.log_epochs(run_id, [], tags=tags)
 
     def log_epochs(self, run_id: str, epochs: list[Any], run_metrics: dict[str, float | None] | None = None,
-                   tags: dict[str, Any] | None = None) -> None:
-        """Epochs' metrics (step = epoch), run-level ones (step 0) and tags, in one batch call."""
+                   tags: dict[str, Any] | None = None, steps: dict[str, int] | None = None) -> None:
+        """Epochs' metrics (step = epoch), run-level ones (step 0, or their entry in `steps`: the
+        time to target is logged at the epoch that reached it) and tags, in one batch call."""
         from mlflow.entities import RunTag
 
-        metrics = as_metrics(epochs, run_metrics or {})
+        metrics = as_metrics(epochs, run_metrics or {}, steps or {})
         run_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
@@ -238,14 +239,16 @@ def _offers_serialization_format() -> bool:
     return "serialization_format" in inspect.signature(mlflow.pytorch.log_model).parameters
 
 
-def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None]) -> list[Any]:
+def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None], steps: dict[str, int] | None = None) -> list[Any]:
     """MLflow Metrics, stamped now: each epoch's per-epoch metrics at step = epoch, and run-level ones
-    at step 0. A value that is None (peak memory where it cannot be told) is left out, never zero."""
+    at step 0 (or at `steps[name]`). A value that is None (peak memory where it cannot be told) is
+    left out, never zero."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
+    steps = steps or {}
     values = [(name, getattr(stats, name), stats.epoch) for stats in epochs for name in EPOCH_METRICS]
-    values += [(name, value, 0) for name, value in run_metrics.items()]
+    values += [(name, value, steps.get(name, 0)) for name, value in run_metrics.items()]
     return [Metric(name, float(value), now, step) for name, value, step in values if value is not None]
 
 

@@ -24,6 +24,7 @@ from pipeline.device import PeakMemory
 from pipeline.energy import EnergyMeter
 from pipeline.model import Network
 from pipeline.names import CAPTURE, COMPILE, UPLOAD, WARMUP
+from pipeline.target import Target
 
 EVAL_BATCH_SIZE = 1000  # evaluation batch size does not change results, only speed
 
@@ -157,17 +158,19 @@ def evaluate(model: torch.nn.Module, split: Split, device: torch.device, precisi
 
 
 def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | None = None,
-        resume: dict | None = None) -> FitResult:
+        resume: dict | None = None, stop_at: Target | None = None) -> FitResult:
     """Train `config.epochs` epochs with Adam and cross-entropy; evaluate on the test set each epoch.
 
     `resume` is a state from Hooks.save_state: training continues after its last epoch, with the
     same weights, optimizer moments and shuffling order it would have had without the break.
+    `stop_at`: training ends after the first epoch whose metric reaches this target (a grid's
+    `stop_at_target`); `config.epochs` is then the cap.
     """
     # On cuda:N, N is the current device for the whole fit, so that CUDA events are recorded on
     # N's stream rather than GPU 0's.
     on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
     with _torch_threads(config.num_workers), on_device:
-        return _fit(config, data, device, hooks or Hooks(), resume)
+        return _fit(config, data, device, hooks or Hooks(), resume, stop_at)
 
 
 def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
@@ -250,7 +253,8 @@ def _diverged(epoch: int, step: int | None = None) -> Diverged:
     return Diverged(f"diverged at {where}: the training loss became NaN or inf; try a lower lr")
 
 
-def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None) -> FitResult:
+def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None,
+         stop_at: Target | None) -> FitResult:
     torch.manual_seed(config.seed)
     model = Network().to(device)  # initialised on the CPU by the seed, then moved: same weights anywhere
     channels_last = uses_channels_last(device)
@@ -365,5 +369,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
                 "epochs": [dataclasses.asdict(e) for e in result.epochs],
                 "elapsed_s": earlier_s + time.perf_counter() - run_start,
             })
+        if stop_at is not None and stop_at.reached(getattr(stats, stop_at.metric)):
+            break
     result.duration_s = earlier_s + time.perf_counter() - run_start
     return result

@@ -88,6 +88,22 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("mapping that contains itself", "grid: &g {lr: *g}\n", ("alias *g", "a loop")),
     ("billion laughs", _billion_laughs(), ("line 1", "more than 100000 values", "without aliases")),
     ("list as a key", "grid: {[lr]: [0.1]}\n", ("a key is a list or mapping",)),
+    # --- runside: repeats, target, stop_at_target (top-level keys; tests/test_repeats.py, test_target.py)
+    ("repeats zero", "repeats: 0\n", ("repeats: got 0", "positive integer")),
+    ("repeats fractional", "repeats: 2.5\n", ("repeats: got 2.5", "positive integer")),
+    ("repeats a word", "repeats: many\n", ("repeats: got 'many'",)),
+    ("repeats boolean", "repeats: true\n", ("repeats: got True",)),
+    ("target unknown metric", "target: {test_acc: 0.8}\n", ("target: test_acc: unknown metric", "test_accuracy")),
+    ("target two metrics", "target: {test_accuracy: 0.8, test_loss: 0.5}\n", ("target: got 2 metrics", "names one")),
+    ("target not a mapping", "target: 0.85\n", ("target: got 0.85", "expected one metric and its threshold")),
+    ("target accuracy above 1", "target: {test_accuracy: 85}\n", ("target: test_accuracy: got 85", "at most 1")),
+    ("target accuracy zero", "target: {train_accuracy: 0}\n", ("target: train_accuracy: got 0", "above 0")),
+    ("target loss negative", "target: {test_loss: -0.1}\n", ("target: test_loss: got -0.1", "a loss above 0")),
+    ("target threshold a word", "target: {test_loss: low}\n", ("target: test_loss: got 'low'",)),
+    ("stop_at_target not boolean", "target: {test_accuracy: 0.8}\nstop_at_target: yes please\n",
+     ("stop_at_target: got 'yes please'", "true or false")),
+    ("stop_at_target without target", "stop_at_target: true\n", ("stop_at_target: true needs a target",)),
+    ("misspelt repeats", "repeat: 3\n", ("repeat: unknown key", "did you mean 'repeats'")),
 ]
 
 BAD_GRID_FILES: list[tuple[str, bytes | None, tuple[str, ...]]] = [

@@ -1,0 +1,132 @@
+"""Time to a target quality: the target's meaning (target.py), what a sweep records against it
+(time_to_target_s, wall_to_target_s, the target tags), stop_at_target ending runs early, and relog
+restoring it all from the results file. Real sqlite stores, real IDX files, the real CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from conftest import children, invoke, new_store, runs_of
+from pipeline import names, results
+from pipeline.config import load_grid
+from pipeline.target import Target, parse, timing
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    epoch: int
+    epoch_duration_s: float
+    test_accuracy: float = 0.0
+    test_loss: float = 9.0
+
+
+def test_the_direction_follows_the_metric():
+    accuracy, loss = parse({"test_accuracy": 0.85}), parse({"test_loss": "0.4"})
+    assert (accuracy, str(accuracy)) == (Target("test_accuracy", 0.85), "test_accuracy >= 0.85")
+    assert (loss, str(loss)) == (Target("test_loss", 0.4), "test_loss <= 0.4")
+    assert accuracy.reached(0.85) and accuracy.reached(0.9) and not accuracy.reached(0.8499)
+    assert loss.reached(0.4) and loss.reached(0.1) and not loss.reached(0.41)
+    assert not accuracy.reached(float("nan")) and not loss.reached(float("nan"))
+    assert parse({"train_accuracy": 1}).threshold == 1.0
+
+
+def test_time_to_target_sums_the_epochs_up_to_the_first_that_reaches_it():
+    epochs = [_Epoch(1, 2.0, test_accuracy=0.5), _Epoch(2, 3.0, test_accuracy=0.9), _Epoch(3, 4.0, test_accuracy=0.95)]
+    one_off = {names.WARMUP: 0.5, names.COMPILE: 10.0, names.UPLOAD: 0.25, names.CAPTURE: 1.0, "other_s": 100.0}
+    reached = timing(Target("test_accuracy", 0.85), epochs, one_off)
+    assert (reached.epoch, reached.time_s, reached.wall_s) == (2, 5.0, 5.0 + 11.75)
+    assert reached.metrics() == {names.TIME_TO_TARGET: (5.0, 2), names.WALL_TO_TARGET: (16.75, 2)}
+    assert reached.tags() == {names.TAG_TARGET: "test_accuracy >= 0.85", names.TAG_TARGET_STATUS: "reached at epoch 2"}
+    missed = timing(Target("test_loss", 0.1), epochs, one_off)
+    assert missed.metrics() == {} and missed.status == "not reached in 3 epochs"
+    assert timing(Target("test_loss", 0.1), epochs[:1], {}).status == "not reached in 1 epoch"
+
+
+def test_a_grid_file_reads_target_and_stop_at_target(write_grid):
+    spec = load_grid(write_grid("target: {test_loss: 0.5}\nstop_at_target: true\n"))
+    assert spec.target == Target("test_loss", 0.5) and spec.stop_at == spec.target
+    timed_only = load_grid(write_grid("target:\n  test_accuracy: 0.9\n", "timed.yaml"))
+    assert timed_only.target == Target("test_accuracy", 0.9) and timed_only.stop_at is None
+    plain = load_grid(write_grid("grid: {lr: [0.1]}\n", "plain.yaml"))
+    assert (plain.target, plain.stop_at_target, plain.repeats) == (None, False, 1)
+
+
+GRID = "experiment: {name}\ngrid:\n  batch_size: [64]\n  device: [cpu]\n  epochs: [3]\n{extra}"
+
+
+def _history(client, run_id: str, metric: str) -> dict[int, float]:
+    return {m.step: m.value for m in client.get_metric_history(run_id, metric)}
+
+
+def test_time_to_target_and_stop_at_target_end_to_end(write_grid, data_dir, tracking_uri, tmp_path,
+                                                   _store_template):
+    """A target out of reach: every epoch trains, the run says so and logs no time. A target between
+    epoch 1's and epoch 2's test loss, with stop_at_target: the run trains again (the stop changes
+    what is trained), stops after epoch 2, and logs the sum of its epochs' durations at step 2."""
+    client = mlflow.MlflowClient(tracking_uri)
+    args = ["--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    far = write_grid(GRID.format(name="tt", extra="target: {test_loss: 1.0e-9}\n"), "far.yaml")
+    out = invoke("run", str(far), *args)
+    assert out.exit_code == 0, out.output
+    (missed,) = children(runs_of(tracking_uri, "tt"))
+    assert missed.data.tags[names.TAG_TARGET] == "test_loss <= 1e-09"
+    assert missed.data.tags[names.TAG_TARGET_STATUS] == "not reached in 3 epochs"
+    assert names.TIME_TO_TARGET not in missed.data.metrics and names.WALL_TO_TARGET not in missed.data.metrics
+    parent = client.get_run(missed.data.tags["mlflow.parentRunId"])
+    assert parent.data.tags[names.TAG_TARGET] == "test_loss <= 1e-09"
+
+    # Another target without stop_at_target changes nothing that is trained: the run is DONE.
+    other = write_grid(GRID.format(name="tt", extra="target: {test_accuracy: 0.5}\n"), "other.yaml")
+    out = invoke("run", str(other), *args)
+    assert out.exit_code == 0 and "DONE" in out.output, out.output
+    assert len(children(runs_of(tracking_uri, "tt"))) == 1
+
+    losses = _history(client, missed.info.run_id, "test_loss")
+    assert losses[2] < losses[1], losses  # the network learns: epoch 2 is better than epoch 1
+    between = (losses[1] + losses[2]) / 2
+    stop = write_grid(GRID.format(name="tt", extra=f"target: {{test_loss: {between!r}}}\nstop_at_target: true\n"),
+                      "stop.yaml")
+    out = invoke("run", str(stop), *args)
+    assert out.exit_code == 0 and "DONE" not in out.output, out.output
+    assert "reached at epoch 2: stopped there (stop_at_target)" in out.output
+    (stopped,) = [r for r in children(runs_of(tracking_uri, "tt")) if r.info.run_id != missed.info.run_id]
+    durations = _history(client, stopped.info.run_id, "epoch_duration_s")
+    assert sorted(durations) == [1, 2]  # epochs: [3] is the cap; it stopped at the target
+    assert stopped.data.tags[names.TAG_TARGET_STATUS] == "reached at epoch 2"
+    (time_to,) = client.get_metric_history(stopped.info.run_id, names.TIME_TO_TARGET)
+    (wall_to,) = client.get_metric_history(stopped.info.run_id, names.WALL_TO_TARGET)
+    assert (time_to.step, wall_to.step) == (2, 2)
+    assert time_to.value == pytest.approx(durations[1] + durations[2])
+    assert wall_to.value == pytest.approx(time_to.value + stopped.data.metrics[names.WARMUP])
+    assert stopped.data.tags[names.TAG_RUN_KEY] != missed.data.tags[names.TAG_RUN_KEY]
+
+    # The results file keeps them for relog; relogged into another store, they come back.
+    from pipeline.store import local_state_dir
+
+    lines = [json.loads(line) for line in results.path_in(local_state_dir(tracking_uri)).read_text().splitlines()]
+    (line,) = [entry for entry in lines if entry["run_id"] == stopped.info.run_id]
+    assert line["metrics"][names.TIME_TO_TARGET] == [time_to.value, 2]
+    assert line["tags"][names.TAG_TARGET_STATUS] == "reached at epoch 2"
+    (tmp_path / "other").mkdir()
+    _relog_restores(line, new_store(tmp_path / "other", _store_template), tmp_path)
+
+
+def _relog_restores(line: dict, uri: str, folder: Path) -> None:
+    """relog of `line` (as if the store had been down) into a new store holds the same target and
+    contention numbers, at the same steps, and the same tags."""
+    unlogged = {**line, "logged": False, "tracking_uri": uri, "run_id": None, "parent_run_id": None}
+    results_file = folder / "relog-results.jsonl"
+    results_file.write_text(json.dumps(unlogged) + "\n")
+    (relogged,) = results.relog(results_file)
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(relogged.run_id)
+    for name in (names.TIME_TO_TARGET, names.WALL_TO_TARGET, names.LOAD_AVERAGE, names.OTHERS_CPU_SHARE):
+        (metric,) = client.get_metric_history(run.info.run_id, name)
+        assert [metric.value, metric.step] == line["metrics"][name], name
+    for tag in (names.TAG_TARGET, names.TAG_TARGET_STATUS):
+        assert run.data.tags[tag] == line["tags"][tag]
