@@ -8,8 +8,9 @@ measured over the training (warm-up and epochs) through psutil's public API:
   those of its children (DataLoader workers, recursively), divided by wall seconds x cores;
 - the 1-minute load average per core, sampled at the end (it lags: a hint, not the measure).
 
-A run whose others took CONTENDED_SHARE of the cores or more is tagged as contended, with the
-figures in words; the comparison side leaves such runs out of its intervals.
+A run whose others took CONTENDED_SHARE of the cores or more (or $PIPELINE_CONTENDED_SHARE, a share
+in (0, 1], where set) is tagged as contended, with the figures in words; the comparison side leaves
+such runs out of its speedups and the regression gate.
 """
 
 from __future__ import annotations
@@ -20,12 +21,30 @@ from dataclasses import dataclass
 
 import psutil
 
+from pipeline.errors import UserError
 from pipeline.names import LOAD_AVERAGE, OTHERS_CPU_SHARE, TAG_CONTENDED
 
 # Other processes using a quarter of the machine's cores or more: on 2 cores, one busy core's half.
 # Below it the noise of a desktop or a shell is left alone; above it a run's timings can be off by
 # far more than the differences the pipeline is asked to measure.
 CONTENDED_SHARE = 0.25
+SHARE_VARIABLE = "PIPELINE_CONTENDED_SHARE"  # another threshold, e.g. 0.5 on a machine that is never quiet
+
+
+def contended_share() -> float:
+    """The share of the cores others must take for a run to count as contended: $PIPELINE_CONTENDED_SHARE
+    where set, else CONTENDED_SHARE. UserError for a value that is no share in (0, 1]."""
+    text = os.environ.get(SHARE_VARIABLE, "").strip()
+    if not text:
+        return CONTENDED_SHARE
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise UserError(f"{SHARE_VARIABLE}={text}: expected a share of the cores in (0, 1], e.g. 0.25 (the default); "
+                        f"unset it to use the default")
+    return share
 
 
 @dataclass(frozen=True)
@@ -45,9 +64,11 @@ class Contention:
     load_average: float  # 1-minute load average per core, at the end
     cores: int
 
+    threshold: float = CONTENDED_SHARE  # contended_share() when it was measured
+
     @property
     def contended(self) -> bool:
-        return self.others_share >= CONTENDED_SHARE
+        return self.others_share >= self.threshold
 
     def words(self) -> str:
         """The figures as the contended tag says them."""
@@ -92,7 +113,8 @@ def sample() -> CpuSample:
     return CpuSample(time.monotonic(), _busy_seconds(), _own_seconds())
 
 
-def measure(start: CpuSample, end: CpuSample, cores: int, load_average: float) -> Contention:
+def measure(start: CpuSample, end: CpuSample, cores: int, load_average: float,
+            threshold: float = CONTENDED_SHARE) -> Contention:
     """Contention between two samples on a machine of `cores` cores whose 1-minute load average at
     the end was `load_average` (not yet per core). Clipped to [0, 1]: the counters tick at 10 ms
     and descendants that end unreaped drop out, so small negative or over-full shares are noise."""
@@ -103,11 +125,11 @@ def measure(start: CpuSample, end: CpuSample, cores: int, load_average: float) -
     else:
         others = (end.busy_s - start.busy_s) - (end.own_s - start.own_s)
         share = min(max(others / (wall * cores), 0.0), 1.0)
-    return Contention(others_share=share, load_average=load_average / cores, cores=cores)
+    return Contention(others_share=share, load_average=load_average / cores, cores=cores, threshold=threshold)
 
 
 def since(start: CpuSample) -> Contention:
     """Contention from `start` until now, on this machine."""
     end = sample()
     cores = psutil.cpu_count() or os.cpu_count() or 1
-    return measure(start, end, cores, psutil.getloadavg()[0])
+    return measure(start, end, cores, psutil.getloadavg()[0], contended_share())

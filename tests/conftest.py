@@ -54,6 +54,9 @@ def isolated(folder: Path):
     with pytest.MonkeyPatch.context() as patch:
         for name in ISOLATED_VARS:
             patch.delenv(name, raising=False)
+        # Two pytest workers share 2 cores, so every run here would be tagged contended (truly) and
+        # left out of the speedups that most tests check; tests of contention set their own share.
+        patch.setenv("PIPELINE_CONTENDED_SHARE", "1")
         patch.chdir(folder)
         yield
     if mlflow is not None:

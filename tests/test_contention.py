@@ -91,7 +91,8 @@ def _stop(pids: list[int]) -> None:
             pass
 
 
-def test_a_run_beside_busy_processes_is_tagged_contended(write_grid, data_dir, tracking_uri):
+def test_a_run_beside_busy_processes_is_tagged_contended(write_grid, data_dir, tracking_uri, monkeypatch):
+    monkeypatch.delenv(contention.SHARE_VARIABLE)  # the default threshold, which the suite raises
     # One core left to the run: the machine is then saturated (the run's threads and the spinners),
     # so others take at least a third of it, while the run's OpenMP threads are not starved.
     cores = psutil.cpu_count() or 1
@@ -131,3 +132,19 @@ def test_concurrency_counts_within_each_node_only():
     outcomes = [_outcome("a", "n1", (0, 10)), _outcome("b", "n1", (5, 15)), _outcome("c", "n2", (0, 10)),
                 _outcome("d", "n1", (5, 6), status=DONE), Outcome(GridPoint(2, RunConfig(), "x"), FINISHED, run_id="e")]
     assert concurrency_by_node(outcomes) == {"a": 2, "b": 2, "c": 1}
+
+
+def test_the_threshold_is_a_share_users_can_set_and_a_bad_one_is_one_line(write_grid, data_dir, tracking_uri,
+                                                                           monkeypatch):
+    start = CpuSample(0.0, 0.0, 0.0)
+    end = CpuSample(10.0, 14.0, 10.0)  # others: 4 CPU seconds of 20 on 2 cores = 20%
+    assert not measure(start, end, 2, 0.0).contended  # under the default quarter
+    monkeypatch.setenv(contention.SHARE_VARIABLE, "0.1")
+    assert contention.contended_share() == 0.1 and measure(start, end, 2, 0.0, 0.1).contended
+    grid = write_grid("experiment: share\ngrid:\n  device: [cpu]\n")
+    for bad in ("0", "1.5", "lots"):
+        monkeypatch.setenv(contention.SHARE_VARIABLE, bad)
+        out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+        assert f"PIPELINE_CONTENDED_SHARE={bad}" in out.output and "(0, 1]" in out.output
+    assert runs_of(tracking_uri, "share") == []  # nothing was created
