@@ -2,13 +2,17 @@
 
 The first epoch pays one-off costs that later epochs do not: DataLoader workers starting, the
 allocator growing, and on a GPU the first pinned buffers and kernel choices (the untimed warm-up
-takes most of those, not all). With two or more epochs, speed is the mean of the epochs after the
-first ("steady state"); a one-epoch run can only be timed cold, and says so.
+takes most of those, not all). With two or more epochs, speed is taken over the epochs after the
+first ("steady state": a run's median, a setting's median over its runs); a one-epoch run can only
+be timed cold, and says so.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Sequence
+
+from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
 
 
 def steady(values: Sequence[float]) -> list[float]:
@@ -26,3 +30,23 @@ def timed_label(epochs: int) -> str:
     if epochs >= 3:
         return f"epochs 2-{epochs}"
     return "epoch 2" if epochs == 2 else "epoch 1 (cold)"
+
+
+def steady_median(values: Sequence[float]) -> float | None:
+    """The median of the steady-state epochs' values (None when there are none)."""
+    timed = steady(values)
+    return statistics.median(timed) if timed else None
+
+
+def summary(epoch_s: Sequence[float], images_per_s: Sequence[float], test_accuracy: float | None) -> dict[str, float]:
+    """A run's steady-state summary as it is logged and shown everywhere (names.STEADY_EPOCH, ...):
+    the median steady epoch to the millisecond, its images/s whole, the final test accuracy to 4
+    digits. A figure that cannot be told is left out."""
+    figures = {}
+    if (epoch := steady_median(epoch_s)) is not None:
+        figures[STEADY_EPOCH] = round(epoch, 3)
+    if (images := steady_median(images_per_s)) is not None:
+        figures[STEADY_IMAGES] = float(round(images))
+    if test_accuracy is not None and test_accuracy == test_accuracy:  # not NaN
+        figures[FINAL_ACCURACY] = round(test_accuracy, 4)
+    return figures
