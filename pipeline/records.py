@@ -69,6 +69,10 @@ def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[f
         if known is not None and name in known:
             result.histories[name] = known[name]
             continue
+        if name not in result.metrics:  # never logged (energy on most CPUs): its history is empty, no read
+            result.histories[name] = []
+            continue
+        # One read per run and metric: MLflow 3.17's client has no public bulk history read.
         steps = client.get_metric_history(run.info.run_id, name)
         result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
     return result
