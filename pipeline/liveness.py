@@ -11,6 +11,7 @@ import os
 import socket
 
 from pipeline.names import KILLED, TAG_HOST, TAG_KILLED_REASON, TAG_PID, TAG_PROCESS_START
+from pipeline.records import all_runs
 
 
 def process_tags() -> dict[str, str]:
@@ -38,8 +39,7 @@ def process_gone(tags: dict[str, str]) -> bool:
 def reap_orphans(client, experiment_id: str, spare: str | None = None) -> list[str]:
     """Mark KILLED the RUNNING runs of an experiment left by dead processes on this host (all but `spare`)."""
     host = socket.gethostname()
-    runs = client.search_runs([experiment_id], f"attributes.status = 'RUNNING' and tags.`{TAG_HOST}` = '{host}'",
-                              max_results=50000)
+    runs = all_runs(client, [experiment_id], f"attributes.status = 'RUNNING' and tags.`{TAG_HOST}` = '{host}'")
     reaped = []
     for run in runs:
         if run.info.run_id != spare and process_gone(run.data.tags):
@@ -59,8 +59,8 @@ def kill_running_children(client, experiment_id: str, parent_id: str, reason: st
     """Mark KILLED every RUNNING child of a sweep (Ray tasks cancelled from the driver)."""
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-    runs = client.search_runs([experiment_id],
-                              f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}' and attributes.status = 'RUNNING'")
+    runs = all_runs(client, [experiment_id],
+                    f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}' and attributes.status = 'RUNNING'")
     for run in runs:
         close(client, run.info.run_id, KILLED, reason)
     return [r.info.run_id for r in runs]

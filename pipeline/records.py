@@ -5,11 +5,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.names import TAG_ROLE, TAG_RUN_KEY
 from pipeline.store import first_line
+
+
+# Runs per store read. MLflow's search calls return one page (search_runs: 1000 by default, 50000 at
+# most) and a token for the next; every read here follows the tokens to the end (`every`).
+PAGE_SIZE = 1000
+NAMES_SHOWN = 20  # experiment names an error message lists; it counts the rest
+
+
+def every(search: Callable[..., Any], *args: Any, page_size: int = PAGE_SIZE, **kwargs: Any) -> Iterator[Any]:
+    """Each result of one of MLflow's paged searches (`client.search_runs`, `search_experiments`,
+    `search_model_versions`, ...), page after page until the store returns no next-page token: a
+    read of many runs never stops silently at the first page."""
+    token = None
+    while True:
+        page = search(*args, max_results=page_size, page_token=token, **kwargs)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def all_runs(client, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
+             page_size: int = PAGE_SIZE) -> list:
+    """Every run of `experiment_ids` that matches `filter_string`, in `order_by`'s order: all pages."""
+    return list(every(client.search_runs, experiment_ids, filter_string, order_by=order_by, page_size=page_size))
 
 
 @dataclass
@@ -42,6 +69,10 @@ def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[f
         if known is not None and name in known:
             result.histories[name] = known[name]
             continue
+        if name not in result.metrics:  # never logged (energy on most CPUs): its history is empty, no read
+            result.histories[name] = []
+            continue
+        # One read per run and metric: MLflow 3.17's client has no public bulk history read.
         steps = client.get_metric_history(run.info.run_id, name)
         result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
     return result
@@ -58,11 +89,9 @@ def finished_by_key(client, experiment_id: str | None) -> dict[str, object]:
     """FINISHED runs of an experiment by run key (the newest per key); none when it does not exist yet."""
     if experiment_id is None:
         return {}
-    runs = client.search_runs(
-        [experiment_id], f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time ASC"], max_results=50000,
-    )
-    return {run.data.tags[TAG_RUN_KEY]: run for run in runs}
+    runs = all_runs(client, [experiment_id], f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
+                    order_by=["attributes.start_time ASC"])
+    return {run.data.tags[TAG_RUN_KEY]: run for run in runs}  # oldest first, so the newest per key stays
 
 
 def experiment_id_of(client, name: str) -> str | None:
@@ -84,11 +113,9 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
 
     try:
         parent = client.get_run(parent_run_id) if parent_run_id else _latest_sweep(client, experiment)
-        runs = client.search_runs(
-            [parent.info.experiment_id],
-            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time ASC"],
-        )
+        runs = all_runs(client, [parent.info.experiment_id],
+                        f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
+                        order_by=["attributes.start_time ASC"])
         children = [record(client, run, histories, (known or {}).get(run.info.run_id)) for run in runs]
         experiment_name = client.get_experiment(parent.info.experiment_id).name
     except MlflowException as exc:
@@ -100,12 +127,13 @@ def _latest_sweep(client, experiment: str | None):
     if experiment:
         found = client.get_experiment_by_name(experiment)
         if found is None:
-            names = [e.name for e in client.search_experiments()]
+            names = [e.name for e in every(client.search_experiments)]
+            more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
             raise UserError(f"no experiment {experiment!r} in {client.tracking_uri}; "
-                            f"experiments there: {', '.join(names) or 'none'}")
+                            f"experiments there: {', '.join(names[:NAMES_SHOWN]) or 'none'}{more}")
         experiment_ids = [found.experiment_id]
     else:
-        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+        experiment_ids = [e.experiment_id for e in every(client.search_experiments)]
     sweeps = client.search_runs(experiment_ids, f"tags.{TAG_ROLE} = 'sweep'",
                                 order_by=["attributes.start_time DESC"], max_results=1)
     if not sweeps:

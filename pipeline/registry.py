@@ -13,6 +13,7 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TAG_ROLE
+from pipeline.records import all_runs, every
 from pipeline.store import first_line, fluent_target
 
 KEY_PARAMS = ("device", "lr", "batch_size", "num_workers", "epochs", "seed")
@@ -60,7 +61,7 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
             experiment_ids = [found.experiment_id]
             where = f"tags.`{TAG_ROLE}` != 'sweep'"
             scope = f"experiment {experiment!r}"
-        runs = client.search_runs(experiment_ids, f"{where} and attributes.status = 'FINISHED'", max_results=5000)
+        runs = all_runs(client, experiment_ids, f"{where} and attributes.status = 'FINISHED'")
     except MlflowException as exc:
         raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None
     if not runs:
@@ -133,7 +134,7 @@ def _register(client, run, model_id: str, *, name: str, metric: str, value: floa
         except MlflowException as exc:
             if "already exists" not in str(exc).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
                 raise
-        existing = [v for v in client.search_model_versions(f"name = '{name}'") if v.run_id == run_id]
+        existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
         created = force or not existing
         if created:
             tags: dict[str, Any] = {TAG_SOURCE_RUN: run_id, TAG_METRIC: metric, metric: value,

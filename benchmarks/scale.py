@@ -1,0 +1,222 @@
+"""How the store reads grow with a sweep's size: the comparison and the resume lookup over synthetic
+sweeps of 100, 1,000 and 10,000 FINISHED runs, built and timed side by side in one process.
+
+Each size gets a fresh sqlite store in a temp dir holding one sweep: a parent run (tag
+`pipeline.role=sweep`) and its children (`mlflow.parentRunId`), each with the params of a grid
+point, a `pipeline.run_key` tag and per-epoch metrics for 3 epochs, written through MlflowClient
+(one `log_batch` per run). Then, per size, the median of `--rounds` timings of:
+
+- the comparison: `records.read_sweep(client, parent_run_id=..., histories=compare.HISTORIES)`
+  followed by `compare.build`, what `pipeline compare` and the end of a sweep do;
+- the resume lookup: `records.finished_by_key`, what a rerun of a grid asks before it trains.
+
+The table gives ms per run and its ratio to the smallest sweep's (1.0 everywhere = linear growth).
+
+    python benchmarks/scale.py                                  # 100, 1,000 and 10,000 runs
+    python benchmarks/scale.py --sizes 100 1000 --out scale.md  # also write the report
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mlflow  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402
+from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID  # noqa: E402
+
+from pipeline import compare, records  # noqa: E402
+from pipeline.config import DEFAULTS  # noqa: E402
+from pipeline.device import cpu_name  # noqa: E402
+from pipeline.grid import format_value  # noqa: E402
+from pipeline.names import (EPOCH_METRICS, FINISHED, RUN_DURATION, TAG_DEVICE, TAG_HARDWARE, TAG_ROLE,  # noqa: E402
+                            TAG_RUN_KEY)
+
+# The settings that vary, as a grid would: device twins give the comparison its speedups, and the
+# seed, which grows with the sweep, its repeats.
+VARYING = {"lr": [0.001, 0.003, 0.01, 0.03, 0.1], "batch_size": [100, 1000, 10000, 20000],
+           "num_workers": [0, 1], "device": ["cpu", "cuda"]}
+# What a CPU run logs each epoch (energy_j only where a counter is readable, so not here).
+LOGGED = tuple(name for name in EPOCH_METRICS if name != "energy_j")
+EPOCHS = 3
+TRAIN_SIZE, TEST_SIZE = 60000, 10000
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A synthetic sweep in its store."""
+
+    client: MlflowClient
+    experiment_id: str
+    parent_run_id: str
+    runs: int
+
+
+def grid_point(index: int) -> dict[str, str]:
+    """The params of the sweep's `index`-th point: every grid key at its default, the VARYING ones
+    taken in grid order, and the seed counting the passes over VARYING (so every point differs)."""
+    combos = list(itertools.product(*VARYING.values()))
+    values = dict(zip(VARYING, combos[index % len(combos)]))
+    params = {**DEFAULTS, **values, "epochs": EPOCHS, "seed": index // len(combos)}
+    return {key: format_value(value) for key, value in params.items()} | {
+        "train_size": str(TRAIN_SIZE), "test_size": str(TEST_SIZE)}
+
+
+def epoch_values(index: int, epoch: int, device: str) -> dict[str, float]:
+    """Plausible per-epoch figures of a point (cuda faster than cpu), deterministic in `index`."""
+    speed = 5.0 if device == "cuda" else 1.0
+    duration = (3.0 + (index % 7) * 0.1) / speed
+    return {"train_loss": 1.0 / epoch, "train_accuracy": 0.7 + 0.05 * epoch, "test_loss": 1.1 / epoch,
+            "test_accuracy": 0.68 + 0.05 * epoch + (index % 10) * 0.001, "epoch_duration_s": duration,
+            "images_per_s": TRAIN_SIZE / duration, "data_time_s": 0.05 * duration,
+            "transfer_time_s": 0.01 * duration, "compute_time_s": 0.94 * duration, "enqueue_time_s": 0.0,
+            "peak_memory_mb": 900.0 + index % 50}
+
+
+def build_sweep(tracking_uri: str, runs: int, metrics: tuple[str, ...] = LOGGED, epochs: int = EPOCHS,
+                point: Callable[[int], dict[str, str]] = grid_point,
+                progress: Callable[[int], None] | None = None) -> Sweep:
+    """A parent run and `runs` FINISHED children in the store at `tracking_uri`, written the cheapest
+    way the public client allows: per child one create_run (with its tags), one log_batch (the params
+    `point(index)` gives and every epoch's `metrics`) and one set_terminated. `progress(done)` is
+    called every 5% of the children."""
+    client = MlflowClient(tracking_uri)
+    experiment_id = client.create_experiment(f"scale-{runs}")
+    start = int(time.time() * 1000)
+    parent = client.create_run(experiment_id, start_time=start, run_name=f"scale-{runs}",
+                               tags={TAG_ROLE: "sweep"}).info.run_id
+    report_every = max(1, runs // 20)
+    for index in range(runs):
+        params = point(index)
+        tags = {MLFLOW_PARENT_RUN_ID: parent, TAG_ROLE: "point", TAG_RUN_KEY: f"synthetic-{runs}-{index}",
+                TAG_DEVICE: params.get("device", "cpu"), TAG_HARDWARE: "synthetic"}
+        # Distinct start times keep the children in creation order, as a sweep's are.
+        child = client.create_run(experiment_id, start_time=start + 1 + index, run_name=f"point-{index}",
+                                  tags=tags).info.run_id
+        logged = [Metric(name, value, start + index, epoch) for epoch in range(1, epochs + 1)
+                  for name, value in epoch_values(index, epoch, tags[TAG_DEVICE]).items() if name in metrics]
+        logged.append(Metric(RUN_DURATION, 10.0, start + index, 0))
+        client.log_batch(child, metrics=logged, params=[Param(k, v) for k, v in params.items()])
+        client.set_terminated(child, FINISHED)
+        if progress is not None and ((index + 1) % report_every == 0 or index + 1 == runs):
+            progress(index + 1)
+    client.set_terminated(parent, FINISHED)
+    return Sweep(client, experiment_id, parent, runs)
+
+
+def compare_sweep(sweep: Sweep) -> compare.Comparison:
+    """What `pipeline compare` computes for the sweep: its children read back, and the table built."""
+    return compare.build(records.read_sweep(sweep.client, parent_run_id=sweep.parent_run_id,
+                                            histories=compare.HISTORIES))
+
+
+def median_seconds(action: Callable[[], object], rounds: int) -> tuple[float, object]:
+    """The median wall time of `rounds` calls of `action`, and what the last call returned."""
+    times, result = [], None
+    for _ in range(rounds):
+        began = time.perf_counter()
+        result = action()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times), result
+
+
+def measure(sizes: list[int], rounds: int, folder: Path, log: Callable[[str], None]) -> list[dict]:
+    """Build each size's sweep in its own store under `folder`, then time its two reads. The first
+    size's reads run once untimed before: the process's first reads pay one-off costs (imports, SQL
+    compilation) that would inflate the reference the ratios divide by."""
+    rows = []
+    for position, runs in enumerate(sizes):
+        began = time.perf_counter()
+        uri = f"sqlite:///{folder / f'scale-{runs}.db'}"
+
+        def progress(done: int, runs: int = runs, began: float = began) -> None:
+            log(f"  {runs} runs: built {done} ({time.perf_counter() - began:.0f} s)")
+
+        log(f"building a sweep of {runs} runs in {uri}")
+        sweep = build_sweep(uri, runs, progress=progress)
+        built = time.perf_counter() - began
+        if position == 0:
+            compare_sweep(sweep)
+            records.finished_by_key(sweep.client, sweep.experiment_id)
+        log(f"  timing the comparison of {runs} runs ({rounds} rounds)")
+        seconds, comparison = median_seconds(lambda: compare_sweep(sweep), rounds)
+        if len(comparison.table) != runs:
+            raise SystemExit(f"the comparison of {runs} runs has {len(comparison.table)} rows")
+        rows.append({"runs": runs, "what": "comparison: read_sweep + compare.build", "seconds": seconds})
+        log(f"  timing the resume lookup of {runs} runs ({rounds} rounds)")
+        seconds, finished = median_seconds(lambda: records.finished_by_key(sweep.client, sweep.experiment_id), rounds)
+        if len(finished) != runs:
+            raise SystemExit(f"the resume lookup of {runs} runs found {len(finished)}")
+        rows.append({"runs": runs, "what": "resume lookup: finished_by_key", "seconds": seconds})
+        rows.append({"runs": runs, "what": "building the sweep (one time, not a read)", "seconds": built})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as markdown, each with ms per run and its ratio to the smallest sweep's same row."""
+    smallest = min(row["runs"] for row in rows)
+    reference = {row["what"]: row["seconds"] / row["runs"] for row in rows if row["runs"] == smallest}
+    lines = [f"| runs | measurement | seconds | ms per run | ms/run vs {smallest:,} runs |", "|---|---|---|---|---|"]
+    for row in sorted(rows, key=lambda r: (list(reference).index(r["what"]), r["runs"])):
+        per_run = row["seconds"] / row["runs"]
+        lines.append(f"| {row['runs']:,} | {row['what']} | {row['seconds']:.2f} | {1000 * per_run:.2f} "
+                     f"| {per_run / reference[row['what']]:.2f} |")
+    return "\n".join(lines)
+
+
+def store_folder() -> Path:
+    """Where the stores go: a RAM-backed folder (/dev/shm) where there is one, else the temp dir.
+    sqlite syncs each commit to disk, about seven commits per run written; on a slow disk that makes
+    building 10,000 runs take many minutes, while the reads, which never sync, hardly change."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def report(sizes: list[int], rounds: int, command: str, folder: Path | None = None,
+           log: Callable[[str], None] = print) -> str:
+    """The whole measurement as markdown: machine, date, versions and command, then the table."""
+    folder = folder or store_folder()
+    with tempfile.TemporaryDirectory(prefix="pipeline-scale-", dir=folder) as tmp:
+        rows = measure(sorted(sizes), rounds, Path(tmp), log)
+    return "\n".join([
+        f"# Store reads at scale ({time.strftime('%Y-%m-%d')})", "",
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores; MLflow {mlflow.__version__}, Python {sys.version.split()[0]}; "
+        f"a fresh sqlite store per size in a temp dir under {folder}; median of {rounds} rounds per read, "
+        "after one untimed warm-up read of the smallest sweep.", "",
+        f"Command: `{command}`", "",
+        table(rows), "",
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000],
+                        help="children per synthetic sweep (default 100 1000 10000); the smallest is the reference")
+    parser.add_argument("--rounds", type=int, default=3, help="timings per read and size; the median is shown (default 3)")
+    parser.add_argument("--out", type=Path, help="also write the report (markdown) here")
+    parser.add_argument("--store-dir", type=Path, help="where the temp stores go (default: /dev/shm where there is one, "
+                                                       "else the temp dir)")
+    args = parser.parse_args()
+    if min(args.sizes) < 1 or args.rounds < 1:
+        parser.error("--sizes and --rounds take positive numbers")
+    command = " ".join(["python", *sys.argv])
+    text = report(args.sizes, args.rounds, command, args.store_dir,
+                  log=lambda line: print(line, file=sys.stderr, flush=True))
+    print("\n" + text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
