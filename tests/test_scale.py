@@ -20,8 +20,9 @@ import pytest
 from conftest import REPO, invoke, isolated
 
 BIG = 1100  # MLflow's default page is 1000 runs
-# Every run of the big sweep has the same settings: the comparison's twin groups, pandas work per
-# group (compare._speedups), then stay few; benchmarks/scale.py times a grid's realistic spread.
+# Every run of the big sweep is a setting of its own (its seed), so that it is a row of its own in
+# the comparison (a row is one setting, its repeats together); benchmarks/scale.py times a grid's
+# realistic spread of twins.
 ONE_POINT = {"device": "cpu", "lr": "0.01", "batch_size": "1000", "epochs": "3"}
 
 
@@ -39,7 +40,7 @@ def big_sweep(tmp_path_factory):
     with tempfile.TemporaryDirectory(prefix="pipeline-test-scale-", dir=scale.store_folder()) as folder:
         with isolated(tmp_path_factory.mktemp("scale")):
             yield scale.build_sweep(f"sqlite:///{Path(folder) / 'mlflow.db'}", BIG, metrics=("test_accuracy",),
-                                    point=lambda index: dict(ONE_POINT))
+                                    point=lambda index: {**ONE_POINT, "seed": str(index)})
 
 
 def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):
@@ -48,7 +49,7 @@ def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert len(rows) == BIG
-    assert len({row["run_id"] for row in rows}) == BIG
+    assert len({row["run_ids"] for row in rows}) == BIG and {row["n"] for row in rows} == {1}
     assert [row["run_name"] for row in rows] == [f"point-{i}" for i in range(BIG)]  # start-time order
     assert rows[-1]["test_accuracy"] == pytest.approx(0.68 + 0.15 + (BIG - 1) % 10 * 0.001)  # the epoch-3 value
 
