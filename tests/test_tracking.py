@@ -264,7 +264,8 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
 
 def test_ui_hint_points_at_the_training_runs_page(tmp_path):
     command, url = store.ui_hint("sqlite:///mlflow.db", "7")
-    assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000")
+    assert command.startswith("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false ")  # as `pipeline ui` starts it
+    assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000 --workers 1")
     assert url.endswith("/#/experiments/7/runs?workflowType=machine_learning")  # not the GenAI mode
     assert store.ui_hint("http://host:5000/", "3") == (
         "", "http://host:5000/#/experiments/3/runs?workflowType=machine_learning")
