@@ -65,3 +65,21 @@ def test_a_bad_grid_raises_the_message_the_cli_prints(grid, overrides, tracking_
     import mlflow
 
     assert [e.name for e in mlflow.MlflowClient(tracking_uri).search_experiments()] == ["Default"]
+
+
+def test_the_getting_started_python_block_runs(tmp_path, data_dir, monkeypatch):
+    """docs/getting-started.md's "From Python" block, as a reader would paste it (data found through
+    $PIPELINE_DATA_DIR, the store in the working folder)."""
+    import re
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "getting-started.md").read_text()
+    section = page.split("## From Python", 1)[1]
+    (block,) = re.findall(r"^```python\n(.*?)^```", section.split("\n## ", 1)[0], re.MULTILINE | re.DOTALL)
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(data_dir))
+    scope: dict = {}
+    exec(compile(block, "getting-started.md", "exec"), scope)  # noqa: S102 - the docs' own example
+    assert [o.status for o in scope["sweep"].outcomes] == ["FINISHED", "FINISHED"]
+    assert {o.point.config.lr for o in scope["sweep"].outcomes} == {0.02}
+    assert len(scope["table"]) == 2
