@@ -235,7 +235,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
-        _log_sweep_summary(tracker, parent_id, result.outcomes)
+        _log_sweep_summary(tracker, parent_id, reporter, result.outcomes)
         comparison = _log_comparison(tracker, parent_id, reporter, spec, result.outcomes)
         if not adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
@@ -311,7 +311,7 @@ def _fit_param(value: str) -> str:
     return value if len(value) <= MAX_PARAM_CHARS else value[:MAX_PARAM_CHARS - 20].rsplit(",", 1)[0] + ",... (cut)"
 
 
-def _log_sweep_summary(tracker: "Tracker", parent_id: str, outcomes: Sequence[Outcome]) -> None:
+def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter", outcomes: Sequence[Outcome]) -> None:
     """The parent's answer at a glance, over the children it trained that FINISHED: the best steady
     epoch, the best final test accuracy and how many finished (names.BEST_*), and the most accurate
     child's model linked as the sweep's output (MLflow 3.17's UI lists a run without a model output
@@ -322,11 +322,14 @@ def _log_sweep_summary(tracker: "Tracker", parent_id: str, outcomes: Sequence[Ou
     metrics: dict[str, float | None] = {FINISHED_RUNS: len(finished)}
     if epochs:
         metrics[BEST_STEADY_EPOCH] = min(epochs)
-    if accurate:
-        best = max(accurate, key=lambda o: o.figures[FINAL_ACCURACY])
-        metrics[BEST_FINAL_ACCURACY] = best.figures[FINAL_ACCURACY]
-        tracker.link_model(parent_id, best.run_id)
-    tracker.log_epochs(parent_id, [], run_metrics=metrics)
+    try:
+        if accurate:
+            best = max(accurate, key=lambda o: o.figures[FINAL_ACCURACY])
+            metrics[BEST_FINAL_ACCURACY] = best.figures[FINAL_ACCURACY]
+            tracker.link_model(parent_id, best.run_id)
+        tracker.log_epochs(parent_id, [], run_metrics=metrics)
+    except Exception as exc:  # like the comparison: a summary must never cost the user their sweep
+        reporter.note(f"could not record the sweep's summary on its parent run ({exc.__class__.__name__}: {exc})")
 
 
 def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:

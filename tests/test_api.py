@@ -10,28 +10,51 @@ from conftest import invoke
 from pipeline import api, names
 from pipeline.errors import UserError
 
-GRID = {"experiment": "notebook", "grid": {"batch_size": [128, 256], "device": ["cpu"], "epochs": [1]}}
+
+def _docs_block() -> str:
+    """docs/getting-started.md's "From Python" block, as a reader would paste it."""
+    import re
+
+    from conftest import REPO
+
+    section = (REPO / "docs" / "getting-started.md").read_text().split("## From Python", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"^```python\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    return block
 
 
-def test_a_mapping_grid_runs_and_compares(tracking_uri, data_dir, tmp_path):
-    sweep = api.run(GRID, tracking_uri=tracking_uri, data_dir=str(data_dir))
-    assert sweep.exit_code == 0
-    assert [o.status for o in sweep.outcomes] == ["FINISHED", "FINISHED"]
-    assert sweep.parent_run_id and sweep.experiment_id and sweep.tracking_uri == tracking_uri
-    table = sweep.comparison
-    assert isinstance(table, pandas.DataFrame) and len(table) == 2
-    assert {"batch_size", "device", "epoch_duration_s", "test_accuracy", "n"} <= set(table.columns)
-    assert sorted(table["batch_size"]) == [128, 256]
-    assert GRID["grid"]["batch_size"] == [128, 256]  # the caller's mapping is not touched
-    assert not [p for p in tmp_path.rglob("*.yaml") if "mlruns" not in p.parts]  # no grid file written for it
-    again = api.compare(experiment="notebook", tracking_uri=tracking_uri)
-    pandas.testing.assert_frame_equal(again, table)
+def test_the_getting_started_block_runs_a_mapping_and_compares(tmp_path, data_dir, monkeypatch, _store_template):
+    """The docs' example (a mapping grid, an override, the store in the working folder, the data
+    found through $PIPELINE_DATA_DIR) trains, and its comparison is the DataFrame compare() gives."""
     import mlflow
 
-    parent = mlflow.MlflowClient(tracking_uri).get_run(sweep.parent_run_id)
-    assert parent.data.params["batch_size"] == "128,256"
-    assert {f.path for f in mlflow.MlflowClient(tracking_uri).list_artifacts(sweep.parent_run_id, "grid")} == \
-        {names.ARTIFACT_EFFECTIVE_GRID}
+    import shutil
+
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(data_dir))
+    shutil.copy(_store_template, tmp_path / "mlflow.db")  # migrated already: the block's store, seconds sooner
+    scope: dict = {}
+    exec(compile(_docs_block(), "getting-started.md", "exec"), scope)  # noqa: S102 - the docs' own example
+    sweep, table = scope["sweep"], scope["sweep"].comparison
+    assert sweep.exit_code == 0
+    assert [o.status for o in sweep.outcomes] == ["FINISHED", "FINISHED"]
+    assert {o.point.config.lr for o in sweep.outcomes} == {0.02}  # overrides=["lr=0.02"]
+    assert sweep.parent_run_id and sweep.experiment_id and sweep.tracking_uri.endswith(f"{tmp_path}/mlflow.db")
+    assert isinstance(table, pandas.DataFrame) and len(table) == 2
+    assert {"batch_size", "device", "epoch_duration_s", "test_accuracy", "n"} <= set(table.columns)
+    assert sorted(table["batch_size"]) == [100, 1000]
+    pandas.testing.assert_frame_equal(scope["table"], table)
+    assert not [p for p in tmp_path.rglob("*.yaml") if "mlruns" not in p.parts]  # no grid file written for it
+    client = mlflow.MlflowClient(sweep.tracking_uri)
+    assert client.get_run(sweep.parent_run_id).data.params["batch_size"] == "100,1000"
+    assert {f.path for f in client.list_artifacts(sweep.parent_run_id, "grid")} == {names.ARTIFACT_EFFECTIVE_GRID}
+
+
+def test_a_mapping_is_not_changed_by_overrides():
+    from pipeline.config import load_grid
+
+    grid = {"grid": {"batch_size": [128, 256], "device": ["cpu"]}}
+    spec = load_grid(grid, ["batch_size=64", "epochs=2"])
+    assert dict(spec.axes)["batch_size"] == (64,)
+    assert grid == {"grid": {"batch_size": [128, 256], "device": ["cpu"]}}
 
 
 def test_a_file_grid_with_overrides_and_done_points(tracking_uri, data_dir, write_grid):
@@ -66,20 +89,3 @@ def test_a_bad_grid_raises_the_message_the_cli_prints(grid, overrides, tracking_
 
     assert [e.name for e in mlflow.MlflowClient(tracking_uri).search_experiments()] == ["Default"]
 
-
-def test_the_getting_started_python_block_runs(tmp_path, data_dir, monkeypatch):
-    """docs/getting-started.md's "From Python" block, as a reader would paste it (data found through
-    $PIPELINE_DATA_DIR, the store in the working folder)."""
-    import re
-
-    from conftest import REPO
-
-    page = (REPO / "docs" / "getting-started.md").read_text()
-    section = page.split("## From Python", 1)[1]
-    (block,) = re.findall(r"^```python\n(.*?)^```", section.split("\n## ", 1)[0], re.MULTILINE | re.DOTALL)
-    monkeypatch.setenv("PIPELINE_DATA_DIR", str(data_dir))
-    scope: dict = {}
-    exec(compile(block, "getting-started.md", "exec"), scope)  # noqa: S102 - the docs' own example
-    assert [o.status for o in scope["sweep"].outcomes] == ["FINISHED", "FINISHED"]
-    assert {o.point.config.lr for o in scope["sweep"].outcomes} == {0.02}
-    assert len(scope["table"]) == 2

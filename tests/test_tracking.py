@@ -55,7 +55,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
                                "epochs": "2", "seed": "0", "shuffle": "true", "data_on_device": "false",
                                "cuda_graph": "false", "precision": "fp32", "compile": "false", "prefetch": "false",
                                "weight_decay": "0.0",
-                               "train_size": "512", "test_size": "256"}  # gpus_per_run: cuda points only
+                               "train_size": "512", "test_size": "256", "repeat": "1"}  # gpus_per_run: cuda points only
     measured = not run.data.tags["pipeline.energy"].startswith("not measured")  # no counter: no metric, not 0
     for name in names.EPOCH_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
