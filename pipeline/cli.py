@@ -114,6 +114,12 @@ class _Group(click.Group):
             ctx.exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
 
 
+set_option = click.option(
+    "--set", "overrides", type=TEXT, multiple=True, metavar="KEY=VALUE",
+    help="Override the grid file without editing it (repeatable): a grid key and its values (batch_size=100,1000), "
+         "or experiment, repeats, checkpoint, stop_at_target, data.KEY, target.METRIC; values read as in the file.")
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pipeline")
 def main() -> None:
@@ -153,10 +159,11 @@ def main() -> None:
 @click.option("--repeats", type=str, default=None, metavar="N", callback=_repeats,
               help="Train each point N times, interleaved (overrides the grid's `repeats`; raising it trains "
                    "only the missing repeats).")
+@set_option
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
         require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
         rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None,
-        max_points: int, repeats: int | None) -> None:
+        max_points: int, repeats: int | None, overrides: tuple[str, ...]) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason, and points that already
@@ -168,7 +175,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_grid
 
-    spec = load_grid(grid)
+    spec = load_grid(grid, overrides)
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
@@ -210,13 +217,14 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
 
 @main.command()
 @click.argument("grid", type=TEXT, metavar="GRID.yaml")
-def validate(grid: str) -> None:
+@set_option
+def validate(grid: str, overrides: tuple[str, ...]) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
     from pipeline.config import load_grid
     from pipeline.grid import SHOWN_POINTS, expand
     from pipeline.report import grid_notes, grid_table, make_console, sweep_size, target_line
 
-    spec = load_grid(grid)
+    spec = load_grid(grid, overrides)
     title = f"{spec.path}: experiment {spec.experiment!r}, {sweep_size(spec)}"
     shown = expand(spec, limit=SHOWN_POINTS)  # a grid of a million points is counted, not listed
     table = grid_table(spec, [(point, point.name) for point in shown], title, "run name")
@@ -342,7 +350,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
     from pipeline.records import latest_experiment_id
     from pipeline.server import check_port, run_mlflow
-    from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri
+    from pipeline.store import UI_OPTIONS, absolute_store_uri, open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
@@ -363,7 +371,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
     click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
-    sys.exit(run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), "--workers", "1"],
+    sys.exit(run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), *UI_OPTIONS],
                         host, port))
 
 

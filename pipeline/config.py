@@ -19,7 +19,7 @@ import dataclasses
 import difflib
 import math
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -53,6 +53,8 @@ class GridSpec:
     repeats: int = 1  # each point trained this many times, every point's first repeat before any second
     target: Target | None = None  # the quality each run is timed to (time_to_target_s)
     stop_at_target: bool = False  # a run ends at the epoch that reaches the target; epochs is its cap
+    overrides: tuple[str, ...] = ()  # `--set KEY=VALUE` items applied over the file, in order
+    from_file: bool = True  # False for a mapping (pipeline.api): `path` is then a name, not a file
 
     @property
     def stop_at(self) -> Target | None:
@@ -376,25 +378,43 @@ def _read_yaml(path: Path) -> Any:
 WORKERLESS = {"data_on_device": "indexes batches on the device", "prefetch": "gathers batches in the main process"}
 
 
-def load_grid(path: str | Path) -> GridSpec:
-    """Read and validate a grid file; raise UserError naming the file and key on any problem."""
-    path = Path(path)
-    raw = _read_yaml(path)
-    where = f"{path}: "
+def load_grid(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *,
+              name: str = "grid") -> GridSpec:
+    """Read and validate a grid: a YAML file, or a mapping of the same shape (pipeline.api; `name`
+    stands in for the file's stem). `overrides`: `KEY=VALUE` items (`pipeline run --set`), applied
+    over the grid, each checked by the rules of the key it sets. Raises UserError naming the file (or
+    `--set KEY`) and the key on any problem."""
+    if isinstance(source, Mapping):
+        path, raw, where = Path(f"{name}.yaml"), _copy(source), "grid dict: "
+        from_file = False
+    else:
+        path = Path(source)
+        raw, where, from_file = _read_yaml(path), f"{path}: ", True
     if not isinstance(raw, dict):
         raise UserError(f"{where}expected a mapping with keys {', '.join(_TOP_KEYS)}")
     for key in raw:
         if key not in _TOP_KEYS:
             raise _unknown_key(where, key, _TOP_KEYS)
+    for item in overrides:
+        _override(raw, item)
+    spec = _spec(raw, path, where)
+    return dataclasses.replace(spec, overrides=tuple(overrides), from_file=from_file)
 
+
+def _copy(mapping: Mapping[str, Any]) -> Any:
+    """A plain copy of a grid mapping (nested mappings and lists copied), so overrides never touch
+    the caller's object."""
+    if isinstance(mapping, Mapping):
+        return {key: _copy(value) for key, value in mapping.items()}
+    if isinstance(mapping, (list, tuple)):
+        return [_copy(value) for value in mapping]
+    return mapping
+
+
+def _spec(raw: dict, path: Path, where: str) -> GridSpec:
+    """The GridSpec of a grid mapping whose top-level keys are known."""
     experiment = raw.get("experiment")
-    if experiment is None:
-        experiment = path.stem
-    else:
-        try:
-            experiment = _nonempty_string(experiment, "a non-empty name")
-        except ValueError:
-            raise UserError(f"{where}experiment: got {experiment!r}; expected a non-empty name") from None
+    experiment = path.stem if experiment is None else _experiment(experiment, where)
 
     data_raw = raw.get("data") or {}
     if not isinstance(data_raw, dict):
@@ -403,12 +423,8 @@ def load_grid(path: str | Path) -> GridSpec:
     for key, value in data_raw.items():
         if key not in _DATA_KEYS:
             raise _unknown_key(f"{where}data.", key, list(_DATA_KEYS))
-        if value is None:
-            continue
-        try:
-            data_values[key] = _DATA_KEYS[key](value)
-        except ValueError as exc:
-            raise UserError(f"{where}data.{key}: got {value!r}; expected {exc} or null") from None
+        if value is not None:
+            data_values[key] = _data_value(key, value, f"{where}data.")
 
     grid_raw = raw.get("grid")
     if grid_raw is None:
@@ -419,33 +435,17 @@ def load_grid(path: str | Path) -> GridSpec:
     for key, values in grid_raw.items():
         if key not in KEYS:
             raise _unknown_key(f"{where}grid.", key, list(KEYS))
-        if not isinstance(values, list):
-            values = [values]  # a scalar is a one-element list
-        if not values:
-            raise UserError(f"{where}grid.{key}: empty list; give at least one value")
-        checked = tuple(check_value(key, v, f"{where}grid.") for v in values)
-        if len(set(checked)) != len(checked):
-            raise UserError(f"{where}grid.{key}: repeated value in {list(checked)}; list each once")
-        axes.append((key, checked))
+        axes.append((key, _axis(key, values, f"{where}grid.")))
     values_of = dict(axes)
     for key, what in WORKERLESS.items():
         if True in values_of.get(key, ()) and any(n > 0 for n in values_of.get("num_workers", ())):
             raise UserError(f"{where}grid.{key}: true {what}, without DataLoader workers; set num_workers: [0], "
                             f"or put the {key} points in a grid of their own")
 
-    checkpoint = raw.get("checkpoint", False)
-    if not isinstance(checkpoint, bool):
-        raise UserError(f"{where}checkpoint: got {checkpoint!r}; expected true or false")
+    checkpoint = _boolean_setting("checkpoint", raw.get("checkpoint", False), where)
     repeats = check_repeats(raw.get("repeats", 1), where)
-    target = None
-    if raw.get("target") is not None:
-        try:
-            target = parse_target(raw["target"])
-        except ValueError as exc:
-            raise UserError(f"{where}target: {exc}") from None
-    stop_at_target = raw.get("stop_at_target", False)
-    if not isinstance(stop_at_target, bool):
-        raise UserError(f"{where}stop_at_target: got {stop_at_target!r}; expected true or false")
+    target = None if raw.get("target") is None else _target(raw["target"], where)
+    stop_at_target = _boolean_setting("stop_at_target", raw.get("stop_at_target", False), where)
     if stop_at_target and target is None:
         raise UserError(f"{where}stop_at_target: true needs a target to stop at; add one, e.g. "
                         "target: {test_accuracy: 0.85}")
@@ -454,3 +454,118 @@ def load_grid(path: str | Path) -> GridSpec:
         data_values["root"] = str(path.parent / data_values["root"])
     return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes),
                     checkpoint=checkpoint, repeats=repeats, target=target, stop_at_target=stop_at_target)
+
+
+# --- one checker per setting: the file and `--set` give the same message, after their `where` ----
+
+
+def _experiment(value: Any, where: str) -> str:
+    try:
+        return _nonempty_string(value, "a non-empty name")
+    except ValueError:
+        raise UserError(f"{where}experiment: got {value!r}; expected a non-empty name") from None
+
+
+def _data_value(key: str, value: Any, where: str) -> Any:
+    try:
+        return _DATA_KEYS[key](value)
+    except ValueError as exc:
+        raise UserError(f"{where}{key}: got {value!r}; expected {exc} or null") from None
+
+
+def _axis(key: str, values: Any, where: str) -> tuple[Any, ...]:
+    """One grid key's values, checked: a scalar is a one-element list; none empty, none repeated."""
+    if not isinstance(values, list):
+        values = [values]
+    if not values:
+        raise UserError(f"{where}{key}: empty list; give at least one value")
+    checked = tuple(check_value(key, v, where) for v in values)
+    if len(set(checked)) != len(checked):
+        raise UserError(f"{where}{key}: repeated value in {list(checked)}; list each once")
+    return checked
+
+
+def _boolean_setting(key: str, value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{where}{key}: got {value!r}; expected true or false")
+    return value
+
+
+def _target(value: Any, where: str) -> Target:
+    try:
+        return parse_target(value)
+    except ValueError as exc:
+        raise UserError(f"{where}target: {exc}") from None
+
+
+# --- overrides: `pipeline run GRID.yaml --set KEY=VALUE` -------------------------------------------
+
+# The top-level settings --set takes beside every grid key, data.KEY and target.METRIC.
+SETTABLE = ("experiment", "checkpoint", "repeats", "stop_at_target")
+_SET_EXAMPLES = "e.g. --set epochs=2, --set batch_size=100,1000 or --set repeats=3"
+
+
+def settable_keys() -> list[str]:
+    """What `--set` accepts, for its help and its "did you mean"."""
+    return [*KEYS, *SETTABLE, *(f"data.{key}" for key in _DATA_KEYS), "target.METRIC"]
+
+
+def _override(raw: dict, item: str) -> None:
+    """Apply one `KEY=VALUE` to the grid mapping `raw`, after checking the value by its key's rules.
+    A grid key takes a comma-separated list (or a YAML list); each value is read as YAML, as in a file."""
+    key, equals, text = item.partition("=")
+    key = key.strip()
+    if not equals or not key:
+        raise UserError(f"--set {item}: expected KEY=VALUE, {_SET_EXAMPLES}")
+    where = "--set "
+    if key in KEYS:
+        parts = [text] if text.strip().startswith("[") else text.split(",")
+        values = [_set_value(part, key) for part in parts]
+        values = values[0] if len(values) == 1 and isinstance(values[0], list) else values
+        _axis(key, values, where)
+        grid = raw.get("grid")
+        raw["grid"] = {**(grid if isinstance(grid, dict) else {}), key: values}
+        return
+    value = _set_value(text, key)
+    if key == "experiment":
+        raw[key] = _experiment(value, where)
+    elif key in ("checkpoint", "stop_at_target"):
+        raw[key] = _boolean_setting(key, value, where)
+    elif key == "repeats":
+        raw[key] = check_repeats(value, where)
+    elif key.startswith("data.") and key[len("data."):] in _DATA_KEYS:
+        data = raw.get("data")
+        data_key = key[len("data."):]
+        checked = None if value is None else _data_value(data_key, value, f"{where}data.")
+        if data_key == "root" and checked is not None:  # from the shell: relative to where it is typed
+            checked = str(Path(checked).expanduser().absolute())
+        raw["data"] = {**(data if isinstance(data, dict) else {}), data_key: checked}
+    elif key.startswith("target.") and len(key) > len("target."):
+        target = {key[len("target."):]: value}
+        _target(target, where)
+        raw["target"] = target
+    else:
+        raise _unknown_key(where, key, settable_keys())
+
+
+def _set_value(text: str, key: str) -> Any:
+    """One `--set` value read as YAML: the rules of a grid file (1.0e-3 a number, true a boolean)."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except (UserError, yaml.YAMLError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"--set {key}: {text!r} is not a YAML value ({problem}); {_SET_EXAMPLES}") from None
+
+
+def effective_yaml(spec: GridSpec) -> str:
+    """The grid a sweep trains, after its overrides, as a grid file (the parent run's grid/effective.yaml)."""
+    data = {k: v for k, v in dataclasses.asdict(spec.data).items() if v is not None}
+    document: dict[str, Any] = {"experiment": spec.experiment}
+    if data:
+        document["data"] = data
+    document["grid"] = {key: list(values) for key, values in spec.axes}
+    document.update(checkpoint=spec.checkpoint, repeats=spec.repeats)
+    if spec.target is not None:
+        document["target"] = {spec.target.metric: spec.target.threshold}
+        document["stop_at_target"] = spec.stop_at_target
+    return yaml.safe_dump(document, sort_keys=False)

@@ -6,10 +6,11 @@ where a network allows; nothing downloads implicitly.
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,12 +41,22 @@ class Dataset:
     test: Split
     folder: Path
     verified: bool  # True when the decoded bytes match the canonical Fashion-MNIST
+    checksums: dict[str, str] = field(default_factory=dict)  # idx.Decoded's: sha256 of each file, when read verified
 
     @property
     def identity(self) -> dict:
         """What the data is, independent of where it was read from when it is the canonical set."""
         source = "fashion-mnist" if self.verified else str(self.folder)
         return {"source": source, "train_size": len(self.train), "test_size": len(self.test)}
+
+    def digest(self, split: str) -> str:
+        """What one split is, as a short digest (MLflow's dataset digest): the sha256 of its two files'
+        checksums and the number of examples taken from them (a subset is its own data), 16 hex
+        digits. Data read without checksums (verify=False) is named by its folder and size instead."""
+        size = len(self.train if split == "train" else self.test)
+        files = [self.checksums.get(f"{split}_{part}") for part in ("images", "labels")]
+        named = files if all(files) else [str(self.folder)]
+        return hashlib.sha256(":".join([*named, split, str(size)]).encode()).hexdigest()[:16]
 
     @property
     def description(self) -> str:
@@ -69,7 +80,7 @@ def load(explicit: str | os.PathLike | None = None, train_size: int | None = Non
         if size is not None and size > len(full):
             raise UserError(f"data.{split}_size: {size} is more than the {len(full)} examples in {folder}")
         splits.append(full.head(size))
-    return Dataset(*splits, folder, decoded.verified)
+    return Dataset(*splits, folder, decoded.verified, decoded.checksums)
 
 
 def download(root: str | os.PathLike = "data") -> Path:

@@ -10,6 +10,7 @@ import importlib.util
 import os
 import platform
 import shutil
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -161,39 +162,55 @@ def survey() -> tuple[list[DeviceInfo], list[str]]:
 
 
 class PeakMemory:
-    """The peak memory one training pass used on its device, in MiB, or None where it cannot be told.
+    """The peak memory footprint of one training pass (an epoch) on its device, in MiB, or None where
+    it cannot be told. A footprint, not growth: what was already held when the pass began counts.
 
-    cuda: the peak torch allocated (torch.cuda.max_memory_allocated), reset at start().
-    cpu: this process's peak resident set growth. start() resets the kernel's high-water mark
-    (writing 5 to /proc/self/clear_refs, Linux 4.0+) and notes the resident set; read() is the
-    high-water mark (VmHWM) minus that. Exact, not sampled; DataLoader worker processes not included.
-    mps and other systems: None.
+    cuda: the peak torch allocated for tensors (torch.cuda.max_memory_allocated), reset at start();
+    the caching allocator's reserve and the CUDA context are not counted.
+    cpu: this process's peak resident set during the pass: start() resets the kernel's high-water
+    mark (writing 5 to /proc/self/clear_refs, Linux 4.0+) and read() is the high-water mark since
+    (VmHWM). That is the whole process (the decoded data, the model, Python and torch themselves);
+    DataLoader worker processes are not included. Exact, not sampled. Where the reset is refused or
+    there is no /proc, the process-lifetime peak (getrusage's ru_maxrss), which includes earlier
+    epochs and runs of the same process.
+    mps and other devices: None.
     """
 
     def __init__(self, device: torch.device) -> None:
-        self.device, self.baseline = device, None
+        self.device, self.per_pass = device, False
 
     def start(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-            self.baseline = 0
         elif self.device.type == "cpu":
             try:
                 with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
                     f.write("5")
-                self.baseline = _proc_status_kib("VmRSS")
+                self.per_pass = True
             except OSError:
-                self.baseline = None
+                self.per_pass = False
 
     def read(self) -> float | None:
-        if self.baseline is None:
-            return None
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
-        try:
-            return max(_proc_status_kib("VmHWM") - self.baseline, 0) / 1024
-        except OSError:
+        if self.device.type != "cpu":
             return None
+        if self.per_pass:
+            try:
+                return _proc_status_kib("VmHWM") / 1024
+            except OSError:
+                pass
+        return _lifetime_peak_mib()
+
+
+def _lifetime_peak_mib() -> float | None:
+    """This process's peak resident set since it started (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def _proc_status_kib(field: str) -> int:

@@ -15,7 +15,7 @@ import hashlib
 import math
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +52,7 @@ class Decoded:
     """The four files as arrays: images (N, 28, 28) uint8 and labels (N,) int64 per split."""
     arrays: dict[str, np.ndarray]
     verified: bool  # the decoded bytes match the canonical Fashion-MNIST
+    checksums: dict[str, str] = field(default_factory=dict)  # sha256 of each file's decoded bytes, when verified
 
 
 def candidates(explicit: str | os.PathLike | None) -> list[tuple[str, Path]]:
@@ -123,16 +124,19 @@ def _decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> 
             raise UserError(f"{dict(files)[f'{split}_labels']}: label {labels.max()} found, expected 0..9")
         arrays[f"{split}_images"], arrays[f"{split}_labels"] = images.copy(), labels.astype(np.int64)
     canonical = all(len(arrays[f"{s}_labels"]) == n for s, n in CANONICAL_SIZES.items())
-    verified = False
-    if canonical and verify:
-        bad = [k for k, raw in raws.items() if hashlib.sha256(raw).hexdigest() != CANONICAL_SHA256[k]]
+    if not verify:
+        return Decoded(arrays, False)
+    # Once per process and folder. The canonical files are hashed to be checked anyway; other IDX
+    # files (a subset someone made, the tests' small files) so that runs can name what they read.
+    checksums = {k: hashlib.sha256(raw).hexdigest() for k, raw in raws.items()}
+    if canonical:
+        bad = [k for k, digest in checksums.items() if digest != CANONICAL_SHA256[k]]
         if bad:
             raise UserError(
                 f"{folder}: {', '.join(FILES[k] for k in bad)} do not match Fashion-MNIST's checksums "
                 "(another dataset such as MNIST, or a corrupt copy)"
             )
-        verified = True
-    return Decoded(arrays, verified)
+    return Decoded(arrays, canonical, checksums)
 
 
 _decoded: collections.OrderedDict[tuple, Decoded] = collections.OrderedDict()

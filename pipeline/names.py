@@ -30,6 +30,11 @@ STEADY_EPOCH = "steady_epoch_s"  # the median of the steady-state epochs' epoch_
 STEADY_IMAGES = "steady_images_per_s"  # the median of their images_per_s, whole images
 FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 digits
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
+# A sweep's parent run once its children are done (run-level, step 0): the answer at a glance, over
+# the children it trained that FINISHED. Its params are the grid's axes ("1000,10000"), repeats, target.
+BEST_STEADY_EPOCH = "best_steady_epoch_s"  # the lowest steady_epoch_s
+BEST_FINAL_ACCURACY = "best_final_test_accuracy"  # the highest final_test_accuracy
+FINISHED_RUNS = "finished_runs"  # how many children FINISHED
 
 # Statuses MLflow stores (a run's end).
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
@@ -45,6 +50,7 @@ TAG_ERROR = "pipeline.error"
 TAG_PARAM_DEVICES = "pipeline.param_devices"  # where every parameter lives after the move
 TAG_GRID_FILE = "pipeline.grid_file"
 TAG_GRID_SIZE = "pipeline.grid_size"
+TAG_OVERRIDES = "pipeline.overrides"  # a sweep's `--set KEY=VALUE` items, e.g. "--set epochs=1 --set device=cpu"
 TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
@@ -64,6 +70,8 @@ TAG_CONCURRENT = "pipeline.concurrent_points"  # Ray: how many points shared the
 ARTIFACT_SUMMARY = "summary/model.txt"
 ARTIFACT_BATCH = "inputs/train_batch.png"
 ARTIFACT_TRACEBACK = "error/traceback.txt"
+ARTIFACT_GRID_DIR = "grid"  # a parent's grid file, as written, under its own name
+ARTIFACT_EFFECTIVE_GRID = "grid/effective.yaml"  # the grid it trained, after --set (or given as a mapping)
 
 RESULTS_FILE = "pipeline-results.jsonl"
 CHECKPOINT_DIR = ".pipeline-checkpoints"

@@ -21,6 +21,7 @@ from pipeline.grid import GridPoint, config_hash
 from pipeline.target import Target
 from pipeline.target import Timing as TargetTiming
 from pipeline.target import timing as target_timing
+from pipeline.timing import summary_of
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +85,7 @@ class Outcome:
     run_duration_s: float | None = None
     one_off: dict[str, float] = field(default_factory=dict)  # warm-up, upload: costs paid once per run
     stored_mean_epoch_s: float | None = None  # DONE runs: the mean of their stored history
+    stored_figures: dict[str, float] | None = None  # DONE runs: their steady-state summary as stored
     model_state: dict | None = None  # UNLOGGED only: the trained weights, for the results file
     store_down: bool = False  # the tracking store stopped answering: the sweep stops here
     device_lost: bool = False  # a sticky CUDA error: this process cannot use CUDA any more
@@ -101,6 +103,14 @@ class Outcome:
         if self.stored_mean_epoch_s is not None:
             return self.stored_mean_epoch_s
         return steady_mean([e.epoch_duration_s for e in self.epochs])
+
+    @property
+    def figures(self) -> dict[str, float]:
+        """The run's steady-state summary (names.STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY), as
+        logged: of its epochs, or as stored for a DONE run."""
+        if self.stored_figures is not None:
+            return self.stored_figures
+        return summary_of(self.epochs)
 
     @property
     def final(self) -> "EpochStats | None":
@@ -241,6 +251,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
     else:
         run_id = tracker.start_run(job.point.name, job.parent_run_id, tags)
     run_params = tracker.log_params(run_id, params_of(job), new_run=not job.adopt_run_id)
+    tracker.log_data(run_id, dataset)
     return run_id, tags, run_params
 
 
@@ -255,8 +266,10 @@ def params_of(job: PointJob) -> dict:
 
 
 def _measured(outcome: Outcome, target: Target | None, load: "contention.Contention") -> "TargetTiming | None":
-    """What the training measured beside its epochs, into the outcome's metrics and tags: the machine's
-    load (tagged contended when others took a meaningful share), and the time to the target (returned)."""
+    """What the training measured beside its epochs, into the outcome's metrics and tags: the steady-state
+    summary of its epochs (timing.summary), the machine's load (tagged contended when others took a
+    meaningful share), and the time to the target (returned)."""
+    outcome.measured.update({name: (value, 0) for name, value in summary_of(outcome.epochs).items()})
     outcome.measured.update(load.metrics())
     outcome.tags.update(load.tags())
     if target is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import socket
 import tempfile
 from dataclasses import asdict, dataclass, replace
@@ -25,8 +26,10 @@ from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
 from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, run_count
-from pipeline.names import (CHECKPOINT_DIR, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
-                            TAG_ROLE, TAG_TARGET)
+from pipeline.config import effective_yaml
+from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FINAL_ACCURACY, BEST_STEADY_EPOCH,
+                            CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, STEADY_EPOCH, STEADY_IMAGES, TAG_DEVICE,
+                            TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS, TAG_OVERRIDES, TAG_ROLE, TAG_TARGET)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
                             PointJob, SweepResult, params_of, with_position)
 
@@ -232,6 +235,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
+        _log_sweep_summary(tracker, parent_id, reporter, result.outcomes)
         comparison = _log_comparison(tracker, parent_id, reporter, spec, result.outcomes)
         if not adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
@@ -265,16 +269,67 @@ def _open_parent(sweep: _Sweep, spec: GridSpec, size: int) -> tuple[str, bool]:
     """The sweep's parent run: `mlflow run`'s project run when there is one (adopted), else a new run."""
     tracker = sweep.tracker
     name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
-    tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path), TAG_GRID_SIZE: str(size),
-            TAG_OPTIONS: sweep.options.flags() or "none"}
+    tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path) if spec.from_file else "(a mapping: pipeline.api)",
+            TAG_GRID_SIZE: str(size), TAG_OPTIONS: sweep.options.flags() or "none"}
     if spec.target is not None:
         tags[TAG_TARGET] = str(spec.target)
+    if spec.overrides:
+        tags[TAG_OVERRIDES] = " ".join(f"--set {shlex.quote(item)}" for item in spec.overrides)
     project_run = _project_run_id()
     parent_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
-    with contextlib.suppress(OSError):
-        tracker.log_files(parent_id, {f"grid/{spec.path.name}": spec.path.read_text(encoding="utf-8")})
+    tracker.log_params(parent_id, sweep_params(spec), new_run=not project_run)
+    files = {}
+    if spec.from_file:
+        with contextlib.suppress(OSError):
+            files[f"{ARTIFACT_GRID_DIR}/{spec.path.name}"] = spec.path.read_text(encoding="utf-8")
+    if spec.overrides or not spec.from_file:
+        files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
+    if files:
+        tracker.log_files(parent_id, files)
     sweep.reporter.sweep_start(tracker, parent_id, spec)
     return parent_id, bool(project_run)
+
+
+def sweep_params(spec: GridSpec) -> dict[str, str]:
+    """A parent run's params: each grid key's values as its children log them, comma-separated
+    ("1000,10000"), the repeats (after --repeats) and the target when there is one."""
+    from pipeline.tracking import param_str
+
+    params = {key: ",".join(param_str(v) for v in values) for key, values in spec.axes}
+    params = {key: _fit_param(value) for key, value in params.items()}
+    params["repeats"] = str(spec.repeats)
+    if spec.target is not None:
+        params["target"] = str(spec.target)
+    return params
+
+
+MAX_PARAM_CHARS = 6000  # MLflow's limit on a param's value
+
+
+def _fit_param(value: str) -> str:
+    """A grid key's values within MLflow's limit: a key with thousands of values keeps its first ones."""
+    return value if len(value) <= MAX_PARAM_CHARS else value[:MAX_PARAM_CHARS - 20].rsplit(",", 1)[0] + ",... (cut)"
+
+
+def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter", outcomes: Sequence[Outcome]) -> None:
+    """The parent's answer at a glance, over the children it trained that FINISHED: the best steady
+    epoch, the best final test accuracy and how many finished (names.BEST_*), and the most accurate
+    child's model linked as the sweep's output (MLflow 3.17's UI lists a run without a model output
+    under "Evaluation runs" in GenAI experiments; with one it is a training run)."""
+    finished = [o for o in outcomes if o.status == FINISHED and o.run_id]
+    epochs = [o.figures[STEADY_EPOCH] for o in finished if STEADY_EPOCH in o.figures]
+    accurate = [o for o in finished if FINAL_ACCURACY in o.figures]
+    metrics: dict[str, float | None] = {FINISHED_RUNS: len(finished)}
+    if epochs:
+        metrics[BEST_STEADY_EPOCH] = min(epochs)
+    try:
+        if accurate:
+            best = max(accurate, key=lambda o: o.figures[FINAL_ACCURACY])
+            metrics[BEST_FINAL_ACCURACY] = best.figures[FINAL_ACCURACY]
+            tracker.link_model(parent_id, best.run_id)
+        tracker.log_epochs(parent_id, [], run_metrics=metrics)
+    except Exception as exc:  # like the comparison: a summary must never cost the user their sweep
+        reporter.note(f"could not record the sweep's summary on its parent run ({exc.__class__.__name__}: {exc})")
 
 
 def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
@@ -390,17 +445,26 @@ def _finished_outcomes(client, planned: Sequence[Planned], finished: dict) -> di
 
 
 def _outcome_of_finished(client, item: Planned, run) -> Outcome:
-    """A DONE point as the summary shows it: final metrics, and the steady-state epoch time of its history."""
+    """A DONE point as the summary shows it: final metrics, the steady-state epoch time of its history,
+    and its steady-state summary as it logged it (worked out from its history for a run older than
+    those figures)."""
     from pipeline.names import EPOCH_METRICS, RUN_DURATION
-    from pipeline.timing import steady_mean
+    from pipeline.timing import steady_mean, summary, summary_line
     from pipeline.train import EpochStats
 
     metrics = run.data.metrics
     fields = {name: metrics.get(name, float("nan")) for name in EPOCH_METRICS}
     stats = EpochStats(epoch=item.point.config.epochs, **fields)
-    steps = sorted(client.get_metric_history(run.info.run_id, "epoch_duration_s"), key=lambda m: m.step)
-    history = [m.value for m in steps]
+    history = _history(client, run.info.run_id, "epoch_duration_s")
+    figures = {name: metrics[name] for name in (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY) if name in metrics}
+    if len(figures) < 3:
+        figures = summary(history, _history(client, run.info.run_id, "images_per_s"), metrics.get("test_accuracy"))
+    said = summary_line(figures)
     return Outcome(item.point, DONE, device=run.data.tags.get(TAG_DEVICE, ""), run_id=run.info.run_id,
-                   reason=f"already FINISHED as run {run.info.run_id}", epochs=[stats],
-                   run_duration_s=metrics.get(RUN_DURATION),
-                   stored_mean_epoch_s=steady_mean(history))
+                   reason=f"already FINISHED as run {run.info.run_id}" + (f": {said}" if said else ""),
+                   epochs=[stats], run_duration_s=metrics.get(RUN_DURATION),
+                   stored_mean_epoch_s=steady_mean(history), stored_figures=figures)
+
+
+def _history(client, run_id: str, metric: str) -> list[float]:
+    return [m.value for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.step)]

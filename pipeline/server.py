@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.errors import UserError
-from pipeline.store import absolute_store_uri, check_backend, redact, sqlite_path
+from pipeline.store import UI_ENV, absolute_store_uri, check_backend, redact, sqlite_path
 
 # Starlette's deprecation notice is a UserWarning, so it is named by its text.
 _SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"
@@ -75,7 +75,7 @@ def run_mlflow(args: list[str], host: str, port: int, env: dict[str, str] | None
     directly, and SIGTERM or SIGHUP sent to this process (a service manager, `docker stop`) is
     passed on to it, as `mlflow server` passes them on to its own workers."""
     sys.stdout.flush()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
+    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in UI_ENV.items()},  # the user's setting wins
            "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS), **(env or {})}
     process = subprocess.Popen([sys.executable, "-m", "mlflow", *args], env=env)
 

@@ -360,7 +360,17 @@ def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
     page = RUNS_PAGE.format(experiment_id=experiment_id)
     if uri.startswith(("http://", "https://")):
         return "", f"{uri.rstrip('/')}/{page}"
-    return (f"{_mlflow_executable()} ui --backend-store-uri {uri} --port 5000", f"http://127.0.0.1:5000/{page}")
+    no_jobs = " ".join(f"{k}={v}" for k, v in UI_ENV.items())
+    return (f"{no_jobs} {_mlflow_executable()} ui --backend-store-uri {uri} --port 5000 {' '.join(UI_OPTIONS)}",
+            f"http://127.0.0.1:5000/{page}")
+
+
+# How `pipeline ui` starts MLflow's UI, and so the command the pipeline prints for it: one worker
+# (uvicorn's default is four copies of the app, too many for a laptop or a 2-core box) and MLflow's
+# GenAI job runners off (3.x starts job consumer processes with the UI; the pipeline uses none).
+# The variable is MLflow's own; `mlflow ui` has no flag for it.
+UI_OPTIONS = ("--workers", "1")
+UI_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def _mlflow_executable() -> str:

@@ -10,7 +10,7 @@ be timed cold, and says so.
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from typing import Any, Sequence
 
 from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
 
@@ -50,3 +50,21 @@ def summary(epoch_s: Sequence[float], images_per_s: Sequence[float], test_accura
     if test_accuracy is not None and test_accuracy == test_accuracy:  # not NaN
         figures[FINAL_ACCURACY] = round(test_accuracy, 4)
     return figures
+
+
+def summary_of(epochs: Sequence[Any]) -> dict[str, float]:
+    """`summary` of a run's epochs (train.EpochStats, in order): what each child logs at its end."""
+    return summary([e.epoch_duration_s for e in epochs], [e.images_per_s for e in epochs],
+                   epochs[-1].test_accuracy if epochs else None)
+
+
+def summary_line(figures: dict[str, float]) -> str:
+    """A summary in words, e.g. "steady epoch 1.234 s, 48,612 img/s, test acc 0.8123"."""
+    parts = []
+    if STEADY_EPOCH in figures:
+        parts.append(f"steady epoch {figures[STEADY_EPOCH]:.3f} s")
+    if STEADY_IMAGES in figures:
+        parts.append(f"{figures[STEADY_IMAGES]:,.0f} img/s")
+    if FINAL_ACCURACY in figures:
+        parts.append(f"test acc {figures[FINAL_ACCURACY]:.4f}")
+    return ", ".join(parts)

@@ -252,6 +252,21 @@ CASES = {
                                                    "--fail-if-slower", "-5"], "give a percentage >= 0"),
     "compare --baseline unknown experiment": ("args", ["compare", "--tracking-uri", "{uri}", "--baseline", "nope"],
                                               "--baseline nope: no experiment 'nope'"),
+    # --- runside: run --set KEY=VALUE (config.load_grid's overrides; tests/test_glance_run.py) ---
+    "--set an unknown key": ("args", ["run", "{good}", "--set", "bacth_size=100", "--tracking-uri", "{uri}",
+                                      "--data-dir", "{data}"], ("--set bacth_size: unknown key",
+                                                                "did you mean 'batch_size'")),
+    "--set a bad grid value": ("args", ["run", "{good}", "--set", "batch_size=100,0", "--tracking-uri", "{uri}",
+                                        "--data-dir", "{data}"], ("--set batch_size: got 0", "positive integer")),
+    "--set without =": ("args", ["run", "{good}", "--set", "epochs", "--tracking-uri", "{uri}"],
+                        ("--set epochs: expected KEY=VALUE", "--set epochs=2")),
+    "--set repeats a word": ("args", ["run", "{good}", "--set", "repeats=many", "--tracking-uri", "{uri}"],
+                             "--set repeats: got 'many'"),
+    "--set a value that is not YAML": ("args", ["run", "{good}", "--set", "lr=[0.1", "--tracking-uri", "{uri}"],
+                                       "--set lr: '[0.1' is not a YAML value"),
+    "--set a target metric unknown": ("args", ["run", "{good}", "--set", "target.f1=0.9", "--tracking-uri", "{uri}"],
+                                      ("--set target: f1: unknown metric", "test_accuracy")),
+    "empty --set": ("args", ["run", "{good}", "--set", ""], ("'--set'", "empty value")),
 }
 
 

@@ -55,7 +55,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
                                "epochs": "2", "seed": "0", "shuffle": "true", "data_on_device": "false",
                                "cuda_graph": "false", "precision": "fp32", "compile": "false", "prefetch": "false",
                                "weight_decay": "0.0",
-                               "train_size": "512", "test_size": "256"}  # gpus_per_run: cuda points only
+                               "train_size": "512", "test_size": "256", "repeat": "1"}  # gpus_per_run: cuda points only
     measured = not run.data.tags["pipeline.energy"].startswith("not measured")  # no counter: no metric, not 0
     for name in names.EPOCH_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
@@ -264,7 +264,8 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
 
 def test_ui_hint_points_at_the_training_runs_page(tmp_path):
     command, url = store.ui_hint("sqlite:///mlflow.db", "7")
-    assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000")
+    assert command.startswith("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false ")  # as `pipeline ui` starts it
+    assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000 --workers 1")
     assert url.endswith("/#/experiments/7/runs?workflowType=machine_learning")  # not the GenAI mode
     assert store.ui_hint("http://host:5000/", "3") == (
         "", "http://host:5000/#/experiments/3/runs?workflowType=machine_learning")

@@ -1,0 +1,82 @@
+"""The pipeline from Python (a notebook, a script): run a grid, get the comparison as a DataFrame.
+
+    from pipeline import api
+    sweep = api.run({"grid": {"batch_size": [100, 1000], "device": ["cpu"], "epochs": [2]}},
+                    experiment="notebook", tracking_uri="sqlite:///mlflow.db")
+    sweep.comparison          # one row per setting, as `pipeline compare` shows it
+    api.compare(experiment="notebook")
+
+A grid is a file or a mapping of the same shape, checked by the same code (`config.load_grid`); bad
+input raises `pipeline.errors.UserError` with the one-line message the CLI prints, before anything
+is written. What runs is what `pipeline run` runs (`runner.run_grid`), so the store holds the same
+runs either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import pandas
+
+    from pipeline.point import Outcome
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """What `run` did: where the runs are, each point's outcome (grid order) and the comparison."""
+
+    parent_run_id: str | None  # None when every point was already done (nothing new to group)
+    experiment_id: str | None
+    tracking_uri: str | None
+    outcomes: list["Outcome"]
+    comparison: "pandas.DataFrame"  # empty when no run finished
+    exit_code: int  # as `pipeline run` would exit: 0 all done, 1 some run failed
+
+
+def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None, experiment: str | None = None,
+        data_dir: str | None = None, repeats: int | None = None, rerun: bool = False,
+        overrides: Sequence[str] = (), checkpoint: bool = False, fail_fast: bool = False,
+        system_metrics: bool = False, quiet: bool = True) -> SweepRun:
+    """Train every point of `grid` (a grid file, or a mapping shaped like one) under one parent run,
+    as `pipeline run` does, and return the outcome with the comparison table. `overrides`: the
+    `--set KEY=VALUE` items. `quiet=False` prints the progress and the results table."""
+    from pipeline.config import check_repeats, load_grid
+    from pipeline.report import Reporter
+    from pipeline.runner import Options, run_grid
+
+    spec = load_grid(grid, overrides, name=experiment or "notebook")
+    options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir, rerun=rerun,
+                      checkpoint=checkpoint, fail_fast=fail_fast, system_metrics=system_metrics,
+                      repeats=None if repeats is None else check_repeats(repeats))
+    result = run_grid(spec, Reporter(quiet=quiet), options)
+    comparison = _table(result.tracking_uri, parent_run=result.parent_run_id) if result.parent_run_id \
+        else _empty()
+    return SweepRun(result.parent_run_id, result.experiment_id, result.tracking_uri, result.outcomes,
+                    comparison, result.exit_code)
+
+
+def compare(experiment: str | None = None, parent_run: str | None = None,
+            tracking_uri: str | None = None) -> "pandas.DataFrame":
+    """The comparison of a sweep's finished runs, one row per setting (`pipeline compare`'s data):
+    the sweep `parent_run`, else the latest sweep of `experiment`, else the latest sweep."""
+    from pipeline.store import absolute_store_uri, resolve_tracking_uri
+
+    return _table(absolute_store_uri(resolve_tracking_uri(tracking_uri)), experiment, parent_run)
+
+
+def _table(uri: str, experiment: str | None = None, parent_run: str | None = None) -> "pandas.DataFrame":
+    from pipeline.compare import HISTORIES, build
+    from pipeline.records import read_sweep
+    from pipeline.store import open_client
+
+    client = open_client(uri, must_exist=True)
+    return build(read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)).table
+
+
+def _empty() -> "pandas.DataFrame":
+    import pandas
+
+    return pandas.DataFrame()
