@@ -216,7 +216,7 @@ def _setting_row(group: pd.DataFrame, target: str | None) -> dict[str, Any]:
     else:
         row[STEADY_EPOCH] = _rounded(median, 3)
         row[STEADY_IMAGES] = _rounded(group[STEADY_IMAGES].median(), 0)
-        row[FINAL_ACCURACY] = _rounded(group["test_accuracy"].median(), 4)
+        row[FINAL_ACCURACY] = _rounded(group[FINAL_ACCURACY].median(), 4)
     row["energy_source"] = first["energy_source"]
     row["requested_device"] = first["requested_device"]
     row["host"] = ",".join(sorted(set(group["host"])))
@@ -506,10 +506,10 @@ def render(comparison: Comparison, fmt: str) -> str:
     raise ValueError(fmt)
 
 
-def display_frame(comparison: Comparison, compact: bool = False) -> pd.DataFrame:
+def display_frame(comparison: Comparison, compact: bool = False, stacked: bool = False) -> pd.DataFrame:
     """The human view. Full (markdown, `pipeline compare --wide`): settings, n, results, time shares
-    and speedups, formatted. `compact` (a terminal, by default): the decision columns only
-    (decision_frame)."""
+    and speedups, formatted; `stacked` (a terminal) puts intervals on their cell's second line.
+    `compact` (a terminal, by default): the decision columns only (decision_frame)."""
     if compact:
         return decision_frame(comparison)
     t = comparison.table
@@ -524,10 +524,10 @@ def display_frame(comparison: Comparison, compact: bool = False) -> pd.DataFrame
         out["contended"] = _contended(t)
     for key in FINAL:
         out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
-    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=False)
+    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=stacked)
     out["timed"] = t["timed"]
     if comparison.target is not None:
-        out[LABELS["time_to_target_s"]] = [_to_target(row, False) for _, row in t.iterrows()]
+        out[LABELS["time_to_target_s"]] = [_to_target(row, stacked) for _, row in t.iterrows()]
     out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
     if t["compile_s"].notna().any():  # compiling is its own one-off cost, in neither epoch column
         out[LABELS["compile_s"]] = t["compile_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.1f}")
@@ -539,7 +539,7 @@ def display_frame(comparison: Comparison, compact: bool = False) -> pd.DataFrame
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
-    return pd.concat([out, speedup_columns(t, always=("speedup",))], axis=1)
+    return pd.concat([out, speedup_columns(t, always=("speedup",), compact=stacked)], axis=1)
 
 
 def decision_frame(comparison: Comparison) -> pd.DataFrame:

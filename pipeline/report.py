@@ -260,7 +260,7 @@ def comparison_table(comparison: "Comparison", wide: bool = False, width: int | 
     rows, runs = len(comparison.table), len(comparison.runs)
     title = (f"{sweep.name} ({sweep.experiment_name}): {plural(rows, 'setting')}, {plural(runs, 'finished run')}; "
              f"{timed_title(comparison)}")
-    table = _frame_table(title, display_frame(comparison, compact=not wide), width)
+    table = _frame_table(title, display_frame(comparison, compact=not wide, stacked=True), width)
     table.caption = caption(comparison)
     return table
 
