@@ -55,10 +55,10 @@ def variants(comparison: "Comparison") -> list[str]:
 
 
 def _colours(comparison: "Comparison") -> list[str]:
-    """Each setting's colour, as the UI's view gives its runs (view.colour: one per row)."""
-    from pipeline.view import colour
+    """Each setting's colour, as the UI's view gives its runs (view.colours: one per row)."""
+    from pipeline.view import colours
 
-    return [colour(i) for i in range(len(comparison.table))]
+    return colours(comparison)
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:

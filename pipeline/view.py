@@ -58,9 +58,13 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#dbdb8d", "#9edae5")
 
 
-def colour(index: int) -> str:
-    """The colour of a comparison's `index`-th setting (they repeat after 20)."""
-    return COLOURS[index % len(COLOURS)]
+def colours(comparison: "Comparison") -> list[str]:
+    """Each setting's colour, one per row of the comparison's table: by the order of their names, so
+    that a setting keeps its colour whichever way a table is sorted or a store returns its runs (the
+    PNGs of the sweep's end and the UI after a later `pipeline compare` agree). They repeat after 20."""
+    labels = [comparison.label(row) for _, row in comparison.table.iterrows()]
+    rank = {label: i for i, label in enumerate(sorted(set(labels)))}
+    return [COLOURS[rank[label] % len(COLOURS)] for label in labels]
 
 
 def view_id(parent_run_id: str) -> str:
@@ -288,11 +292,11 @@ def _mark_children(client, comparison: "Comparison") -> None:
 
     now = int(time.time() * 1000)
     metrics = {run.run_id: run.metrics for run in comparison.sweep.children}
-    for index, row in comparison.table.reset_index(drop=True).iterrows():
+    for (_, row), shade in zip(comparison.table.iterrows(), colours(comparison)):
         for run_id in str(row["run_ids"]).split(","):
             logged = metrics.get(run_id, {})
             figures = comparison.runs.loc[run_id, list(SUMMARY)]
             missing = [Metric(name, float(value), now, 0) for name, value in figures.items()
                        if name not in logged and value == value]
-            colour_tag = RunTag(RUN_COLOR_TAG, colour(index))  # internal: the UI's run colour (VERIFIED_UI)
+            colour_tag = RunTag(RUN_COLOR_TAG, shade)  # internal: the UI's run colour (VERIFIED_UI)
             client.log_batch(run_id, metrics=missing, tags=[colour_tag])
