@@ -23,8 +23,8 @@ from pipeline import stats
 from pipeline.config import DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
-from pipeline.names import (COMPILE, FINAL_ACCURACY, LOAD_AVERAGE, OTHERS_CPU_SHARE, REPEAT, STEADY_EPOCH, STEADY_IMAGES,
-                            TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET,
+from pipeline.names import (COMPILE, FINAL_ACCURACY, LOAD_AVERAGE, OTHERS_CPU_SHARE, REPEAT, STEADY_EPOCH,
+                            STEADY_IMAGES, TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET,
                             TAG_TARGET_STATUS, TIME_BUCKETS, TIME_TO_TARGET, WALL_TO_TARGET, WARMUP)
 from pipeline.timing import steady, summary, timed_label
 
@@ -194,7 +194,8 @@ def _run_row(run: "RunRecord") -> dict[str, Any]:
 def run_summary(run: "RunRecord", epochs: list[float]) -> dict[str, float]:
     """A run's steady-state summary (SUMMARY) as it logged it; for a run logged before children did,
     the same figures from its history (timing.summary), so that old and new runs agree."""
-    images = run.histories.get("images_per_s") or [run.metrics[name] for name in ("images_per_s",) if name in run.metrics]
+    images = run.histories.get("images_per_s") or ([run.metrics["images_per_s"]] if "images_per_s" in run.metrics
+                                                    else [])
     computed = summary(epochs, images, run.metrics.get("test_accuracy"))
     return {name: run.metrics.get(name, computed.get(name, math.nan)) for name in SUMMARY}
 

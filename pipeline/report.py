@@ -358,7 +358,8 @@ def _widths(headers: list[str], cells: list[list[str]], width: int) -> list[int]
     """Column widths for a table `width` characters wide: where the table fits unwrapped, rich's own
     (None); else each column as wide as its longest word, and the room left given one character at a
     time to the column that lacks most of its unwrapped width."""
-    lines = [[header, *(line for cell in column for line in cell.splitlines())] for header, column in zip(headers, cells)]
+    lines = [[header, *(line for cell in column for line in cell.splitlines())]
+             for header, column in zip(headers, cells)]
     most = [max(map(len, column)) for column in lines]
     least = [max((len(word) for line in column for word in line.split()), default=1) for column in lines]
     room = width - (3 * len(headers) + 1)  # a border and two spaces of padding per column, one border more

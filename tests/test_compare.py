@@ -418,9 +418,9 @@ def _eight(tracking_uri, repeats=2, target=False):
             for precision, factor in (("fp32", 1.0), ("bf16", 0.6)):
                 seconds = base * factor * (0.8 if batch_size == "256" else 1.0)
                 metrics = {names.TIME_TO_TARGET: 3 * seconds} if target else {}
-                runs += [Run(jittered(seconds, 4, rng), device, {"batch_size": batch_size, "precision": precision,
-                                                                 names.REPEAT: str(r)}, tags=dict(tags), metrics=metrics)
-                         for r in range(1, repeats + 1)]
+                params = {"batch_size": batch_size, "precision": precision}
+                runs += [Run(jittered(seconds, 4, rng), device, {**params, names.REPEAT: str(r)}, tags=dict(tags),
+                             metrics=metrics) for r in range(1, repeats + 1)]
     return write_sweep(tracking_uri, "eight", runs, parent_tags=tags)
 
 

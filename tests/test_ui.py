@@ -3,7 +3,8 @@
 Opens what a user opens after `pipeline run`, with no clicks: Model training mode, the sweep's
 children flat under the saved view (each with the figures `pipeline compare` prints, in a colour of
 its own), the comparison charts (speed against accuracy first), the parent's description with its
-chart, and the way back to the view after a run page. Set PIPELINE_SCREENSHOT_DIR to keep the screenshots (README section 6 uses them).
+chart, and the way back to the view after a run page. Set PIPELINE_SCREENSHOT_DIR to keep the
+screenshots (README section 6 uses them).
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ def test_the_parent_run_describes_the_sweep_with_its_chart(ui, browser):
     first = page.locator("img[src*='get-artifact']").first  # speed against accuracy, then epoch time
     expect(first).to_be_visible()
     assert "accuracy_vs_time.png" in first.get_attribute("src")
-    loaded = page.locator("img[src*='get-artifact']").evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
+    loaded = page.locator("img[src*='get-artifact']").evaluate_all(
+        "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
     assert loaded == [True, True]  # the charts loaded, not broken images
     expect(page.get_by_text("test acc").first).to_be_visible()  # the results table under the chart
     _keep(page, "ui-parent.png")
