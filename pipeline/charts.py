@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from pipeline.compare import Comparison
 
+TRADEOFF_PNG = "accuracy_vs_time.png"  # first in comparison/ (names sort), first in `plan`
 EPOCH_DURATION_PNG = "epoch_duration.png"
 TEST_ACCURACY_PNG = "test_accuracy.png"
 TIME_BREAKDOWN_PNG = "time_breakdown.png"
@@ -53,12 +54,53 @@ def variants(comparison: "Comparison") -> list[str]:
     return [" ".join([str(row["device"])] + [short(k, row[k]) for k in comparison.variants]) for _, row in t.iterrows()]
 
 
+def _colours(comparison: "Comparison") -> list[str]:
+    """Each setting's colour, as the UI's view gives its runs (view.colours: one per row)."""
+    from pipeline.view import colours
+
+    return colours(comparison)
+
+
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """The indices of the best trade-offs among (time, accuracy) points, fastest first: each is more
+    accurate than every faster point (no other point is both faster and at least as accurate)."""
+    front, best = [], -math.inf
+    for i in sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1])):
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def _tradeoff(comparison: "Comparison") -> dict:
+    """Speed against accuracy, one labelled point per setting: its epoch time (time to target when the
+    sweep has a target) and its final test accuracy, the figures the table shows; the best
+    trade-offs (the Pareto front) joined by a line."""
+    from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH
+
+    t = comparison.table
+    to_target = comparison.target is not None and t["time_to_target_s"].notna().any()
+    column = "time_to_target_s" if to_target else STEADY_EPOCH
+    points = []
+    for (_, row), colour in zip(t.iterrows(), _colours(comparison)):
+        x, y = float(row[column]), float(row[FINAL_ACCURACY])
+        if not (math.isnan(x) or math.isnan(y)):
+            points.append([comparison.label(row), x, y, colour])
+    xlabel = (f"time to {comparison.target} (s), median over the runs" if to_target
+              else f"epoch time (s), {_timed(comparison)}")
+    return {"kind": "tradeoff", "points": points, "front": pareto([(x, y) for _, x, y, _ in points]),
+            "xlabel": xlabel, "ylabel": "final test accuracy",
+            "title": f"Speed against accuracy (best trade-offs joined)\n{comparison.sweep.name}"}
+
+
 def _epoch_duration(comparison: "Comparison") -> dict:
     """Steady-state epoch duration (timing.steady) for each (batch size, workers), one bar per
     device (and variant: precision, compile, ...): the median over the setting's runs, whiskers from
     its first to its third quartile (the outer ones where several settings share a bar)."""
-    t = comparison.table.assign(device=variants(comparison))
+    t = comparison.table.assign(device=variants(comparison), label=[comparison.label(r) for _, r in
+                                                                     comparison.table.iterrows()])
     groups = t.groupby(["batch_size", "num_workers", "device"], sort=False)
+    labels = groups["label"].agg(lambda names: " / ".join(names))
     means = groups["epoch_duration_s"].mean()
     low, high = groups["epoch_duration_s_q1"].min(), groups["epoch_duration_s_q3"].max()
     categories = list(dict.fromkeys((int(b), int(w)) for b, w, _ in means.index))
@@ -66,8 +108,9 @@ def _epoch_duration(comparison: "Comparison") -> dict:
     bars = []
     for (b, w, d), value in means.items():
         bars.append([categories.index((int(b), int(w))), devices.index(d), float(value),
-                     float(low[(b, w, d)]), float(high[(b, w, d)])])
-    return {"kind": "epoch_duration", "categories": categories, "devices": devices, "bars": bars,
+                     float(low[(b, w, d)]), float(high[(b, w, d)]), labels[(b, w, d)]])
+    legend = " / ".join(["device", *comparison.variants])  # what the bar colours encode
+    return {"kind": "epoch_duration", "categories": categories, "devices": devices, "bars": bars, "legend": legend,
             "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian, whiskers: interquartile range",
             "title": f"Epoch duration by batch size and workers\n{comparison.sweep.name}"}
 
@@ -92,10 +135,12 @@ def _speedup(comparison: "Comparison") -> dict:
 
 
 def _test_accuracy(comparison: "Comparison") -> dict:
-    """Test accuracy after each epoch, one line per run."""
+    """Test accuracy after each epoch, one line per run, in its setting's colour."""
+    colours = {run_id: colour for ids, colour in zip(comparison.table["run_ids"], _colours(comparison))
+               for run_id in str(ids).split(",")}
     return {"kind": "test_accuracy", "title": f"Test accuracy per epoch\n{comparison.sweep.name}",
-            "lines": [[run.name, [float(v) for v in run.histories.get("test_accuracy") or []]]
-                      for run in comparison.sweep.children]}
+            "lines": [[run.name, [float(v) for v in run.histories.get("test_accuracy") or []],
+                       colours.get(run.run_id, "black")] for run in comparison.sweep.children]}
 
 
 def _time_breakdown(comparison: "Comparison") -> dict:
@@ -113,7 +158,8 @@ def _time_breakdown(comparison: "Comparison") -> dict:
 
 def plan(comparison: "Comparison") -> dict[str, dict]:
     """Each chart's file name and data, in JSON's types."""
-    charts = {EPOCH_DURATION_PNG: _epoch_duration(comparison), TEST_ACCURACY_PNG: _test_accuracy(comparison),
+    charts = {TRADEOFF_PNG: _tradeoff(comparison), EPOCH_DURATION_PNG: _epoch_duration(comparison),
+              TEST_ACCURACY_PNG: _test_accuracy(comparison),
               TIME_BREAKDOWN_PNG: _time_breakdown(comparison)}
     speedups = _speedup(comparison)
     if speedups["bars"]:
@@ -129,17 +175,40 @@ def _draw_epoch_duration(chart: dict) -> Figure:
     width = 0.8 / len(devices)
     fig, ax = _new_axes((max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
     for i, device in enumerate(devices):
-        bars = [(j + (i - (len(devices) - 1) / 2) * width, value, low, high)
-                for j, d, value, low, high in chart["bars"] if d == i]
-        whiskers = [[max(0.0, y - lo) for _, y, lo, _ in bars], [max(0.0, hi - y) for _, y, _, hi in bars]]
+        bars = [(j + (i - (len(devices) - 1) / 2) * width, value, low, high, label)
+                for j, d, value, low, high, label in chart["bars"] if d == i]
+        whiskers = [[max(0.0, y - lo) for _, y, lo, _, _ in bars], [max(0.0, hi - y) for _, y, _, hi, _ in bars]]
         drawn = ax.bar([x for x, *_ in bars], [y for _, y, *_ in bars], width, label=device,
                        yerr=whiskers, capsize=3, error_kw={"elinewidth": 1})
-        ax.bar_label(drawn, fmt="%.2f", fontsize=8, padding=2)
+        # Above each bar, upright: its time to the ms (as every table says it) and its setting's name.
+        ax.bar_label(drawn, labels=[f"{y:.3f}  {label}" for _, y, _, hi, label in bars], rotation=90,
+                     fontsize=7, padding=3)
     ax.set_xticks(range(len(categories)), [f"bs {b}\n{w} worker{'s' if w != 1 else ''}" for b, w in categories])
     ax.set_xlabel("batch size / DataLoader workers")
     ax.set_ylabel(chart["ylabel"])
-    ax.legend(title="device")
-    ax.margins(y=0.15)
+    ax.legend(title=chart["legend"])
+    top = max((max(value, high) for _, _, value, _, high, _ in chart["bars"]), default=1.0)
+    ax.set_ylim(0, 1.7 * top)  # room for the upright labels above the bars
+    return fig
+
+
+def _draw_tradeoff(chart: dict) -> Figure:
+    points, front = chart["points"], chart["front"]
+    fig, ax = _new_axes((8, 5))
+    for i, (label, x, y, colour) in enumerate(points):
+        ax.scatter([x], [y], s=60, color=colour, zorder=3, edgecolor="black", linewidth=0.5)
+        # Settings often sit close together: labels alternate above and below, slanted, to stay apart.
+        above = i % 2 == 0
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 7 if above else -9), fontsize=7,
+                    rotation=30 if above else -30, va="bottom" if above else "top", color="black")
+    if len(front) > 1:
+        ax.plot([points[i][1] for i in front], [points[i][2] for i in front], color="grey", linewidth=1.5,
+                linestyle="--", zorder=2, label="best trade-offs: faster and more accurate")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlabel(chart["xlabel"])
+    ax.set_ylabel(chart["ylabel"])
+    ax.grid(alpha=0.3)
+    ax.margins(x=0.2, y=0.15)  # room for the labels right of the points
     return fig
 
 
@@ -150,12 +219,12 @@ _MARKERS = "osD^vP<>X"
 def _draw_test_accuracy(chart: dict) -> Figure:
     fig, ax = _new_axes((8, 4.5))
     longest, lines = 1, chart["lines"]
-    for i, (name, values) in enumerate(lines):
+    for i, (name, values, colour) in enumerate(lines):
         if values:
             # Runs that learn the same numbers (same seed, 0 or 1 workers) draw the same line: each
             # later line is thinner, with its own dashes and marker, so none hides under another.
             fade = i / max(len(lines) - 1, 1)
-            ax.plot(range(1, len(values) + 1), values, label=name, linestyle=_DASHES[i % len(_DASHES)],
+            ax.plot(range(1, len(values) + 1), values, label=name, color=colour, linestyle=_DASHES[i % len(_DASHES)],
                     marker=_MARKERS[i % len(_MARKERS)], linewidth=3.5 - 2.5 * fade, markersize=9 - 5 * fade,
                     alpha=0.85)
             longest = max(longest, len(values))
@@ -198,7 +267,7 @@ def _draw_speedup(chart: dict) -> Figure:
     return fig
 
 
-_DRAW = {"epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_accuracy,
+_DRAW = {"tradeoff": _draw_tradeoff, "epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_accuracy,
          "time_breakdown": _draw_time_breakdown, "speedup": _draw_speedup}
 
 

@@ -276,6 +276,9 @@ def data(data_dir: str | None, download: bool) -> None:
 @click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Compare this sweep (a parent run id).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
               show_default=True, help="table for a terminal; csv, markdown and json print only the data.")
+@click.option("--wide", is_flag=True,
+              help="The table with every column; by default it keeps the ones a decision rests on "
+                   "(what varies, epoch time, speedups, test accuracy, images/s). csv, markdown and json have all.")
 @click.option("--out", type=NonBlank(click.Path(file_okay=False)), metavar="DIR",
               help="Also write the charts (PNG), results.csv and results.md into DIR.")
 @click.option("--sort", type=TEXT, metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
@@ -292,10 +295,11 @@ def data(data_dir: str | None, download: bool) -> None:
                    "interval lies above no change.")
 @click.option("--across-hosts", is_flag=True, help="With --baseline: pair points recorded on other hosts too.")
 @tracking_uri_option
-def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str | None, sort: str | None,
+def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool, out: str | None, sort: str | None,
             versus: str | None, include_contended: bool, baseline: str | None, fail_if_slower: float | None,
             across_hosts: bool, tracking_uri: str | None) -> None:
-    """One row per setting of a sweep (its repeats aggregated): n runs, median and interquartile range
+    """The verdict first (the fastest setting, the most accurate, each speedup in words), then one row
+    per setting of a sweep (its repeats aggregated): n runs, median and interquartile range
     of the steady-state epoch time, final loss and accuracy, images/s, time shares, time to target,
     and each device's speedup over its cpu twin with a 95% bootstrap interval. With --baseline, the
     change in each point's epoch time against another sweep instead (a regression gate)."""
@@ -330,7 +334,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, out: str |
             click.echo(gate.render(result, fmt), nl=False)
         sys.exit(result.exit_code)
     if fmt == "table":
-        Reporter().comparison(comparison)
+        Reporter().comparison(comparison, wide)
     else:
         click.echo(render(comparison, fmt), nl=False)
     if out:

@@ -23,10 +23,10 @@ from pipeline import stats
 from pipeline.config import DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
-from pipeline.names import (COMPILE, LOAD_AVERAGE, OTHERS_CPU_SHARE, REPEAT, TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY,
-                            TAG_HARDWARE, TAG_HOST, TAG_TARGET, TAG_TARGET_STATUS, TIME_BUCKETS, TIME_TO_TARGET,
-                            WALL_TO_TARGET, WARMUP)
-from pipeline.timing import steady, timed_label
+from pipeline.names import (COMPILE, FINAL_ACCURACY, LOAD_AVERAGE, OTHERS_CPU_SHARE, REPEAT, STEADY_EPOCH,
+                            STEADY_IMAGES, TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET,
+                            TAG_TARGET_STATUS, TIME_BUCKETS, TIME_TO_TARGET, WALL_TO_TARGET, WARMUP)
+from pipeline.timing import steady, summary, timed_label
 
 if TYPE_CHECKING:
     from pipeline.records import RunRecord, SweepRecord
@@ -43,6 +43,8 @@ VERSUS = "versus_speedup"  # --versus KEY=VALUE: each row over its twin with KEY
 TARGET_SPEEDUP = "target_speedup"  # the device speedup on time to target
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 _LATER_DEFAULTS = {key: format_value(DEFAULTS[key]) for key in LATER_KEYS}  # as params are logged
+# A run's steady-state summary, as each child logs it and as every view of the sweep shows it.
+SUMMARY = (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY)
 SPEEDUPS = (*(column for _, _, column in TWIN_AXES), VERSUS, TARGET_SPEEDUP)
 INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS)
@@ -52,7 +54,7 @@ RUN_MEDIANS = (*FINAL, "images_per_s", "first_epoch_s", "warmup_s", "compile_s",
                "images_per_j", "run_duration_s", "data_share", "transfer_share", "compute_share",
                LOAD_AVERAGE, OTHERS_CPU_SHARE)
 # The data's first columns (csv, json): which setting, its runs, the results people compare.
-KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", "epoch_duration_s", "epoch_duration_s_q1",
+KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", *SUMMARY, "epoch_duration_s", "epoch_duration_s_q1",
                "epoch_duration_s_q3", "timed", "images_per_s", "test_accuracy",
                *(f"{c}{s}" for c in SPEEDUPS for s in ("", *INTERVAL_SUFFIXES)), "peak_memory_mb", "run_ids")
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
@@ -86,6 +88,15 @@ class Comparison:
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     include_contended: bool = False
     target: str | None = None  # "test_accuracy >= 0.85" when the sweep was timed against one
+    versus: tuple[str, str] | None = None  # --versus KEY=VALUE, checked: (KEY, VALUE)
+    sorted_by: str | None = None  # --sort, where one was asked for
+
+    def label(self, row: pd.Series) -> str:
+        """A setting as people name it: its device and the settings that vary ("cpu bs128 w0"),
+        as run names spell them but without a repeat's number."""
+        from pipeline.grid import short
+
+        return " ".join([str(row["device"])] + [short(k, row[k]) for k in self.varying if k in KEYS])
 
     @property
     def varying(self) -> list[str]:
@@ -124,6 +135,10 @@ def _number(text: str | None) -> float | int | str | None:
     return text
 
 
+def _rounded(value: float, digits: int) -> float:
+    return value if math.isnan(value) else float(round(value, digits))
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
@@ -142,8 +157,8 @@ def _run_row(run: "RunRecord") -> dict[str, Any]:
         row[key] = run.metrics.get(key, math.nan)
     epochs = run.histories.get("epoch_duration_s") or [run.metrics.get("epoch_duration_s", math.nan)]
     row["steady"] = steady(epochs)
-    row["images_per_s"] = _mean(steady(run.histories.get("images_per_s")
-                                       or [run.metrics.get("images_per_s", math.nan)]))
+    row.update(run_summary(run, epochs))
+    row["images_per_s"] = row[STEADY_IMAGES]
     row["timed"] = timed_label(len(epochs))
     row["first_epoch_s"] = epochs[0]
     row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
@@ -176,6 +191,15 @@ def _run_row(run: "RunRecord") -> dict[str, Any]:
     return row
 
 
+def run_summary(run: "RunRecord", epochs: list[float]) -> dict[str, float]:
+    """A run's steady-state summary (SUMMARY) as it logged it; for a run logged before children did,
+    the same figures from its history (timing.summary), so that old and new runs agree."""
+    images = run.histories.get("images_per_s") or ([run.metrics["images_per_s"]] if "images_per_s" in run.metrics
+                                                    else [])
+    computed = summary(epochs, images, run.metrics.get("test_accuracy"))
+    return {name: run.metrics.get(name, computed.get(name, math.nan)) for name in SUMMARY}
+
+
 def _setting_row(group: pd.DataFrame, target: str | None) -> dict[str, Any]:
     """One setting's row from its runs (the repeats): pooled epoch-time quartiles, medians of the rest."""
     first = group.iloc[0]
@@ -186,6 +210,14 @@ def _setting_row(group: pd.DataFrame, target: str | None) -> dict[str, Any]:
     row["timed"] = first["timed"]
     for column in RUN_MEDIANS:
         row[column] = group[column].median()  # NaN where no run has it
+    # The summary a person reads, rounded as timing.summary rounds a run's: a one-run setting shows
+    # its run's own figures, a repeated one the pooled median epoch and the medians of the rest.
+    if len(group) == 1:
+        row.update({name: first[name] for name in SUMMARY})
+    else:
+        row[STEADY_EPOCH] = _rounded(median, 3)
+        row[STEADY_IMAGES] = _rounded(group[STEADY_IMAGES].median(), 0)
+        row[FINAL_ACCURACY] = _rounded(group[FINAL_ACCURACY].median(), 4)
     row["energy_source"] = first["energy_source"]
     row["requested_device"] = first["requested_device"]
     row["host"] = ",".join(sorted(set(group["host"])))
@@ -212,7 +244,7 @@ def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Compar
     groups = runs.groupby(list(ROW_KEYS), dropna=False, sort=False)
     table = pd.DataFrame([_setting_row(group, target) for _, group in groups])
     comparison = Comparison(sweep, table, [], [], runs, options.include_contended, target)
-    versus = _versus(comparison, options.versus) if options.versus else None
+    versus = comparison.versus = _versus(comparison, options.versus) if options.versus else None
     for axis, reference, column in TWIN_AXES:
         comparison.speedups += _speedups(comparison, axis, reference, column, comparison.epochs)
     if versus is not None:
@@ -221,6 +253,7 @@ def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Compar
         comparison.speedups += _speedups(comparison, "device", "cpu", TARGET_SPEEDUP, comparison.to_target,
                                          what=f"time to {target}")
     comparison.notes = _notes(comparison)
+    comparison.sorted_by = options.sort
     first = [c for c in KEY_COLUMNS if c in table]
     table = table[first + [c for c in table.columns if c not in first]]
     comparison.table = _sorted(table, options.sort, target).reset_index(drop=True)
@@ -229,7 +262,8 @@ def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Compar
 
 def _sorted(table: pd.DataFrame, sort: str | None, target: str | None) -> pd.DataFrame:
     """`--sort`'s order (higher first for accuracies and speedups); by default, with a target, the
-    fastest to it first and the rows that never reached it last."""
+    fastest to it first and the rows that never reached it last (the terminal's table puts the
+    fastest first either way: decision_frame)."""
     if sort is None:
         if target is None:
             return table
@@ -345,6 +379,90 @@ def verdict(estimate: float, low: float, high: float, compact: bool = False) -> 
     return f"{text}\nn.s." if compact else f"{text} (n.s.)"
 
 
+def headline(comparison: Comparison) -> list[str]:
+    """The answer first, in a few plain lines: the fastest setting with its accuracy, the most
+    accurate with its time, the first to the target where there is one, and each axis's speedup
+    with its interval (device, precision, compile, --versus). The sweep's end, `pipeline compare`
+    and the parent run's description all open with these lines."""
+    t = comparison.table
+    if t.empty:
+        return []
+    timed = t[t[STEADY_EPOCH].notna()]
+    lines = []
+    if len(timed):
+        fastest = timed.loc[timed[STEADY_EPOCH].idxmin()]
+        # The most accurate; of settings equally accurate (to the 4 digits shown), the fastest.
+        best = timed[timed[FINAL_ACCURACY] == timed[FINAL_ACCURACY].max()]
+        accurate = best.loc[best[STEADY_EPOCH].idxmin()] if len(best) else None
+        if len(best) == len(t) > 1:
+            lines.append(f"Fastest: {comparison.label(fastest)} ({_figures(fastest)}); every setting "
+                         f"reached the same test acc")
+        elif accurate is not None and accurate.name == fastest.name and len(t) > 1:
+            lines.append(f"Fastest and most accurate: {comparison.label(fastest)} ({_figures(fastest)})")
+        else:
+            lines.append(f"Fastest: {comparison.label(fastest)} ({_figures(fastest)})")
+            if accurate is not None and len(t) > 1:
+                lines.append(f"Most accurate: {comparison.label(accurate)} ({_figures(accurate, accuracy_first=True)})")
+    if comparison.target is not None and "time_to_target_s" in t:
+        reached = t[t["time_to_target_s"].notna()]
+        if len(reached):
+            first = reached.loc[reached["time_to_target_s"].idxmin()]
+            lines.append(f"First to {comparison.target}: {comparison.label(first)} in "
+                         f"{first['time_to_target_s']:.2f} s ({first['target_reached']}/{first['target_runs']} runs)")
+        else:
+            lines.append(f"No setting reached {comparison.target}")
+    for axis, reference, column, what in _axes(comparison):
+        lines += _axis_lines(comparison, axis, reference, column, what)
+    return lines
+
+
+def _figures(row: pd.Series, accuracy_first: bool = False) -> str:
+    """A setting's two headline figures: "0.123 s/epoch, test acc 0.8123"."""
+    time, accuracy = f"{row[STEADY_EPOCH]:.3f} s/epoch", f"test acc {row[FINAL_ACCURACY]:.4f}"
+    return f"{accuracy}, {time}" if accuracy_first else f"{time}, {accuracy}"
+
+
+def _axes(comparison: Comparison) -> list[tuple[str, str, str, str]]:
+    """Each speedup column with its axis, the axis's reference value and what it times."""
+    axes = [(axis, reference, column, "epoch time") for axis, reference, column in TWIN_AXES]
+    if comparison.versus is not None:
+        axes.append((*comparison.versus, VERSUS, "epoch time"))
+    if comparison.target is not None:
+        axes.append(("device", "cpu", TARGET_SPEEDUP, "time to target"))
+    return axes
+
+
+def _axis_lines(comparison: Comparison, axis: str, reference: str, column: str, what: str) -> list[str]:
+    """One line per value of `axis` with a speedup over `reference`: "cuda:0 vs cpu, epoch time: 2.41x
+    faster [2.30-2.52]" where one setting has it; the slowest and fastest of several, each with its
+    interval and where it was measured."""
+    t = comparison.table
+    if column not in t:
+        return []
+    rows = t[t[column].notna() & (t[f"{column}_vs"] != "")]
+    lines = []
+    for value, group in rows.groupby(axis, sort=False):
+        group = group.sort_values(column)
+        said = [verdict(r[column], r[f"{column}_low"], r[f"{column}_high"]) for _, r in group.iterrows()]
+        head = f"{_value(axis, value)} vs {_value(axis, reference)}, {what}"
+        if len(group) == 1:
+            where = _where(comparison, group.iloc[0], axis)
+            lines.append(f"{head}: {said[0]}" + (f" ({where})" if where else ""))
+        else:
+            low, high = group.iloc[0], group.iloc[-1]
+            lines.append(f"{head}: from {said[0]} ({_where(comparison, low, axis)}) to {said[-1]} "
+                         f"({_where(comparison, high, axis)}), over {len(group)} settings")
+    return lines
+
+
+def _where(comparison: Comparison, row: pd.Series, axis: str) -> str:
+    """The settings that place a speedup, but for its own axis: "bs128 w0"."""
+    from pipeline.grid import short
+
+    devices = [str(row["device"])] if axis != "device" and comparison.table["device"].nunique() > 1 else []
+    return " ".join(devices + [short(k, row[k]) for k in comparison.varying if k != axis and k in KEYS])
+
+
 def _names(names: pd.Series, total: int, limit: int = 5) -> str:
     """Run names for a note: all of them up to `limit`, else the first few and a count."""
     names = list(names)
@@ -389,58 +507,93 @@ def render(comparison: Comparison, fmt: str) -> str:
     raise ValueError(fmt)
 
 
-def display_frame(comparison: Comparison, compact: bool = False) -> pd.DataFrame:
-    """The human view: settings, n, results, time shares and speedups, formatted (markdown: all of
-    them). `compact` (a terminal): intervals on a second line of their cell, and only what differs
-    between rows or matters most, so the columns stay narrow: settings equal in every row, train
-    loss and accuracy, test loss, the first epoch, run time and columns with nothing in them go (`caption` says the
-    equal settings; csv, json and markdown keep everything)."""
+def display_frame(comparison: Comparison, compact: bool = False, stacked: bool = False) -> pd.DataFrame:
+    """The human view. Full (markdown, `pipeline compare --wide`): settings, n, results, time shares
+    and speedups, formatted; `stacked` (a terminal) puts intervals on their cell's second line.
+    `compact` (a terminal, by default): the decision columns only (decision_frame)."""
+    if compact:
+        return decision_frame(comparison)
     t = comparison.table
     always = sorted((k for k, key in KEYS.items() if key.shown == "always"), key=lambda k: k != "device")
     settings = [k for k in always if k in t] + [k for k in comparison.varying if k in KEYS and KEYS[k].shown == "varying"]
-    if compact:
-        settings = [k for k in settings if k == "device" or k in comparison.varying]
     out = t[settings].copy()
     if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
         out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"
                             for v in t["data_on_device"]]
     out["n"] = t["n"]
     if t["contended"].any():
-        out["contended"] = [f"{c}/{n}" if c else "" for c, n in zip(t["contended"], t["n"])]
-    for key in FINAL if not compact else ("test_accuracy",):
+        out["contended"] = _contended(t)
+    for key in FINAL:
         out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
-    out[LABELS["epoch_duration_s"]] = [_spread(m, q1, q3, compact) for m, q1, q3 in
-                                       zip(t["epoch_duration_s"], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
-    if not compact or t["timed"].nunique() > 1:
-        out["timed"] = t["timed"]
+    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=stacked)
+    out["timed"] = t["timed"]
     if comparison.target is not None:
-        out[LABELS["time_to_target_s"]] = [_to_target(row, compact) for _, row in t.iterrows()]
-    if not compact:
-        out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
+        out[LABELS["time_to_target_s"]] = [_to_target(row, stacked) for _, row in t.iterrows()]
+    out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
     if t["compile_s"].notna().any():  # compiling is its own one-off cost, in neither epoch column
         out[LABELS["compile_s"]] = t["compile_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.1f}")
-    out[LABELS["images_per_s"]] = t["images_per_s"].map(lambda v: f"{v:,.0f}")
-    if not compact or t["peak_memory_mb"].notna().any():
-        out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
+    out[LABELS["images_per_s"]] = _images(t)
+    out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
     if t["energy_j"].notna().any():
         out["J/epoch"] = t["energy_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.1f}")
         out["img/J"] = t["images_per_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
-    if not compact:
-        out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
+    out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
-        if not compact or t[share].notna().any():
-            out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
-    return pd.concat([out, speedup_columns(t, always=("speedup",), compact=compact)], axis=1)
+        out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
+    return pd.concat([out, speedup_columns(t, always=("speedup",), compact=stacked)], axis=1)
+
+
+def decision_frame(comparison: Comparison) -> pd.DataFrame:
+    """What a decision rests on, narrow enough for a 120-column terminal: the device and the settings
+    that vary, n where a setting was repeated, the epoch time with its interquartile range under it,
+    time to target where timed, the speedups this sweep has (each interval on its cell's second
+    line), test accuracy and images/s. Columns with nothing in them for this sweep are left out.
+    Fastest first, unless --sort said otherwise (with a target the table already ranks by it)."""
+    t = comparison.table
+    if comparison.sorted_by is None and comparison.target is None:
+        t = t.sort_values("epoch_duration_s", kind="stable", na_position="last")
+    out = t[["device", *(k for k in comparison.varying if k in KEYS)]].copy()
+    if (t["n"] > 1).any():
+        out["n"] = t["n"]
+    if t["contended"].any():
+        out["contended"] = _contended(t)
+    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=True)
+    if t["timed"].nunique() > 1:
+        out["timed"] = t["timed"]
+    if comparison.target is not None:
+        out[LABELS["time_to_target_s"]] = [_to_target(row, True) for _, row in t.iterrows()]
+    out = pd.concat([out, speedup_columns(t, compact=True)], axis=1)
+    out[LABELS["test_accuracy"]] = t[FINAL_ACCURACY].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
+    out[LABELS["images_per_s"]] = _images(t)
+    return out
+
+
+def _contended(t: pd.DataFrame) -> list[str]:
+    return [f"{c}/{n}" if c else "" for c, n in zip(t["contended"], t["n"])]
+
+
+def _spreads(t: pd.DataFrame, compact: bool) -> list[str]:
+    return [_spread(m, q1, q3, compact) for m, q1, q3 in
+            zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
+
+
+def _images(t: pd.DataFrame) -> pd.Series:
+    return t[STEADY_IMAGES].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
 
 
 def caption(comparison: Comparison) -> str:
-    """What the compact view leaves out of its columns: the settings every row shares, the epochs timed."""
+    """What the compact view leaves out of its columns: the settings every row shares."""
     t = comparison.table
     shown = [k for k in KEYS if KEYS[k].shown == "always" and k != "device" and k in t and k not in comparison.varying]
     same = ", ".join(f"{k} {format_value(t[k].iloc[0])}" for k in shown)
-    timed = (f"; epoch s: median of {t['timed'].iloc[0]}, interquartile range under it"
-             if t["timed"].nunique() == 1 else "")
-    return f"every row: {same}{timed}" if same else timed.lstrip("; ")
+    return f"every row: {same}" if same else ""
+
+
+def timed_title(comparison: Comparison) -> str:
+    """Which epochs the epoch times are, for a table's title: "epoch s: median of epochs 2-4"."""
+    labels = comparison.table["timed"].unique()
+    timed = labels[0] if len(labels) == 1 else "the steady epochs (see timed)"
+    return f"epoch s: median of {timed}, quartiles under it"
 
 
 def _spread(median: float, q1: float, q3: float, compact: bool) -> str:

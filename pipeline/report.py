@@ -70,8 +70,11 @@ def grid_notes(spec: "GridSpec", shown: int, max_points: int) -> list[str]:
 
 
 def make_console() -> Console:
+    import os
+
     console = Console(highlight=False)
-    if not console.is_terminal:  # logs and `mlflow run`: wide enough that tables do not wrap
+    # Logs and `mlflow run`: wide enough that tables do not wrap, unless COLUMNS says how wide.
+    if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(highlight=False, width=200)
     return console
 
@@ -183,24 +186,24 @@ class Reporter:
 
     # --- after training ------------------------------------------------------------------------------
 
-    def comparison(self, comparison: "Comparison") -> None:
-        """`pipeline compare --format table`: one row per setting (intervals on a second line of their
-        cell) and one line per speedup group."""
-        from pipeline.compare import caption, display_frame
-
-        sweep = comparison.sweep
-        rows, runs = len(comparison.table), len(comparison.runs)
-        title = f"{sweep.name} ({sweep.experiment_name}): {plural(rows, 'setting')}, {plural(runs, 'finished run')}"
-        table = _frame_table(title, display_frame(comparison, compact=True))
-        table.caption = caption(comparison)
-        self.console.print(table)
+    def comparison(self, comparison: "Comparison", wide: bool = False) -> None:
+        """`pipeline compare --format table`: the verdict (compare.headline), then one row per setting,
+        its decision columns only (`wide`: every column), then one line per speedup group."""
+        self.headline(comparison)
+        self.console.print(comparison_table(comparison, wide, self.console.width))
         self.speedups(comparison)
+
+    def headline(self, comparison: "Comparison") -> None:
+        from pipeline.compare import headline
+
+        for line in headline(comparison):
+            self.console.print(line, markup=False, style="bold")
 
     def gate(self, result: "GateResult") -> None:
         """`pipeline compare --baseline`: one row per point, then the verdict."""
         from pipeline import gate
 
-        self.console.print(_frame_table(gate.title(result), gate.display_frame(result)))
+        self.console.print(_frame_table(gate.title(result), gate.display_frame(result), self.console.width))
         self.console.print(result.verdict(), markup=False)
 
     def speedups(self, comparison: "Comparison") -> None:
@@ -211,7 +214,11 @@ class Reporter:
 
     def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker",
                 comparison: "Comparison | None" = None) -> None:
-        self.console.print(results_table(axes, result))
+        """The sweep's end: the verdict first, one row per run, what failed and why, the speedup
+        lines, and the UI's link."""
+        if comparison is not None and not comparison.table.empty:
+            self.headline(comparison)
+        self.console.print(results_table(axes, result, comparison))
         counts = {}
         for o in result.outcomes:
             counts[o.status] = counts.get(o.status, 0) + 1
@@ -244,20 +251,40 @@ def target_line(spec: "GridSpec") -> str:
     return f"target: {spec.target} (time_to_target_s){stop}"
 
 
-def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> Table:
-    """One row per run: its settings, its repeat when there are several, final numbers, mean epoch
-    time and status."""
+def comparison_table(comparison: "Comparison", wide: bool = False, width: int | None = None) -> Table:
+    """One row per setting: its decision columns (compare.decision_frame) or, `wide`, every column;
+    the title says which epochs the times are, the caption the settings every row shares."""
+    from pipeline.compare import caption, display_frame, timed_title
+
+    sweep = comparison.sweep
+    rows, runs = len(comparison.table), len(comparison.runs)
+    title = (f"{sweep.name} ({sweep.experiment_name}): {plural(rows, 'setting')}, {plural(runs, 'finished run')}; "
+             f"{timed_title(comparison)}")
+    table = _frame_table(title, display_frame(comparison, compact=not wide, stacked=True), width)
+    table.caption = caption(comparison)
+    return table
+
+
+def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult",
+                  comparison: "Comparison | None" = None) -> Table:
+    """One row per run: its settings, its repeat when there are several, its steady-state summary
+    (test accuracy, epoch time to the ms, images/s: compare.run_summary's figures, the ones the UI
+    shows) and status. A run the comparison does not hold (a DONE one, say) shows what its outcome knows."""
+    from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
+    from pipeline.timing import summary
+
     keys = [k for k, _ in axes]
     if "device" not in keys:
         keys.append("device")
     repeats = any(o.point.repeat > 1 for o in result.outcomes)
+    runs = comparison.runs if comparison is not None and not comparison.runs.empty else None
     table = Table(title="Results")
     table.add_column("#", justify="right")
     for key in keys:
         table.add_column(key)
     if repeats:
         table.add_column("repeat", justify="right")
-    for name in ("train loss", "train acc", "test loss", "test acc", "epoch s", "run s"):
+    for name in ("test acc", "epoch s", "img/s"):
         table.add_column(name, justify="right")
     table.add_column("status")
     for o in result.outcomes:
@@ -267,14 +294,21 @@ def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> T
             cells[keys.index("device")] = f"{values['device']} ({o.device})"
         if repeats:
             cells.append(str(o.point.repeat))
-        f = o.final
-        numbers = (
-            [f"{f.train_loss:.4f}", f"{f.train_accuracy:.4f}", f"{f.test_loss:.4f}", f"{f.test_accuracy:.4f}",
-             f"{o.mean_epoch_s:.2f}", f"{o.run_duration_s:.2f}" if o.run_duration_s is not None else "-"]
-            if f else ["-"] * 6
-        )
+        if runs is not None and o.run_id in runs.index:
+            figures = runs.loc[o.run_id, [FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES]].tolist()
+        elif o.epochs:
+            told = summary([e.epoch_duration_s for e in o.epochs], [e.images_per_s for e in o.epochs],
+                           o.final.test_accuracy if o.final else None)
+            figures = [told.get(FINAL_ACCURACY), told.get(STEADY_EPOCH), told.get(STEADY_IMAGES)]
+        else:
+            figures = [o.final.test_accuracy if o.final else None, o.mean_epoch_s, None]
+        numbers = [_number(value, spec) for value, spec in zip(figures, (".4f", ".3f", ",.0f"))]
         table.add_row(str(o.point.index), *cells, *numbers, _status(o.status))
     return table
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)
 
 
 def class_accuracy_table(title: str, per_class: Sequence[tuple[str, int, float]]) -> Table:
@@ -304,14 +338,38 @@ def _status(status: str) -> str:
     return f"[{colour}]{status}[/]" if colour else status
 
 
-def _frame_table(title: str, frame) -> Table:
-    """A rich table of a display frame: text left, numbers right."""
+def _frame_table(title: str, frame, width: int | None = None) -> Table:
+    """A rich table of a display frame: text left, numbers right. Within `width` (a terminal's
+    columns) cells and headers wrap between words, never inside one (_widths), so that no number is
+    cut or split; a table whose words alone are wider folds rather than losing its end to an ellipsis."""
     table = Table(title=title)
-    for column in frame.columns:
-        # Headers as words ("batch size"), so they can wrap; a cell too wide for the terminal folds
-        # onto another line rather than losing its end to an ellipsis.
-        table.add_column(column.replace("_", " "), justify="left" if column in ("device", "point") else "right",
-                         overflow="fold")
-    for row in frame.itertuples(index=False):
-        table.add_row(*(str(v) for v in row))
+    headers = [column.replace("_", " ") for column in frame.columns]  # words ("batch size"), so they wrap
+    cells = [[str(v) for v in frame[column]] for column in frame.columns]
+    widths = _widths(headers, cells, width) if width else [None] * len(headers)
+    for column, header, size in zip(frame.columns, headers, widths):
+        table.add_column(header, justify="left" if column in ("device", "point") else "right",
+                         overflow="fold", width=size)
+    for row in zip(*cells):
+        table.add_row(*row)
     return table
+
+
+def _widths(headers: list[str], cells: list[list[str]], width: int) -> list[int] | list[None]:
+    """Column widths for a table `width` characters wide: where the table fits unwrapped, rich's own
+    (None); else each column as wide as its longest word, and the room left given one character at a
+    time to the column that lacks most of its unwrapped width."""
+    lines = [[header, *(line for cell in column for line in cell.splitlines())]
+             for header, column in zip(headers, cells)]
+    most = [max(map(len, column)) for column in lines]
+    least = [max((len(word) for line in column for word in line.split()), default=1) for column in lines]
+    room = width - (3 * len(headers) + 1)  # a border and two spaces of padding per column, one border more
+    if sum(most) <= room:
+        return [None] * len(headers)
+    widths, spare = list(least), room - sum(least)
+    while spare > 0:
+        lacking = [m - w for m, w in zip(most, widths)]
+        if max(lacking) <= 0:
+            break
+        widths[lacking.index(max(lacking))] += 1
+        spare -= 1
+    return widths

@@ -5,9 +5,17 @@ when its URL carries `viewStateShareKey=<id>`: an envelope {name, createdAt, upd
 state is the runs page's JSON (search facets and UI state), here zlib-deflated and base64-encoded
 behind "deflate;" as the UI itself writes it. The view lists the sweep's children flat (filtered by
 parent, sorted by epoch time: a start-time sort would fold them under the parent), shows device, the
-settings that vary, epoch time, images/s and test accuracy as columns, and puts a comparison section
-first in the charts. `mlflow.note.content` on the experiment and on the parent run is shown as their
-markdown description.
+settings that vary and each child's steady-state summary (names.STEADY_EPOCH, STEADY_IMAGES,
+FINAL_ACCURACY: the figures the terminal and `pipeline compare` show) as columns, and puts a
+comparison section first in the charts, speed against accuracy first of all. `mlflow.note.content`
+on the experiment and on the parent run is shown as their markdown description.
+
+What the UI keeps (3.17.2, read in its bundle and tried in a browser): the saved view is applied only
+when the URL has `viewStateShareKey` and none of the search parameters (searchFilter, orderByKey,
+...). Applying it writes those into the URL, so after a run page and Back the filter and sort stay
+but the view's columns and charts are not applied again. Both descriptions therefore link to the
+view: one click restores it. Run colours are the run tag `mlflow.runColor`, which the UI reads and
+writes; each setting gets its own (COLOURS), the same as in the PNG charts.
 
 The saved view has no public API: its format is what MLflow's UI bundle writes and reads, checked
 on the versions in VERIFIED_UI. On any other MLflow the view is not written and the printed link
@@ -24,7 +32,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pipeline.names import TAG_GRID_FILE, TAG_GRID_SIZE
+from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES, TAG_GRID_FILE, TAG_GRID_SIZE, TIME_TO_TARGET
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
 VERIFIED_UI = ((3, 17),)
@@ -39,9 +47,24 @@ NOTE_TAG = "mlflow.note.content"
 # Added to a runs page URL (store.RUNS_PAGE, in Model training mode): the view, as a table (the
 # columns side by side); its charts are the chart icon away.
 _VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=TABLE"
-COLUMN_METRICS = ("epoch_duration_s", "images_per_s", "test_accuracy")
+COLUMN_METRICS = (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY)
 SECTION = "pipeline-comparison"
+TRADEOFF_CHART = "comparison/accuracy_vs_time.png"  # charts.TRADEOFF_PNG
 EPOCH_CHART = "comparison/epoch_duration.png"
+RUN_COLOR_TAG = "mlflow.runColor"  # the UI's own run colour; internal, no public API (VERIFIED_UI)
+# One colour per setting, in the UI and in the PNG charts: matplotlib's tab20, strong shades first.
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+           "#dbdb8d", "#9edae5")
+
+
+def colours(comparison: "Comparison") -> list[str]:
+    """Each setting's colour, one per row of the comparison's table: by the order of their names, so
+    that a setting keeps its colour whichever way a table is sorted or a store returns its runs (the
+    PNGs of the sweep's end and the UI after a later `pipeline compare` agree). They repeat after 20."""
+    labels = [comparison.label(row) for _, row in comparison.table.iterrows()]
+    rank = {label: i for i, label in enumerate(sorted(set(labels)))}
+    return [COLOURS[rank[label] % len(COLOURS)] for label in labels]
 
 
 def view_id(parent_run_id: str) -> str:
@@ -74,6 +97,13 @@ def unverified_note(version: str | None = None) -> str:
             "whose UI it was checked on; the link lists the sweep's runs instead")
 
 
+def relative_page(experiment_id: str, parent_run_id: str) -> str:
+    """The view's link as a description carries it: relative to the UI, so it works on any host."""
+    from pipeline.store import RUNS_PAGE
+
+    return page(RUNS_PAGE.format(experiment_id=experiment_id), parent_run_id)
+
+
 def page(runs_page: str, parent_run_id: str) -> str:
     """The link that opens a sweep's view, from the experiment's runs page (store.ui_hint); on an
     unverified MLflow, the runs page filtered to the sweep's children."""
@@ -103,15 +133,20 @@ def _card(uuid: str, kind: str, **fields: Any) -> dict:
             "deleted": False, "isGenerated": False, **fields}
 
 
-def state(parent_run_id: str, settings: list[str]) -> dict:
-    """The runs page of one sweep: its children flat and fastest first, the comparison charts first.
-    `settings` are the params shown and plotted: device first, then those that vary."""
-    metric, param = "METRIC", "PARAM"
+def state(parent_run_id: str, settings: list[str], categorical: list[str] | None = None,
+          target: str | None = None) -> dict:
+    """The runs page of one sweep: its children flat and fastest first, the comparison charts first,
+    speed against accuracy (time to target against accuracy where the sweep has a target) first of
+    all. `settings` are the params shown: device first, then those that vary; `categorical` those of
+    them the parallel coordinates take (the UI draws a param whose values all read as numbers as a
+    continuous axis, which misplaces batch sizes and worker counts: those are left out). `target`:
+    the sweep's target, if any."""
+    metric = "METRIC"
     columns = [f"params.`{k}`" for k in settings] + [f"metrics.`{m}`" for m in COLUMN_METRICS]
-    x = "batch_size" if "batch_size" in settings or len(settings) < 2 else settings[1]
+    speed = TIME_TO_TARGET if target else STEADY_EPOCH
     return {
         "searchFilter": children_filter(parent_run_id),
-        "orderByKey": "metrics.`epoch_duration_s`", "orderByAsc": True,
+        "orderByKey": f"metrics.`{STEADY_EPOCH}`", "orderByAsc": True,
         "selectedColumns": columns,
         "columnOrder": columns,  # the settings first: what a run is, then how it did
         "columnWidths": {column: 130 for column in columns},
@@ -121,12 +156,12 @@ def state(parent_run_id: str, settings: list[str]) -> dict:
         "compareRunSections": [{"uuid": SECTION, "name": "Comparison", "display": True, "isReordered": True,
                                 "columns": 2, "deleted": False, "isGenerated": False}],
         "compareRunCharts": [
-            _card("epoch-time", "BAR", metricKey="epoch_duration_s"),
-            _card("test-accuracy", "BAR", metricKey="test_accuracy"),
-            _card("time-vs-setting", "SCATTER", xaxis={"key": x, "type": param},
-                  yaxis={"key": "epoch_duration_s", "type": metric}),
-            _card("settings", "PARALLEL", selectedParams=settings,
-                  selectedMetrics=["epoch_duration_s", "test_accuracy"], showAllRuns=True),
+            _card("speed-vs-accuracy", "SCATTER", xaxis={"key": speed, "type": metric},
+                  yaxis={"key": FINAL_ACCURACY, "type": metric}),
+            _card("epoch-time", "BAR", metricKey=STEADY_EPOCH),
+            _card("test-accuracy", "BAR", metricKey=FINAL_ACCURACY),
+            _card("settings", "PARALLEL", selectedParams=categorical if categorical is not None else settings[:1],
+                  selectedMetrics=[STEADY_EPOCH, FINAL_ACCURACY], showAllRuns=True),
         ],
     }
 
@@ -148,27 +183,34 @@ def read_envelope(value: str) -> dict:
 
 
 def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> str:
-    """The parent run's description: what happened, a compact results table (one row per setting,
-    its epoch time's median and interquartile range, speedups with their 95% intervals), the
-    speedup lines and notes, and the epoch-time chart."""
+    """The parent run's description: the verdict first (compare.headline), what happened, the link to
+    its children's view, the speed-vs-accuracy and epoch-time charts, a compact results table (one
+    row per setting: its steady-state epoch time with the interquartile range, speedups with their
+    95% intervals, test accuracy), the speedup lines and notes."""
     import pandas as pd
 
-    from pipeline.compare import markdown, speedup_columns
+    from pipeline.compare import headline, markdown, speedup_columns
 
     t = comparison.table
-    lines = [summary, ""]
+    lines = [f"**{line}**  " for line in headline(comparison)]
+    lines += ["", summary, ""]
     if not t.empty:
+        sweep = comparison.sweep
+        if supported():
+            lines += [f"[Open the children's view]({relative_page(sweep.experiment_id, parent_run_id)}) "
+                      "(their columns and charts; the runs page forgets them after a run page and Back).", ""]
         t = t.sort_values("epoch_duration_s", kind="stable")
         settings = ["device"] + comparison.varying
         frame = t[settings].copy()
         frame["n"] = t["n"]
         frame["epoch s [IQR]"] = [f"{m:.3f}" if f"{q1:.3f}" == f"{q3:.3f}" else f"{m:.3f} [{q1:.3f}-{q3:.3f}]"
-                                  for m, q1, q3 in zip(t["epoch_duration_s"], t["epoch_duration_s_q1"],
+                                  for m, q1, q3 in zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"],
                                                        t["epoch_duration_s_q3"])]
         frame = pd.concat([frame, speedup_columns(t)], axis=1)  # device, precision, compile twins
-        frame["test acc"] = t["test_accuracy"].map(lambda v: f"{v:.4f}")
+        frame["test acc"] = t[FINAL_ACCURACY].map(lambda v: f"{v:.4f}")
         if len(t) > 1:
-            lines += [f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]
+            lines += [f"![speed against accuracy]({artifact_url(parent_run_id, TRADEOFF_CHART)})", "",
+                      f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]
         lines += [f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state when a run "
                   "had 2+ epochs); speedups with their 95% bootstrap interval, (n.s.) where it includes no "
                   "difference.", "", markdown(frame)]
@@ -181,10 +223,13 @@ def artifact_url(run_id: str, path: str) -> str:
     return f"get-artifact?path={quote(path, safe='')}&run_uuid={quote(run_id, safe='')}"
 
 
-def experiment_note(grid_file: str, axes: list[tuple[str, tuple]]) -> str:
-    """The experiment's description: what its grid sweeps and how to run it again."""
+def experiment_note(grid_file: str, axes: list[tuple[str, tuple]], view_link: str | None = None) -> str:
+    """The experiment's description: the link to its latest sweep's view (`view_link`, where one was
+    written), what its grid sweeps and how to run it again."""
     swept = ", ".join(f"`{key}` {list(values)}" for key, values in axes) or "the default settings"
-    return (f"Fashion-MNIST CNN runs made by `pipeline` from `{grid_file}`, sweeping {swept}.\n\n"
+    back = (f"**[Open the latest sweep's comparison view]({view_link})**: its columns and charts, again "
+            "after a run page and Back.\n\n") if view_link else ""
+    return back + (f"Fashion-MNIST CNN runs made by `pipeline` from `{grid_file}`, sweeping {swept}.\n\n"
             f"One parent run per sweep, one child per grid point. Run again with `pipeline run {grid_file}` "
             "(points already FINISHED on this host and hardware are skipped; `--rerun` trains them again), "
             "and compare with `pipeline compare`.\n")
@@ -214,9 +259,44 @@ def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]]
     summary = (f"Sweep of `{grid_file}`: {len(comparison.table)} of {size} grid points FINISHED "
                f"(`pipeline compare --parent-run {sweep.run_id}` prints the full comparison).")
     settings = ["device"] + comparison.varying
+    view_link = None
     if supported():
+        categorical = [k for k in settings if not _numeric(comparison.table[k])]
         tag = VIEW_TAG_PREFIX + view_id(sweep.run_id)  # internal: MLflow's UI saved-view format, no public API (VERIFIED_UI)
-        client.set_experiment_tag(sweep.experiment_id, tag, envelope(sweep.name, state(sweep.run_id, settings)))
+        client.set_experiment_tag(sweep.experiment_id, tag, envelope(sweep.name, state(
+            sweep.run_id, settings, categorical, comparison.target)))
+        view_link = relative_page(sweep.experiment_id, sweep.run_id)
+        _mark_children(client, comparison)
     client.set_tag(sweep.run_id, NOTE_TAG, parent_note(comparison, sweep.run_id, summary))
     if axes is not None:
-        client.set_experiment_tag(sweep.experiment_id, NOTE_TAG, experiment_note(grid_file, list(axes)))
+        client.set_experiment_tag(sweep.experiment_id, NOTE_TAG, experiment_note(grid_file, list(axes), view_link))
+
+
+def _numeric(values) -> bool:
+    """Whether every value of a setting reads as a number (as the UI's parallel coordinates test it)."""
+    try:
+        [float(v) for v in values]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _mark_children(client, comparison: "Comparison") -> None:
+    """What each child needs for the view to show the comparison's figures: its setting's colour
+    (RUN_COLOR_TAG), and its steady-state summary where the run did not log one (a run made before
+    children logged it): the comparison's figures from its history (compare.run_summary), so the
+    columns, the sort and the bars are filled for old runs too."""
+    from mlflow.entities import Metric, RunTag
+
+    from pipeline.compare import SUMMARY
+
+    now = int(time.time() * 1000)
+    metrics = {run.run_id: run.metrics for run in comparison.sweep.children}
+    for (_, row), shade in zip(comparison.table.iterrows(), colours(comparison)):
+        for run_id in str(row["run_ids"]).split(","):
+            logged = metrics.get(run_id, {})
+            figures = comparison.runs.loc[run_id, list(SUMMARY)]
+            missing = [Metric(name, float(value), now, 0) for name, value in figures.items()
+                       if name not in logged and value == value]
+            colour_tag = RunTag(RUN_COLOR_TAG, shade)  # internal: the UI's run colour (VERIFIED_UI)
+            client.log_batch(run_id, metrics=missing, tags=[colour_tag])

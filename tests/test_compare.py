@@ -403,3 +403,101 @@ def test_cli_run_then_compare_on_real_runs(tmp_path, data_dir, tracking_uri):
     rows = {r["seed"]: r for r in json.loads(out.stdout)}
     assert rows[0]["versus_speedup"] == 1.0 and rows[1]["versus_speedup"] > 0 and rows[1]["n"] == 1
     assert rows[1]["versus_speedup_vs"] == rows[0]["run_ids"]
+
+
+# --- the answer at a glance: one set of numbers, the verdict, the decision table, the trade-off chart ---
+
+
+def _eight(tracking_uri, repeats=2, target=False):
+    """An 8-setting sweep (device x batch size x precision), `repeats` runs each, with intervals."""
+    rng = np.random.default_rng(8)
+    tags = {names.TAG_TARGET: "test_accuracy >= 0.75"} if target else {}
+    runs = []
+    for device, base in (("cpu", 1.0), ("cuda:0", 0.4)):
+        for batch_size in ("128", "256"):
+            for precision, factor in (("fp32", 1.0), ("bf16", 0.6)):
+                seconds = base * factor * (0.8 if batch_size == "256" else 1.0)
+                metrics = {names.TIME_TO_TARGET: 3 * seconds} if target else {}
+                params = {"batch_size": batch_size, "precision": precision}
+                runs += [Run(jittered(seconds, 4, rng), device, {**params, names.REPEAT: str(r)}, tags=dict(tags),
+                             metrics=metrics) for r in range(1, repeats + 1)]
+    return write_sweep(tracking_uri, "eight", runs, parent_tags=tags)
+
+
+def test_the_terminal_table_fits_120_columns_with_every_number_whole(tracking_uri):
+    """`pipeline compare` at COLUMNS=120 on a realistic 8-setting sweep with intervals and a target:
+    the decision columns only, fastest first, nothing cut (no ellipsis) and no number split over lines."""
+    from rich.console import Console
+
+    from pipeline.compare import decision_frame
+
+    _eight(tracking_uri, target=True)
+    comparison = build(read_sweep(client := mlflow.MlflowClient(tracking_uri), histories=HISTORIES),
+                       CompareOptions(target=client.get_run(client.search_runs(
+                           [client.get_experiment_by_name("eight").experiment_id],
+                           "tags.`pipeline.role` = 'sweep'")[0].info.run_id).data.tags[names.TAG_TARGET]))
+    console = Console(width=120, file=io.StringIO(), highlight=False)
+    Reporter(console).comparison(comparison)
+    text = console.file.getvalue()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 120, text
+    frame = decision_frame(comparison)
+    assert list(frame.columns) == ["device", "batch_size", "precision", "n", "epoch_s", "to target s", "speedup",
+                                   "precision speedup", "target speedup", "test acc", "img/s"]
+    words = set(text.replace("│", " ").split())
+    cut = [word for column in frame for cell in frame[column] for word in str(cell).split() if word not in words]
+    assert not cut, (cut, text)
+    assert "epochs 2-4" in text.split("┏")[0]  # the title says which epochs were timed
+    out = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["compare", "--tracking-uri", tracking_uri, "--wide"])
+    assert out.exit_code == 0 and "train loss" in out.output and "train" not in text
+
+
+def test_the_verdict_comes_first_in_plain_words(tracking_uri):
+    rng = np.random.default_rng(5)
+    # the cuda runs logged their summary's accuracy (0.9), the cpu runs only their history (0.78)
+    runs = _repeats("cpu", 1.0, 3, rng) + _repeats("cuda:0", 2.5, 3, rng, metrics={names.FINAL_ACCURACY: 0.9})
+    write_sweep(tracking_uri, "verdict", runs)
+    out = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "--tracking-uri", tracking_uri])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert re.fullmatch(r"Fastest: cpu \(\d\.\d{3} s/epoch, test acc 0\.7800\)", lines[0]), lines
+    assert lines[1].startswith("Most accurate: cuda:0 (test acc 0.9000, 2.") and lines[1].endswith(" s/epoch)")
+    assert re.fullmatch(r"cuda:0 vs cpu, epoch time: 2\.\d\dx slower \[\d\.\d\d-\d\.\d\d\]", lines[2]), lines[2]
+    assert "x0." not in out.output
+
+
+def test_a_setting_of_one_run_shows_its_runs_figures():
+    """A run that logged its summary shows it as logged; one made before (no summary metrics) shows
+    what timing.summary makes of its history: the same rounding either way, in every column."""
+    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.timing import summary
+
+    history = {"epoch_duration_s": [2.0, 0.12345, 0.12361, 0.5], "images_per_s": [10.0, 1000.4, 1001.6, 250.0]}
+    # As logged (the run's own figures, from its in-memory epochs), told apart from the history's.
+    logged = {"test_accuracy": 0.812345, names.STEADY_EPOCH: 0.125, names.STEADY_IMAGES: 999.0,
+              names.FINAL_ACCURACY: 0.8124}
+    new = RunRecord("new", "new", {"batch_size": "64"}, logged, {"pipeline.device": "cpu"}, histories=history)
+    old = RunRecord("old", "old", {"batch_size": "128"}, {"test_accuracy": 0.812345}, {"pipeline.device": "cpu"},
+                    histories=history)
+    table = build(SweepRecord("p", "p", "1", "x", [new, old])).table.set_index("run_ids")
+    expected = summary(history["epoch_duration_s"], history["images_per_s"], 0.812345)
+    assert expected == {names.STEADY_EPOCH: 0.124, names.STEADY_IMAGES: 1000.0, names.FINAL_ACCURACY: 0.8123}
+    assert table.loc["old", list(expected)].to_dict() == expected
+    assert table.loc["new", list(expected)].to_dict() == {k: logged[k] for k in expected}
+
+
+def test_speed_against_accuracy_comes_first_with_its_best_trade_offs(sweep_store, tmp_path):
+    result, client, _ = sweep_store
+    comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
+    planned = charts.plan(comparison)
+    assert list(planned)[0] == charts.TRADEOFF_PNG == sorted(list(planned) + ["results.csv", "results.md"])[0]
+    chart = planned[charts.TRADEOFF_PNG]
+    labels = [label for label, *_ in chart["points"]]
+    assert sorted(labels) == sorted(comparison.label(row) for _, row in comparison.table.iterrows())
+    assert len({colour for *_, colour in chart["points"]}) == len(labels)  # a colour per setting
+    lines = planned[charts.TEST_ACCURACY_PNG]["lines"]
+    assert len({colour for *_, colour in lines}) == len(lines)
+    assert planned[charts.EPOCH_DURATION_PNG]["legend"] == "device"
+    # faster and more accurate: (1, .8) and (2, .9) are the front; (3, .85) and (2.5, .9) are not
+    assert charts.pareto([(3.0, 0.85), (1.0, 0.8), (2.0, 0.9), (2.5, 0.9)]) == [1, 2]
+    (png,) = charts.draw({charts.TRADEOFF_PNG: chart}, tmp_path)
+    assert png.read_bytes().startswith(b"\x89PNG")

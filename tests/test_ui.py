@@ -1,8 +1,10 @@
 """The printed link in a real browser: Debian's chromium, driven by Playwright, against `pipeline ui`.
 
 Opens what a user opens after `pipeline run`, with no clicks: Model training mode, the sweep's
-children flat under the saved view, the comparison charts, and the parent's description with its
-chart. Set PIPELINE_SCREENSHOT_DIR to keep the screenshots (README section 6 uses them).
+children flat under the saved view (each with the figures `pipeline compare` prints, in a colour of
+its own), the comparison charts (speed against accuracy first), the parent's description with its
+chart, and the way back to the view after a run page. Set PIPELINE_SCREENSHOT_DIR to keep the
+screenshots (README section 6 uses them).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from conftest import free_port, invoke, service_output, start_service, stop_serv
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NO_BROWSER = "needs Debian's chromium: sudo apt-get install chromium (make test installs it when run as root)"
 
-GRID = "experiment: ui-walk\ngrid:\n  batch_size: [64, 128]\n  num_workers: [0, 1]\n  device: [cpu]\n  epochs: [2]\n"
+GRID = ("experiment: ui-walk\ngrid:\n  batch_size: [64, 128]\n  num_workers: [0, 1]\n  shuffle: [true, false]\n"
+        "  device: [cpu]\n  epochs: [2]\n")
+NAMES = [f"cpu bs{b} w{w} {s}" for b in (64, 128) for w in (0, 1) for s in ("shuffle", "noshuffle")]
 
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory, data_dir, _store_template):
-    """A 4-point sweep in a sqlite store, and `pipeline ui` serving it on a free port."""
+    """An 8-point sweep in a sqlite store, and `pipeline ui` serving it on a free port."""
     folder = tmp_path_factory.mktemp("ui")
     shutil.copy(_store_template, folder / "mlflow.db")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -38,13 +42,13 @@ def ui(tmp_path_factory, data_dir, _store_template):
                            cwd=folder)
     try:
         wait_for(f"http://127.0.0.1:{port}/health", server)
-        yield f"http://127.0.0.1:{port}/", link, service_output(server)
+        yield f"http://127.0.0.1:{port}/", link, service_output(server), uri
     finally:
         stop_service(server)
 
 
 def test_pipeline_ui_serves_the_store_and_prints_the_latest_sweeps_view(ui):
-    base, link, output = ui
+    base, link, output, _ = ui
     first = output.splitlines()[0]
     assert first.startswith("MLflow UI for sqlite:///") and "mlflow.db" in first
     assert f"{base}{link}" in first  # the same view `pipeline run` printed, on the UI's own port
@@ -80,14 +84,14 @@ def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
     """The issue's acceptance: no GenAI sidebar, the four children by name, the columns, a saved view."""
     from playwright.sync_api import expect
 
-    base, link, _ = ui
+    base, link, *_ = ui
     page = _page(browser, base + link)
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
-    for name in ("cpu bs64 w0", "cpu bs64 w1", "cpu bs128 w0", "cpu bs128 w1"):
+    for name in NAMES:
         expect(page.get_by_text(name, exact=True)).to_be_visible()  # flat: not folded under the parent
-    for column in ("device", "batch_size", "num_workers", "epoch_duration_s", "images_per_s", "test_accuracy"):
+    for column in ("device", "batch_size", "num_workers", "shuffle", "steady_epoch_s", "steady_images_per_s"):
         expect(page.get_by_role("columnheader", name=re.compile(column)).first).to_be_visible()
-    expect(page.get_by_text("4 matching runs")).to_be_visible()
+    expect(page.get_by_text("8 matching runs")).to_be_visible()
     assert "workflowType=machine_learning" in page.url
     for genai in ("Judges", "Playground"):  # the GenAI sidebar's entries: not this mode
         expect(page.get_by_text(genai, exact=True)).to_have_count(0)
@@ -99,13 +103,19 @@ def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
 def test_the_charts_are_one_click_away(ui, browser):
     from playwright.sync_api import expect
 
-    base, link, _ = ui
+    base, link, *_ = ui
     page = _page(browser, base + link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART"))
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Comparison", exact=True).first).to_be_visible()
     expect(page.get_by_text("Parallel Coordinates").first).to_be_visible()
-    for title in ("epoch_duration_s", "test_accuracy"):
+    for title in ("steady_epoch_s", "final_test_accuracy"):
         expect(page.get_by_text(title, exact=True).first).to_be_visible()
+    # Speed against accuracy is the first chart: left of the epoch-time bars, above the rest.
+    scatter = page.get_by_text(re.compile(r"^steady_epoch_s vs\. ")).first.bounding_box()
+    titles = [box for box in (t.bounding_box() for t in page.get_by_text("steady_epoch_s", exact=True).all()) if box]
+    parallel = page.get_by_text("Parallel Coordinates").first.bounding_box()
+    assert [box for box in titles if abs(box["y"] - scatter["y"]) < 20 and box["x"] > scatter["x"]], (scatter, titles)
+    assert scatter["y"] < parallel["y"]
     _keep(page, "ui-charts.png")
     page.close()
 
@@ -114,7 +124,7 @@ def test_the_charts_are_one_click_away(ui, browser):
 def test_the_parent_run_describes_the_sweep_with_its_chart(ui, browser):
     import mlflow
 
-    base, link, _ = ui
+    base, link, *_ = ui
     experiment_id = re.search(r"experiments/(\d+)", link).group(1)
     store = ui_store(base)
     client = mlflow.MlflowClient(store)
@@ -126,9 +136,12 @@ def test_the_parent_run_describes_the_sweep_with_its_chart(ui, browser):
     more = page.get_by_role("button", name="Expand description")
     if more.count():
         more.click()
-    image = page.locator("img[src*='get-artifact']")
-    expect(image).to_be_visible()
-    assert image.evaluate("img => img.complete && img.naturalWidth > 0")  # the chart loaded, not a broken image
+    first = page.locator("img[src*='get-artifact']").first  # speed against accuracy, then epoch time
+    expect(first).to_be_visible()
+    assert "accuracy_vs_time.png" in first.get_attribute("src")
+    loaded = page.locator("img[src*='get-artifact']").evaluate_all(
+        "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
+    assert loaded == [True, True]  # the charts loaded, not broken images
     expect(page.get_by_text("test acc").first).to_be_visible()  # the results table under the chart
     _keep(page, "ui-parent.png")
     page.close()
@@ -137,3 +150,69 @@ def test_the_parent_run_describes_the_sweep_with_its_chart(ui, browser):
 def ui_store(base: str) -> str:
     """The UI's own REST API reads the same store."""
     return base.rstrip("/")
+
+
+# Each row's run name and colour chip (pinned left) and its steady_epoch_s cell, by AG Grid's row index.
+_ROWS = """() => {
+  const rows = {};
+  for (const row of document.querySelectorAll('.ag-pinned-left-cols-container .ag-row')) {
+    const chip = [...row.querySelectorAll('*')].find(e => {
+      const box = e.getBoundingClientRect(), style = getComputedStyle(e);
+      return box.width > 0 && box.width <= 14 && style.backgroundColor !== 'rgba(0, 0, 0, 0)';
+    });
+    const link = row.querySelector('a');
+    rows[row.getAttribute('row-index')] = {name: link && link.innerText.trim(),
+                                           colour: chip && getComputedStyle(chip).backgroundColor};
+  }
+  for (const cell of document.querySelectorAll('.ag-center-cols-container .ag-row [col-id*="steady_epoch_s"]')) {
+    const index = cell.closest('.ag-row').getAttribute('row-index');
+    if (rows[index]) rows[index].epoch = cell.innerText.trim();
+  }
+  return Object.values(rows);
+}"""
+
+
+@pytest.mark.browser
+def test_the_view_shows_comparisons_figures_in_distinct_colours_and_its_link_restores_it(ui, browser):
+    """The issue's acceptance: each child's epoch figure in the view is the one `pipeline compare
+    --format json` gives its setting; every child has its own colour; after a run page and Back the
+    UI drops the view's columns (MLflow 3.17.2), and the experiment's description brings them back in
+    one click (a new tab, where the link is applied afresh)."""
+    import json
+
+    import mlflow
+    from playwright.sync_api import expect
+
+    base, link, _, uri = ui
+    parent = re.search(r"viewStateShareKey=sweep-(\w+)", link).group(1)
+    out = invoke("compare", "--parent-run", parent, "--tracking-uri", uri, "--format", "json")
+    assert out.exit_code == 0, out.output
+    expected = {row["run_name"]: row["steady_epoch_s"] for row in json.loads(out.stdout)}
+    assert sorted(expected) == sorted(NAMES)  # one run per setting: its row is its run
+    page = _page(browser, base + link)
+    expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
+    expect(page.locator('.ag-center-cols-container [col-id*="steady_epoch_s"]')).to_have_count(8)
+    rows = page.evaluate(_ROWS)
+    assert {row["name"]: float(row["epoch"]) for row in rows} == expected
+    assert None not in [row["colour"] for row in rows] and len({row["colour"] for row in rows}) == 8, rows
+
+    client = mlflow.MlflowClient(uri)
+    children = client.search_runs([re.search(r"experiments/(\d+)", link).group(1)],
+                                  f"tags.`mlflow.parentRunId` = '{parent}'")
+    if any(run.inputs.dataset_inputs for run in children):
+        expect(page.get_by_role("columnheader", name="Dataset").first).to_be_visible()
+    else:
+        print("Datasets column not checked: these runs log no dataset inputs (log_input is the run side's)")
+
+    page.get_by_text(NAMES[0], exact=True).first.click()
+    expect(page).to_have_url(re.compile(r"/runs/\w+"))
+    page.go_back()
+    expect(page.get_by_text("8 matching runs")).to_be_visible(timeout=30_000)  # filter and sort kept
+    restore = page.get_by_role("link", name="Open the latest sweep's comparison view")
+    with page.context.expect_page() as opened:
+        restore.click()
+    again = opened.value
+    expect(again.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
+    expect(again.get_by_role("columnheader", name=re.compile("steady_epoch_s")).first).to_be_visible()
+    again.close()
+    page.close()

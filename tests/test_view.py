@@ -41,13 +41,17 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     tags = client.get_experiment(experiment_id).tags
     state = view.read_envelope(tags[f"mlflow.sharedViewState.sweep-{parent_id}"])
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent_id}'"
-    assert state["orderByKey"] == "metrics.`epoch_duration_s`" and state["orderByAsc"] is True
-    assert state["selectedColumns"] == ["params.`device`", "params.`batch_size`", "metrics.`epoch_duration_s`",
-                                        "metrics.`images_per_s`", "metrics.`test_accuracy`"]
+    assert state["orderByKey"] == "metrics.`steady_epoch_s`" and state["orderByAsc"] is True
+    assert state["selectedColumns"] == ["params.`device`", "params.`batch_size`", "metrics.`steady_epoch_s`",
+                                        "metrics.`steady_images_per_s`", "metrics.`final_test_accuracy`"]
     charts = {c["uuid"]: c for c in state["compareRunCharts"]}
-    assert [c["type"] for c in charts.values()] == ["BAR", "BAR", "SCATTER", "PARALLEL"]
-    assert charts["time-vs-setting"]["xaxis"] == {"key": "batch_size", "type": "PARAM"}
-    assert charts["settings"]["selectedParams"] == ["device", "batch_size"]
+    assert [c["type"] for c in charts.values()] == ["SCATTER", "BAR", "BAR", "PARALLEL"]
+    first = state["compareRunCharts"][0]  # speed against accuracy, first
+    assert (first["xaxis"], first["yaxis"]) == ({"key": "steady_epoch_s", "type": "METRIC"},
+                                                {"key": "final_test_accuracy", "type": "METRIC"})
+    assert charts["epoch-time"]["metricKey"] == "steady_epoch_s"
+    # batch_size's values all read as numbers: the UI would draw it as a continuous axis
+    assert charts["settings"]["selectedParams"] == ["device"]
     assert {c["metricSectionId"] for c in charts.values()} == {s["uuid"] for s in state["compareRunSections"]}
     # What the filter promises is what the store answers: the sweep's two children, nothing else.
     found = client.search_runs([experiment_id], state["searchFilter"])
@@ -64,7 +68,32 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     assert parent.count("| cpu |") == 2 and "epoch 2" in parent
     image = f"get-artifact?path=comparison%2Fepoch_duration.png&run_uuid={parent_id}"
     assert f"![epoch time]({image})" in parent
+    tradeoff = f"get-artifact?path=comparison%2Faccuracy_vs_time.png&run_uuid={parent_id}"
+    assert parent.index(f"![speed against accuracy]({tradeoff})") < parent.index(image)
+    # The verdict first; then a link to the children's view, in the experiment's description too.
+    verdict = parent.split("\n\n")[0]  # "Fastest: ...", then "Most accurate: ..." unless one setting is both
+    assert re.match(r"\*\*Fastest( and most accurate)?: cpu bs\d+ \(\d\.\d{3} s/epoch, test acc \d\.\d{4}\)", verdict)
+    said = ("Most accurate: cpu bs", "Fastest and most accurate", "every setting reached the same test acc")
+    assert sum(words in verdict for words in said) == 1, verdict
+    back = f"(#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=sweep-{parent_id}"
+    assert f"[Open the children's view]{back}" in parent
+    assert note.startswith(f"**[Open the latest sweep's comparison view]{back}")
     assert "comparison/epoch_duration.png" in [a.path for a in client.list_artifacts(parent_id, "comparison")]
+
+
+def test_children_carry_the_figures_and_a_colour_of_their_own(swept):
+    """Each child's summary metrics are the comparison's figures for it (compare --format json), its
+    colour (the UI's mlflow.runColor) is its setting's own."""
+    _, client, experiment_id, parent_id = swept
+    out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri, "--format", "json")
+    rows = {r["run_ids"]: r for r in __import__("json").loads(out.stdout)}
+    children = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    for run in children:
+        row = rows[run.info.run_id]  # n=1: the row is the run
+        for name in ("steady_epoch_s", "steady_images_per_s", "final_test_accuracy"):
+            assert run.data.metrics[name] == row[name], name
+        assert run.data.metrics["steady_epoch_s"] == round(run.data.metrics["steady_epoch_s"], 3)
+    assert len({run.data.tags[view.RUN_COLOR_TAG] for run in children}) == len(children) == 2
 
 
 def test_children_lead_with_what_varies_and_link_the_model_to_the_last_epoch(swept):
