@@ -199,10 +199,10 @@ def test_the_view_shows_comparisons_figures_in_distinct_colours_and_its_link_res
     client = mlflow.MlflowClient(uri)
     children = client.search_runs([re.search(r"experiments/(\d+)", link).group(1)],
                                   f"tags.`mlflow.parentRunId` = '{parent}'")
-    if any(run.inputs.dataset_inputs for run in children):
-        expect(page.get_by_role("columnheader", name="Dataset").first).to_be_visible()
-    else:
-        print("Datasets column not checked: these runs log no dataset inputs (log_input is the run side's)")
+    assert all(len(run.inputs.dataset_inputs) == 2 for run in children)  # training and test splits
+    expect(page.get_by_role("columnheader", name="Dataset").first).to_be_visible()
+    split = children[0].inputs.dataset_inputs[0].dataset.name  # e.g. "fashion0-train"
+    expect(page.locator(".ag-center-cols-container").get_by_text(split).first).to_be_visible()
 
     page.get_by_text(NAMES[0], exact=True).first.click()
     expect(page).to_have_url(re.compile(r"/runs/\w+"))
