@@ -106,8 +106,8 @@ def smoke(tmp: Path) -> None:
 
     print("compare")
     rows = json.loads(cli("compare", "--experiment", EXPERIMENT, "--format", "json").stdout)
-    check(sorted(row["run_id"] for row in rows) == sorted(by_id),
-          f"compare listed {len(rows)} rows, not the sweep's {POINTS} runs")
+    listed = sorted(run_id for row in rows for run_id in row["run_ids"].split(","))
+    check(listed == sorted(by_id), f"compare's {len(rows)} rows hold {len(listed)} runs, not the sweep's {POINTS}")
     report = tmp / "report"
     cli("compare", "--experiment", EXPERIMENT, "--out", str(report))  # the charts: matplotlib
     charts = sorted(path.name for path in report.glob("*.png"))
