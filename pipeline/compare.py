@@ -270,9 +270,11 @@ def _sorted(table: pd.DataFrame, sort: str | None, target: str | None) -> pd.Dat
         sort = "time_to_target_s"
     sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
     if sort not in table.columns:
-        detail = (*INTERVAL_SUFFIXES, "_vs", "_q1", "_q3")  # an interval's parts sort with their figure
-        choices = [c for c in table.columns if not c.endswith(detail) and c not in ("run_ids", "energy_source")]
-        raise UserError(f"--sort {sort}: no such column; choose one of {', '.join(choices)}")
+        # The figures people sort by; the settings and every other csv/json column work as well.
+        figures = [c for c in (*SUMMARY, "epoch_duration_s", "time_to_target_s", "images_per_s", "test_accuracy",
+                               *SPEEDUPS, "peak_memory_mb", "run_duration_s") if c in table.columns]
+        raise UserError(f"--sort {sort}: no such column; choose a setting or a figure such as {', '.join(figures)} "
+                        "(`pipeline compare --format csv | head -1` lists every column)")
     return table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
 
 

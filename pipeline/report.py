@@ -72,11 +72,14 @@ def grid_notes(spec: "GridSpec", shown: int, max_points: int) -> list[str]:
 def make_console() -> Console:
     import os
 
-    console = Console(highlight=False)
-    # Logs and `mlflow run`: wide enough that tables do not wrap, unless COLUMNS says how wide.
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, width=200)
-    return console
+    import sys
+
+    # Logs, pipes and `mlflow run`: wide enough that tables do not wrap, unless COLUMNS says how wide.
+    # Whether stdout is a terminal is asked of stdout itself: FORCE_COLOR makes rich treat any output
+    # as a terminal, whose size it then cannot read (80 columns).
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        return Console(highlight=False, width=200)
+    return Console(highlight=False)
 
 
 class Reporter:
@@ -240,9 +243,10 @@ class Reporter:
 
             if not view.supported():
                 self.note(view.unverified_note())
+        # Never wrapped, whatever the width: a command or a link broken over lines cannot be pasted.
         if command:
-            self.console.print(f"Open the MLflow UI:  {command}")
-        self.console.print(f"then browse to       {url}")
+            self.console.print(f"Open the MLflow UI:  {command}", soft_wrap=True)
+        self.console.print(f"then browse to       {url}", soft_wrap=True)
 
 
 def target_line(spec: "GridSpec") -> str:

@@ -51,6 +51,7 @@ COLUMN_METRICS = (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY)
 SECTION = "pipeline-comparison"
 TRADEOFF_CHART = "comparison/accuracy_vs_time.png"  # charts.TRADEOFF_PNG
 EPOCH_CHART = "comparison/epoch_duration.png"
+DATASET_COLUMN = "attributes.`Dataset`"  # the UI's key for its Datasets column (its default view shows it)
 RUN_COLOR_TAG = "mlflow.runColor"  # the UI's own run colour; internal, no public API (VERIFIED_UI)
 # One colour per setting, in the UI and in the PNG charts: matplotlib's tab20, strong shades first.
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -142,7 +143,8 @@ def state(parent_run_id: str, settings: list[str], categorical: list[str] | None
     continuous axis, which misplaces batch sizes and worker counts: those are left out). `target`:
     the sweep's target, if any."""
     metric = "METRIC"
-    columns = [f"params.`{k}`" for k in settings] + [f"metrics.`{m}`" for m in COLUMN_METRICS]
+    # The settings, the figures, then the data each run trained on (the UI's own Dataset column).
+    columns = [f"params.`{k}`" for k in settings] + [f"metrics.`{m}`" for m in COLUMN_METRICS] + [DATASET_COLUMN]
     speed = TIME_TO_TARGET if target else STEADY_EPOCH
     return {
         "searchFilter": children_filter(parent_run_id),

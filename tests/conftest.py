@@ -37,8 +37,10 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+# The caller's MLflow and data settings, and what sets the width of the CLI's tables (tests that
+# read a table at a width set it themselves).
 ISOLATED_VARS = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME",
-                 "PIPELINE_DATA_DIR")
+                 "PIPELINE_DATA_DIR", "COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")
 
 
 @contextlib.contextmanager

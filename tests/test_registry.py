@@ -32,7 +32,7 @@ def trained(write_grid, data_dir, tracking_uri):
     out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 0, out.output
     client = mlflow.MlflowClient(tracking_uri)
-    runs = client.search_runs([client.get_experiment_by_name("reg").experiment_id], "params.lr != ''")
+    runs = client.search_runs([client.get_experiment_by_name("reg").experiment_id], "tags.`pipeline.role` = 'point'")
     return client, {r.data.params["lr"]: r for r in runs}
 
 

@@ -200,6 +200,8 @@ def test_the_view_shows_comparisons_figures_in_distinct_colours_and_its_link_res
     children = client.search_runs([re.search(r"experiments/(\d+)", link).group(1)],
                                   f"tags.`mlflow.parentRunId` = '{parent}'")
     assert all(len(run.inputs.dataset_inputs) == 2 for run in children)  # training and test splits
+    # The Dataset column is the view's last: scroll the grid to it (AG Grid renders the columns in view).
+    page.locator(".ag-center-cols-viewport").first.evaluate("e => { e.scrollLeft = e.scrollWidth; }")
     expect(page.get_by_role("columnheader", name="Dataset").first).to_be_visible()
     split = children[0].inputs.dataset_inputs[0].dataset.name  # e.g. "fashion0-train"
     expect(page.locator(".ag-center-cols-container").get_by_text(split).first).to_be_visible()

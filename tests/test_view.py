@@ -117,7 +117,9 @@ def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_
     (parent,) = client.search_runs([client.get_experiment_by_name("ui").experiment_id],
                                    "tags.`pipeline.role` = 'sweep'")
     assert parent.data.tags["pipeline.options"] == "--rerun --fail-fast --register ui-model"
-    assert parent.data.params == {}
+    # The parent's params are what the grid sweeps (so the UI shows it as a training run), never the options.
+    assert not {"rerun", "fail_fast", "register"} & set(parent.data.params)
+    assert parent.data.params["repeats"] == "1"
 
 
 def test_compare_writes_the_view_of_an_older_sweep_and_prints_its_link(swept):
