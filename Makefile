@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data browser postgres run test docs compat clean
+.PHONY: setup data browser postgres run test test-slow docs compat clean
 
 setup: $(STAMP) data
 
@@ -69,9 +69,13 @@ postgres:
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
 # Files in collection order (conftest puts the longest first), not xdist's most-tests-first.
 # The docs site is built first, with --strict: a broken link or a page missing from the nav fails.
+# The longest end-to-end tests (marker `slow`) are `make test-slow`; CI (.ci/run) runs both.
 test: setup browser postgres
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
+
+test-slow: setup browser postgres
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m slow
 
 # The docs site (docs/, mkdocs.yml) at http://127.0.0.1:8000, rebuilt as pages change.
 docs: setup

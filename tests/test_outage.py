@@ -42,6 +42,7 @@ def server(tmp_path, postgres):
     stop()
 
 
+@pytest.mark.slow
 def test_server_down_mid_point_then_relog_then_rerun(server, tmp_path, write_grid):
     uri = server["uri"]
     data = make_idx(tmp_path / "data", n_train=1500, n_test=100)

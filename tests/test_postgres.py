@@ -117,6 +117,7 @@ def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
     assert out.exit_code == 2 and "add --auth" in out.output
 
 
+@pytest.mark.slow
 def test_eight_sweeps_at_once_through_a_postgresql_restart(pg, postgres, write_grid, tmp_path):
     """Eight `pipeline run` processes started together from one folder, 4 points each, into one
     experiment they race to create; PostgreSQL is restarted under them (a fast shutdown, which drops

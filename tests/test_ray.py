@@ -42,6 +42,7 @@ def cluster(nodes):
     return nodes
 
 
+@pytest.mark.slow
 def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg, postgres, tmp_path, write_grid, data_dir):
     """Issue 14's acceptance: a two-node cluster, `pipeline server --auth` on a throwaway PostgreSQL."""
     uri = pg["uri"]

@@ -106,6 +106,7 @@ def test_run_register_option(write_grid, data_dir, tracking_uri):
     assert client.get_run(version.run_id).data.params["lr"] == "0.01"
 
 
+@pytest.mark.slow
 def test_mlflow_models_predict_and_serve(trained, tracking_uri, tmp_path):
     client, runs = trained
     invoke("register", "--run-id", runs["0.01"].info.run_id, "--name", "served", "--tracking-uri", tracking_uri)

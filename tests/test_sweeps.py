@@ -156,6 +156,7 @@ def _self_signed(folder):
     return folder / "cert.pem", folder / "key.pem"
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # asked for, with INSECURE_TLS
 def test_a_https_server_with_its_own_certificate_is_reached_with_mlflows_tls_settings(write_grid, data_dir, tmp_path,
                                                                                         monkeypatch, _store_template):

@@ -43,7 +43,7 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent_id}'"
     assert state["orderByKey"] == "metrics.`steady_epoch_s`" and state["orderByAsc"] is True
     assert state["selectedColumns"] == ["params.`device`", "params.`batch_size`", "metrics.`steady_epoch_s`",
-                                        "metrics.`steady_images_per_s`", "metrics.`final_test_accuracy`"]
+                                        "metrics.`steady_images_per_s`", "metrics.`final_test_accuracy`", "attributes.`Dataset`"]
     charts = {c["uuid"]: c for c in state["compareRunCharts"]}
     assert [c["type"] for c in charts.values()] == ["SCATTER", "BAR", "BAR", "PARALLEL"]
     first = state["compareRunCharts"][0]  # speed against accuracy, first
