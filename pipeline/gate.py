@@ -130,7 +130,7 @@ def check(current: "Comparison", baseline: "Comparison", threshold: float | None
     keys = _keys(across_hosts)
     shown = [k for k in TWIN_KEYS if pd.concat([ours[k], theirs[k]]).map(format_value).nunique() > 1]
     base_rows = {_pairing(row, keys): row for _, row in theirs.iterrows()}
-    changes, unpaired = [], 0
+    changes, unpaired, untimed = [], 0, 0
     for _, row in ours.iterrows():
         twin = base_rows.get(_pairing(row, keys))
         if twin is None:
@@ -138,11 +138,15 @@ def check(current: "Comparison", baseline: "Comparison", threshold: float | None
             continue
         mine, base = current.epochs(row), baseline.epochs(twin)
         ratio = stats.median_ratio(mine, base)
-        if math.isnan(ratio.estimate):
-            unpaired += 1
+        if math.isnan(ratio.estimate):  # paired, but one side has no epochs left to time (contended runs)
+            unpaired, untimed = unpaired + 1, untimed + 1
             continue
         changes.append(Change(_label(row, shown), stats.pooled_median(base), stats.pooled_median(mine), ratio,
                               (len(mine), len(base))))
+    if not changes and untimed:
+        raise UserError(f"--baseline {baseline.sweep.name}: {untimed} point(s) pair, but on one side or both every "
+                        "run is contended (other processes took the cores) and left out; rerun on a quiet machine, "
+                        "or --include-contended counts them")
     if not changes:
         raise UserError(_no_pairs(current, baseline, shown, across_hosts))
     return GateResult(current.sweep, baseline.sweep, changes, threshold, unpaired)

@@ -109,3 +109,15 @@ def test_bad_gate_options_are_one_line_and_exit_2(slower, args, message):
     out = _gate(uri, "--parent-run", current, *args)
     assert out.exit_code == 2 and message in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1
+
+
+def test_points_whose_runs_are_all_contended_say_so_and_count_with_include_contended(tracking_uri):
+    baseline = _sweep(tracking_uri, "base", 1.0, seed=5)
+    busy = {names.TAG_CONTENDED: "other processes took 60% of 2 cores; load average 2.1 per core"}
+    current = _sweep(tracking_uri, "now", 2.0, seed=6, tags=busy)
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10")
+    assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+    assert "every run is contended" in out.output and "--include-contended" in out.output
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
+                "--include-contended")
+    assert out.exit_code == 1 and "FAIL: 2 of 2 points" in out.output, out.output
