@@ -37,7 +37,7 @@ class SweepRun:
 
 
 def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None, experiment: str | None = None,
-        data_dir: str | None = None, repeats: int | None = None, rerun: bool = False,
+        data_dir: str | None = None, repeats: int | str | None = None, rerun: bool = False,
         overrides: Sequence[str] = (), checkpoint: bool = False, fail_fast: bool = False,
         system_metrics: bool = False, quiet: bool = True) -> SweepRun:
     """Train every point of `grid` (a grid file, or a mapping shaped like one) under one parent run,

@@ -63,7 +63,7 @@ def _grid_value(key: str):
     return callback
 
 
-def _repeats(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+def _repeats(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
     """--repeats, checked like the grid file's `repeats:` (the same message)."""
     if value is None:
         return None
@@ -156,14 +156,14 @@ def main() -> None:
               help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.")
 @click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True, metavar="N",
               help="Refuse a sweep of more runs (points x repeats) than this (a dry run shows the first ones).")
-@click.option("--repeats", type=str, default=None, metavar="N", callback=_repeats,
+@click.option("--repeats", type=str, default=None, metavar="N|auto", callback=_repeats,
               help="Train each point N times, interleaved (overrides the grid's `repeats`; raising it trains "
-                   "only the missing repeats).")
+                   "only the missing repeats); auto: rounds until every speedup is clear, up to max_repeats.")
 @set_option
 def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
         require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
         rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None,
-        max_points: int, repeats: int | None, overrides: tuple[str, ...]) -> None:
+        max_points: int, repeats: int | str | None, overrides: tuple[str, ...]) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason, and points that already

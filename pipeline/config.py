@@ -6,7 +6,13 @@ A grid file has these top-level keys, all optional (see DESIGN.md):
     data: {root: null, train_size: null, test_size: null}
     grid: {lr: [0.01], batch_size: [1000, 10000], device: [cuda, cpu], ...}
     checkpoint: false              # save state each epoch; an interrupted point resumes from it
-    repeats: 1                     # train each point N times, interleaved (pipeline run --repeats N)
+    repeats: 1                     # train each point N times, interleaved (pipeline run --repeats N);
+                                   # `auto`: rounds until each speedup is clear (max_repeats, half_width)
+    max_repeats: 8                 # with repeats: auto, the most rounds it trains
+    half_width: 0.05               # with repeats: auto, optional: stop once every speedup's 95% interval
+                                   # is within this share of its estimate (0.05: within 5%)
+    quality_margin: 0.005          # a faster setting wins only if its test accuracy is at most this much
+                                   # below the other's (absolute)
     target: {test_accuracy: 0.85}  # time each run to this quality (target.py); optional
     stop_at_target: false          # end a run at the epoch that reaches the target (epochs: the cap)
 
@@ -51,10 +57,24 @@ class GridSpec:
     axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     checkpoint: bool = False  # save model and optimizer state each epoch, resume from it
     repeats: int = 1  # each point trained this many times, every point's first repeat before any second
+    # `repeats: auto`: `repeats` (MIN_RUNS) rounds first, then one more at a time until every speedup
+    # is significant or within `half_width`, or `max_repeats` rounds ran. None: `repeats` is fixed.
+    max_repeats: int | None = None
+    half_width: float | None = None
+    quality_margin: float = 0.005  # the accuracy a faster setting may lose and still win (absolute)
     target: Target | None = None  # the quality each run is timed to (time_to_target_s)
     stop_at_target: bool = False  # a run ends at the epoch that reaches the target; epochs is its cap
     overrides: tuple[str, ...] = ()  # `--set KEY=VALUE` items applied over the file, in order
     from_file: bool = True  # False for a mapping (pipeline.api): `path` is then a name, not a file
+
+    @property
+    def auto_repeats(self) -> bool:
+        return self.max_repeats is not None
+
+    @property
+    def most_repeats(self) -> int:
+        """The most rounds the sweep may train: `max_repeats` with `repeats: auto`, else `repeats`."""
+        return self.max_repeats if self.max_repeats is not None else self.repeats
 
     @property
     def stop_at(self) -> Target | None:
@@ -230,9 +250,29 @@ _DATA_KEYS: dict[str, Callable[[Any], Any]] = {
     "train_size": _int_between(1, 2**31 - 1),
     "test_size": _int_between(1, 2**31 - 1),
 }
-_TOP_KEYS = ("experiment", "data", "grid", "checkpoint", "repeats", "target", "stop_at_target")
+_TOP_KEYS = ("experiment", "data", "grid", "checkpoint", "repeats", "max_repeats", "half_width", "target",
+             "stop_at_target", "quality_margin")
 MAX_REPEATS = 10_000  # far past any useful count; --max-points bounds the runs a sweep trains anyway
 _repeats = _int_between(1, MAX_REPEATS)
+AUTO = "auto"
+# The fewest runs a side that the comparison judges (stats.py: Welch's t on the logs of per-run values
+# needs two per side for a spread); `repeats: auto` starts with this many rounds.
+MIN_RUNS = 2
+DEFAULT_MAX_REPEATS = 8  # `repeats: auto`'s cap when the grid names none
+DEFAULT_QUALITY_MARGIN = 0.005
+_max_repeats_range = _int_between(MIN_RUNS, MAX_REPEATS)
+
+
+def _max_repeats(value: Any) -> int:
+    try:
+        return _max_repeats_range(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (the comparison judges from {MIN_RUNS} runs a side)") from None
+
+
+_fraction = _float_check("a number above 0 and below 1, e.g. 0.05", lambda number: 0 < number < 1)
+_margin = _float_check("a number >= 0 and below 1, e.g. 0.005 (half a point of accuracy)",
+                       lambda number: 0 <= number < 1)
 
 
 def _nonempty_string(value: Any, allowed: str) -> str:
@@ -241,12 +281,32 @@ def _nonempty_string(value: Any, allowed: str) -> str:
     return str(value).strip()
 
 
-def check_repeats(value: Any, where: str = "") -> int:
-    """A grid file's `repeats:` (or --repeats): an integer >= 1; UserError naming `where` otherwise."""
+def check_repeats(value: Any, where: str = "") -> int | str:
+    """A grid file's `repeats:` (or --repeats): an integer >= 1, or "auto"; UserError naming `where`
+    otherwise."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
     try:
         return _repeats(value)
     except ValueError as exc:
-        raise UserError(f"{where}repeats: got {value!r}; expected {exc}") from None
+        raise UserError(f"{where}repeats: got {value!r}; expected {exc}, or auto (rounds until the "
+                        "speedups are clear)") from None
+
+
+def with_repeats(spec: GridSpec, repeats: int | str) -> GridSpec:
+    """`spec` with `--repeats` applied: a count replaces the grid's (and its `auto`); `auto` keeps the
+    grid's cap and half-width when it has them."""
+    if repeats == AUTO:
+        return dataclasses.replace(spec, repeats=MIN_RUNS, max_repeats=spec.max_repeats or DEFAULT_MAX_REPEATS)
+    return dataclasses.replace(spec, repeats=int(repeats), max_repeats=None, half_width=None)
+
+
+def _checked(key: str, check: Callable[[Any], Any], value: Any, where: str) -> Any:
+    """`check(value)`, or UserError naming `where` and `key` with what is allowed."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise UserError(f"{where}{key}: got {value!r}; expected {exc}") from None
 
 
 def check_value(key: str, value: Any, where: str = "") -> Any:
@@ -443,7 +503,8 @@ def _spec(raw: dict, path: Path, where: str) -> GridSpec:
                             f"or put the {key} points in a grid of their own")
 
     checkpoint = _boolean_setting("checkpoint", raw.get("checkpoint", False), where)
-    repeats = check_repeats(raw.get("repeats", 1), where)
+    repeats, max_repeats, half_width = _repeat_settings(raw, where)
+    quality_margin = _checked("quality_margin", _margin, raw.get("quality_margin", DEFAULT_QUALITY_MARGIN), where)
     target = None if raw.get("target") is None else _target(raw["target"], where)
     stop_at_target = _boolean_setting("stop_at_target", raw.get("stop_at_target", False), where)
     if stop_at_target and target is None:
@@ -453,7 +514,27 @@ def _spec(raw: dict, path: Path, where: str) -> GridSpec:
         # Relative to the grid file, so the grid means the same from any working directory.
         data_values["root"] = str(path.parent / data_values["root"])
     return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes),
-                    checkpoint=checkpoint, repeats=repeats, target=target, stop_at_target=stop_at_target)
+                    checkpoint=checkpoint, repeats=repeats, max_repeats=max_repeats, half_width=half_width,
+                    target=target, stop_at_target=stop_at_target, quality_margin=quality_margin)
+
+
+def _repeat_settings(raw: dict, where: str) -> tuple[int, int | None, float | None]:
+    """`repeats`, `max_repeats` and `half_width` checked together: (rounds up front, the cap with
+    `repeats: auto` else None, the half-width target or None). The cap and the half-width belong to
+    `repeats: auto`; with a fixed count they are errors, not silently ignored."""
+    repeats = check_repeats(raw.get("repeats", 1), where)
+    if repeats != AUTO:
+        for key in ("max_repeats", "half_width"):
+            if raw.get(key) is not None:
+                raise UserError(f"{where}{key}: only with repeats: auto (repeats is {repeats}); set repeats: auto, "
+                                f"or drop {key}")
+        return int(repeats), None, None
+    max_repeats = raw.get("max_repeats")
+    max_repeats = DEFAULT_MAX_REPEATS if max_repeats is None else _checked("max_repeats", _max_repeats,
+                                                                         max_repeats, where)
+    half_width = raw.get("half_width")
+    half_width = None if half_width is None else _checked("half_width", _fraction, half_width, where)
+    return MIN_RUNS, max_repeats, half_width
 
 
 # --- one checker per setting: the file and `--set` give the same message, after their `where` ----
@@ -501,7 +582,7 @@ def _target(value: Any, where: str) -> Target:
 # --- overrides: `pipeline run GRID.yaml --set KEY=VALUE` -------------------------------------------
 
 # The top-level settings --set takes beside every grid key, data.KEY and target.METRIC.
-SETTABLE = ("experiment", "checkpoint", "repeats", "stop_at_target")
+SETTABLE = ("experiment", "checkpoint", "repeats", "max_repeats", "half_width", "stop_at_target", "quality_margin")
 _SET_EXAMPLES = "e.g. --set epochs=2, --set batch_size=100,1000 or --set repeats=3"
 
 
@@ -533,6 +614,12 @@ def _override(raw: dict, item: str) -> None:
         raw[key] = _boolean_setting(key, value, where)
     elif key == "repeats":
         raw[key] = check_repeats(value, where)
+    elif key == "max_repeats":
+        raw[key] = _checked(key, _max_repeats, value, where)
+    elif key == "half_width":
+        raw[key] = _checked(key, _fraction, value, where)
+    elif key == "quality_margin":
+        raw[key] = _checked(key, _margin, value, where)
     elif key.startswith("data.") and key[len("data."):] in _DATA_KEYS:
         data = raw.get("data")
         data_key = key[len("data."):]
@@ -564,7 +651,12 @@ def effective_yaml(spec: GridSpec) -> str:
     if data:
         document["data"] = data
     document["grid"] = {key: list(values) for key, values in spec.axes}
-    document.update(checkpoint=spec.checkpoint, repeats=spec.repeats)
+    document.update(checkpoint=spec.checkpoint, repeats=AUTO if spec.auto_repeats else spec.repeats)
+    if spec.auto_repeats:
+        document["max_repeats"] = spec.max_repeats
+        if spec.half_width is not None:
+            document["half_width"] = spec.half_width
+    document["quality_margin"] = spec.quality_margin
     if spec.target is not None:
         document["target"] = {spec.target.metric: spec.target.threshold}
         document["stop_at_target"] = spec.stop_at_target

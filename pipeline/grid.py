@@ -41,8 +41,9 @@ def grid_size(spec: GridSpec) -> int:
 
 
 def run_count(spec: GridSpec) -> int:
-    """Number of runs a sweep of `spec` trains: points x repeats, without expanding."""
-    return grid_size(spec) * spec.repeats
+    """Number of runs a sweep of `spec` trains (at most, with `repeats: auto`): points x repeats,
+    without expanding."""
+    return grid_size(spec) * spec.most_repeats
 
 
 def check_size(spec: GridSpec, max_points: int = MAX_POINTS) -> int:
@@ -50,7 +51,7 @@ def check_size(spec: GridSpec, max_points: int = MAX_POINTS) -> int:
     `max_points` (which counts runs: each repeat is a training run)."""
     size = run_count(spec)
     if size > max_points:
-        what = f"{size} runs ({grid_size(spec)} grid points x {spec.repeats} repeats)" if spec.repeats > 1 \
+        what = f"{size} runs ({grid_size(spec)} grid points x {spec.most_repeats} repeats)" if spec.most_repeats > 1 \
             else f"{size} grid points"
         raise UserError(f"{spec.path}: {what} is more than --max-points {max_points}; pass "
                         f"--max-points {size} to train them all, or make the grid smaller "

@@ -35,6 +35,8 @@ def plural(count: int, noun: str) -> str:
 def sweep_size(spec: "GridSpec") -> str:
     """How much a sweep of `spec` trains: "6 grid points", or "6 grid points x 3 repeats = 18 runs"."""
     points = plural(grid_size(spec), "grid point")
+    if spec.auto_repeats:
+        return f"{points} x {spec.repeats} to {spec.max_repeats} repeats (auto) = up to {run_count(spec)} runs"
     return f"{points} x {spec.repeats} repeats = {run_count(spec)} runs" if spec.repeats > 1 else points
 
 

@@ -26,7 +26,7 @@ from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
 from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, run_count
-from pipeline.config import effective_yaml
+from pipeline.config import AUTO, effective_yaml, with_repeats
 from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FINAL_ACCURACY, BEST_STEADY_EPOCH,
                             CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, STEADY_EPOCH, STEADY_IMAGES, TAG_DEVICE,
                             TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS, TAG_OVERRIDES, TAG_ROLE, TAG_TARGET)
@@ -57,7 +57,7 @@ class Options:
     ray_address: str | None = None  # with ray: None starts Ray here; "auto" or "ray://..." joins a cluster
     register: str | None = None  # the CLI registers the best run under this name afterwards
     max_points: int = MAX_POINTS  # a bigger sweep (points x repeats) is refused (a dry run shows its first runs)
-    repeats: int | None = None  # --repeats: overrides the grid file's `repeats`
+    repeats: int | str | None = None  # --repeats N or auto: overrides the grid file's `repeats`
 
     def flags(self) -> str:
         """The sweep-wide options that were set, as flags (the parent run's tag, not params:
@@ -112,7 +112,7 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
              executor: Executor | None = None) -> SweepResult:
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.repeats is not None:
-        spec = replace(spec, repeats=options.repeats)
+        spec = with_repeats(spec, options.repeats)
     if options.ray_address and options.executor != "ray":
         raise UserError(f"--ray-address {options.ray_address} needs --executor ray; add it, or drop --ray-address")
     if not options.dry_run:
@@ -297,7 +297,12 @@ def sweep_params(spec: GridSpec) -> dict[str, str]:
 
     params = {key: ",".join(param_str(v) for v in values) for key, values in spec.axes}
     params = {key: _fit_param(value) for key, value in params.items()}
-    params["repeats"] = str(spec.repeats)
+    params["repeats"] = AUTO if spec.auto_repeats else str(spec.repeats)
+    if spec.auto_repeats:
+        params["max_repeats"] = str(spec.max_repeats)
+        if spec.half_width is not None:
+            params["half_width"] = f"{spec.half_width:g}"
+    params["quality_margin"] = f"{spec.quality_margin:g}"
     if spec.target is not None:
         params["target"] = str(spec.target)
     return params
