@@ -303,6 +303,30 @@ def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
     return key, value
 
 
+def axis_ratios(comparison: Comparison, axis: str, reference_value: str,
+                samples: Callable[[pd.Series], stats.Runs] | None = None) -> list[tuple[str, stats.Ratio]]:
+    """Each row's speedup over its twin that differs only in `axis` and has `reference_value` there
+    (a speedup > 1: the row is faster), as (the row's label, its Ratio with the interval); rows with no
+    such twin are left out. `samples`: what is timed (default: the epoch times of the timed runs).
+    `repeats: auto` stops once every ratio of the grid's axes is clear."""
+    samples = samples or comparison.epochs
+    table = comparison.table
+    ignored = {axis, "hardware"} if axis == "device" else {axis}
+    keys = [k for k in ROW_KEYS if k in table and k not in ignored]
+    found = []
+    for _, group in table.groupby(keys, dropna=False, sort=False):
+        matches = _same(group[axis], reference_value)
+        base, others = group[matches], group[~matches]
+        if base.empty or others.empty:
+            continue
+        reference_samples = samples(base.iloc[0])
+        for _, row in others.iterrows():
+            ratio = stats.median_ratio(reference_samples, samples(row))
+            if not math.isnan(ratio.estimate):
+                found.append((comparison.label(row), ratio))
+    return found
+
+
 def _speedups(comparison: Comparison, axis: str, reference_value: str, column: str,
               samples: Callable[[pd.Series], stats.Runs], what: str = "epoch time") -> list[str]:
     """Each row's speedup over its twin row that differs only in `axis`, where that twin has
