@@ -68,12 +68,13 @@ def compare(experiment: str | None = None, parent_run: str | None = None,
 
 
 def _table(uri: str, experiment: str | None = None, parent_run: str | None = None) -> "pandas.DataFrame":
-    from pipeline.compare import HISTORIES, build
+    from pipeline.compare import HISTORIES, CompareOptions, build, sweep_options
     from pipeline.records import read_sweep
     from pipeline.store import open_client
 
     client = open_client(uri, must_exist=True)
-    return build(read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)).table
+    sweep = read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)
+    return build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions())).table
 
 
 def _empty() -> "pandas.DataFrame":

@@ -118,7 +118,7 @@ def _epoch_duration(comparison: "Comparison") -> dict:
 def _speedup(comparison: "Comparison") -> dict:
     """Every speedup a row has over its reference twin, one bar each, whiskers at its 95% interval;
     the label says it in words, with (n.s.) where the interval includes no difference."""
-    from pipeline.compare import SPEEDUPS, verdict
+    from pipeline.compare import SPEEDUPS, cell
 
     t = comparison.table
     bars = []
@@ -129,9 +129,9 @@ def _speedup(comparison: "Comparison") -> dict:
             low, high = row[f"{column}_low"], row[f"{column}_high"]
             bars.append([f"{row['run_name']} ({column.replace('_', ' ')})", float(row[column]),
                          None if math.isnan(low) else float(low), None if math.isnan(high) else float(high),
-                         verdict(row[column], low, high)])
+                         cell(comparison, row, column)])
     return {"kind": "speedup", "bars": bars, "xlabel": "speedup over the reference twin (1 = no difference)",
-            "title": f"Speedups with 95% bootstrap intervals\n{comparison.sweep.name}"}
+            "title": f"Speedups with 95% intervals (Welch, over runs)\n{comparison.sweep.name}"}
 
 
 def _test_accuracy(comparison: "Comparison") -> dict:

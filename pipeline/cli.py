@@ -186,7 +186,8 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
         from pipeline import registry
 
         try:
-            _print_registration(registry.register_best(result.tracking_uri, result.recorded_run_ids, register_name))
+            _print_registration(registry.register_best(result.tracking_uri, result.parent_run_id,
+                                                       result.experiment_id, register_name))
         except UserError as exc:  # the sweep is done and recorded; only the registration failed
             click.echo(f"--register {register_name}: {exc}", err=True)
             sys.exit(max(result.exit_code, 1))
@@ -292,23 +293,29 @@ def data(data_dir: str | None, download: bool) -> None:
                    "for its latest sweep): same settings, device, hardware and host.")
 @click.option("--fail-if-slower", type=float, metavar="PCT",
               help="With --baseline: exit 1 when a point is slower by more than PCT percent and its 95% "
-                   "interval lies above no change.")
+                   "interval lies above no change; exit 3 when a point cannot be judged (and none is slower).")
+@click.option("--allow-inconclusive", is_flag=True,
+              help="With --baseline and --fail-if-slower: exit 0, not 3, when some point cannot be judged "
+                   "(too few runs, only on one side, every run contended, other hardware) and none is slower.")
 @click.option("--across-hosts", is_flag=True, help="With --baseline: pair points recorded on other hosts too.")
+@click.option("--quality-margin", type=float, metavar="ACC",
+              help="The test accuracy a faster setting may lose and still win (absolute, e.g. 0.005). "
+                   "Default: the sweep's own (its grid's quality_margin, else 0.005).")
 @tracking_uri_option
 def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool, out: str | None, sort: str | None,
             versus: str | None, include_contended: bool, baseline: str | None, fail_if_slower: float | None,
-            across_hosts: bool, tracking_uri: str | None) -> None:
-    """The verdict first (the fastest setting, the most accurate, each speedup in words), then one row
-    per setting of a sweep (its repeats aggregated): n runs, median and interquartile range
-    of the steady-state epoch time, final loss and accuracy, images/s, time shares, time to target,
-    and each device's speedup over its cpu twin with a 95% bootstrap interval. With --baseline, the
-    change in each point's epoch time against another sweep instead (a regression gate)."""
+            allow_inconclusive: bool, across_hosts: bool, quality_margin: float | None,
+            tracking_uri: str | None) -> None:
+    """The verdict first (the best setting and its run, the fastest, the most accurate, each speedup in
+    words), then one row per setting of a sweep (its repeats aggregated): n runs, the median and
+    quartiles of their steady-state epoch times, final loss and accuracy, images/s, time shares, time
+    to target, and each device's speedup over its cpu twin with a 95% interval over the runs. With
+    --baseline, each point's change in epoch time against another sweep instead (a regression gate)."""
     from dataclasses import replace
 
     from pipeline import gate
-    from pipeline.compare import HISTORIES, CompareOptions, build, render
+    from pipeline.compare import HISTORIES, CompareOptions, build, render, sweep_options
     from pipeline.comparison_folder import write_report
-    from pipeline.names import TAG_TARGET
     from pipeline.records import read_sweep
     from pipeline.report import Reporter
     from pipeline.store import open_client, resolve_tracking_uri
@@ -317,17 +324,24 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
         raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
     if fail_if_slower is not None and (fail_if_slower < 0 or fail_if_slower != fail_if_slower):
         raise UserError(f"--fail-if-slower {fail_if_slower:g}: give a percentage >= 0, e.g. --fail-if-slower 10")
+    if allow_inconclusive and (baseline is None or fail_if_slower is None):
+        raise UserError("--allow-inconclusive needs --baseline SWEEP and --fail-if-slower PCT: it turns the gate's "
+                        "exit 3 (some point could not be judged) into 0")
+    if quality_margin is not None and not 0 <= quality_margin < 1:
+        raise UserError(f"--quality-margin {quality_margin:g}: give a number >= 0 and below 1, e.g. 0.005 "
+                        "(half a point of test accuracy)")
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES)
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
-    options = CompareOptions(sort, versus, include_contended, client.get_run(sweep.run_id).data.tags.get(TAG_TARGET))
+    options = sweep_options(client.get_run(sweep.run_id), CompareOptions(sort, versus, include_contended),
+                            quality_margin)
     comparison = build(sweep, options)
     if baseline is not None:
-        base_sweep = gate.baseline_sweep(client, baseline, HISTORIES)
-        base_target = client.get_run(base_sweep.run_id).data.tags.get(TAG_TARGET)
-        base = build(base_sweep, replace(options, sort=None, versus=None, target=base_target))
-        result = gate.check(comparison, base, fail_if_slower, across_hosts)
+        base_sweep = gate.baseline_sweep(client, baseline, HISTORIES, sweep)
+        base = build(base_sweep, sweep_options(client.get_run(base_sweep.run_id),
+                                               replace(options, sort=None, versus=None), quality_margin))
+        result = gate.check(comparison, base, fail_if_slower, across_hosts, allow_inconclusive)
         if fmt == "table":
             Reporter().gate(result)
         else:
@@ -382,36 +396,53 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
 @main.command()
 @click.option("--run-id", type=OPTIONAL_TEXT, metavar="ID", help="Register this run's model.")
 @click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
-              help="Register the best FINISHED run of this experiment (by --metric).")
-@click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID",
-              help="With --experiment or alone: only consider this sweep's runs.")
+              help="Register the best run of this experiment's latest sweep (see --by).")
+@click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Register the best run of this sweep (see --by).")
 @click.option("--name", required=True, type=TEXT, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
-@click.option("--metric", type=TEXT, default="test_accuracy", show_default=True, help="Metric that picks the best run.")
-@click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True)
+@click.option("--by", "rule", type=NonBlank(click.Choice(["best", "speed", "accuracy"]), unset_when_blank=True),
+              default=None,
+              help="Which run: best (the default: the fastest setting within the quality margin of the most "
+                   "accurate, as the sweep's verdict names it), speed (the fastest setting) or accuracy (the most "
+                   "accurate); each setting stands by its most accurate run.")
+@click.option("--metric", type=OPTIONAL_TEXT, metavar="NAME",
+              help="Instead of --by: the FINISHED run with the highest (--mode max) or lowest value of this metric, "
+                   "over every sweep of --experiment, or the runs of --parent-run.")
+@click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True, help="With --metric.")
 @click.option("--alias", type=TEXT, default="champion", show_default=True, help="Alias to point at the version.")
 @click.option("--force", type=bool, is_flag=False, flag_value=True, default=False,
               help="Make a new version even if this run is already registered.")
 @tracking_uri_option
-def register(run_id: str | None, experiment: str | None, parent_run: str | None, name: str, metric: str,
-             mode: str, alias: str, force: bool, tracking_uri: str | None) -> None:
-    """Register a run's model (or the best run's) as a new version of MODEL_NAME and alias it."""
+def register(run_id: str | None, experiment: str | None, parent_run: str | None, name: str, rule: str | None,
+             metric: str | None, mode: str, alias: str, force: bool, tracking_uri: str | None) -> None:
+    """Register a run's model (by default the run the sweep's verdict names best) as a new version of
+    MODEL_NAME and alias it."""
     from pipeline import registry
     from pipeline.store import open_client, resolve_tracking_uri
 
     if not (run_id or experiment or parent_run):
         raise UserError("say which run to register: --run-id ID, or --experiment NAME [--parent-run ID]")
+    if rule and metric:
+        raise UserError(f"--by {rule} and --metric {metric}: give one; --by picks a setting by the sweep's rule, "
+                        "--metric one run by one metric")
+    if run_id and (rule or metric):
+        raise UserError(f"--run-id names the run; drop {'--by' if rule else '--metric'}")
     registry.check_alias(alias)
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     if run_id:
         run = registry.finished_run(client, run_id)
-    else:
+        reason = registry.Reason("--run-id", {})
+    elif metric:
         run = registry.best_run(client, experiment=experiment, parent_run_id=parent_run, metric=metric, mode=mode)
-    _print_registration(registry.register(client, run, name=name, metric=metric, alias=alias, force=force))
+        reason = registry.metric_reason(run, metric)
+    else:
+        run, reason = registry.picked_run(client, experiment=experiment, parent_run_id=parent_run,
+                                          rule=rule or "best")
+    _print_registration(registry.register(client, run, name=name, reason=reason, alias=alias, force=force))
 
 
 def _print_registration(reg) -> None:
     if reg.created:
-        click.echo(f"registered {reg.name} version {reg.version} from run {reg.run_id} ({reg.metric} {reg.value:.4f})")
+        click.echo(f"registered {reg.name} version {reg.version} from run {reg.run_id}, by {reg.reason.words}")
     else:
         click.echo(f"run {reg.run_id} is already {reg.name} version {reg.version}; "
                    "not registering it again (--force makes a new version)")

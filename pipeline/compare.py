@@ -1,13 +1,15 @@
-"""Compare a sweep's settings: one row per setting (its repeats aggregated), device speedups with
-95% intervals, time to a target, and where the time went.
+"""Compare a sweep's settings: one row per setting (its repeats aggregated), speedups with 95%
+intervals, time to a target, where the time went, and the one best setting.
 
 Works on plain RunRecords (records.read_sweep), so it needs no MLflow calls of its own. Runs that
-differ only in `repeat` (names.REPEAT) are one row. Speed figures use the steady-state epochs
-(timing.steady) pooled over a row's runs: the median and interquartile range of the epoch time;
-other figures are medians over the runs. Every speedup carries a hierarchical bootstrap interval
-(stats.median_ratio) and whether it excludes "no difference". Runs recorded while other processes
-took the cores (names.TAG_CONTENDED) are counted in their row but left out of the speedups unless
-asked for.
+differ only in `repeat` (names.REPEAT) are one row. The run is the unit: each run gives one value
+per figure (its median steady-state epoch, its time to target, its final accuracy), a row's figure
+is the median over its runs, and every speedup is the ratio of the two rows' geometric means with
+Welch's 95% interval on the logs (stats.ratio): none below two runs a side ("n too small"). A
+speedup is a win only if the faster row is no less accurate than its reference by more than the
+quality margin. Runs recorded while other processes took the cores (names.TAG_CONTENDED) are
+counted in their row but left out of every speed figure, ranking, speedup and the best setting
+unless asked for (accuracy does not depend on the machine's load, so it counts every run).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from pipeline import stats
-from pipeline.config import DEFAULTS, KEYS, LATER_KEYS
+from pipeline.config import DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
 from pipeline.names import (COMPILE, FINAL_ACCURACY, LOAD_AVERAGE, OTHERS_CPU_SHARE, REPEAT, STEADY_EPOCH,
                             STEADY_IMAGES, TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET,
                             TAG_TARGET_STATUS, TIME_BUCKETS, TIME_TO_TARGET, WALL_TO_TARGET, WARMUP)
-from pipeline.timing import steady, summary, timed_label
+from pipeline.timing import significant, steady, summary, timed_label
 
 if TYPE_CHECKING:
     from pipeline.records import RunRecord, SweepRecord
@@ -47,16 +49,22 @@ _LATER_DEFAULTS = {key: format_value(DEFAULTS[key]) for key in LATER_KEYS}  # as
 SUMMARY = (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY)
 SPEEDUPS = (*(column for _, _, column in TWIN_AXES), VERSUS, TARGET_SPEEDUP)
 INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
+# With each speedup, the faster row's accuracy against its reference's (a difference, with its
+# interval) and whether the speedup is a win: significant, and not less accurate beyond the margin.
+QUALITY_SUFFIXES = ("_accuracy_change", "_accuracy_change_low", "_accuracy_change_high", "_win")
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS)
 HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", "energy_j", *TIME_BUCKETS)
-# Per-run figures whose row value is the median over the row's runs.
-RUN_MEDIANS = (*FINAL, "images_per_s", "first_epoch_s", "warmup_s", "compile_s", "peak_memory_mb", "energy_j",
-               "images_per_j", "run_duration_s", "data_share", "transfer_share", "compute_share",
-               LOAD_AVERAGE, OTHERS_CPU_SHARE)
+# Per-run figures whose row value is the median over the row's runs: those that measure speed over
+# its timed runs (contended ones left out unless asked), those that measure what was learnt over all.
+SPEED_MEDIANS = ("images_per_s", "first_epoch_s", "warmup_s", "compile_s", "peak_memory_mb", "energy_j",
+                 "images_per_j", "run_duration_s", "data_share", "transfer_share", "compute_share")
+QUALITY_MEDIANS = FINAL
+LOAD_MEDIANS = (LOAD_AVERAGE, OTHERS_CPU_SHARE)
 # The data's first columns (csv, json): which setting, its runs, the results people compare.
-KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", *SUMMARY, "epoch_duration_s", "epoch_duration_s_q1",
-               "epoch_duration_s_q3", "timed", "images_per_s", "test_accuracy",
-               *(f"{c}{s}" for c in SPEEDUPS for s in ("", *INTERVAL_SUFFIXES)), "peak_memory_mb", "run_ids")
+KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", "timed_runs", *SUMMARY, "epoch_duration_s",
+               "epoch_duration_s_q1", "epoch_duration_s_q3", "timed", "images_per_s", "test_accuracy",
+               *(f"{c}{s}" for c in SPEEDUPS for s in ("", *INTERVAL_SUFFIXES, *QUALITY_SUFFIXES)),
+               "peak_memory_mb", "best", "best_run_id", "run_ids")
 # The labels the human view (table, markdown) gives the data columns; --sort takes either name.
 LABELS = {
     "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
@@ -73,8 +81,20 @@ class CompareOptions:
 
     sort: str | None = None  # a column or its label; default: time to target when there is one, else run order
     versus: str | None = None  # "KEY=VALUE": a speedup of every row over its twin with KEY=VALUE
-    include_contended: bool = False  # count contended runs in the speedups (and the gate)
+    include_contended: bool = False  # count contended runs in the speed figures, speedups and the gate
     target: str | None = None  # the sweep's target (its parent's TAG_TARGET); None: the runs' own
+    quality_margin: float = DEFAULT_QUALITY_MARGIN  # the accuracy a faster setting may lose and still win
+
+
+def sweep_options(parent, options: CompareOptions, quality_margin: float | None = None) -> CompareOptions:
+    """`options` with what the sweep's parent run recorded: its target (TAG_TARGET) and its grid's
+    quality margin (the `quality_margin` param; 0.005 for sweeps made before it was recorded), unless
+    `quality_margin` overrides it."""
+    from dataclasses import replace
+
+    recorded = parent.data.params.get("quality_margin")
+    margin = quality_margin if quality_margin is not None else float(recorded or DEFAULT_QUALITY_MARGIN)
+    return replace(options, target=parent.data.tags.get(TAG_TARGET), quality_margin=margin)
 
 
 @dataclass
@@ -83,13 +103,13 @@ class Comparison:
     table: pd.DataFrame  # one row per setting (its repeats aggregated); columns above
     speedups: list[str]  # one summary line per twin group with a reference row and another
     notes: list[str] = field(default_factory=list)  # why a figure is missing, which runs were left out
-    # One row per finished run, indexed by run id: the rows' material (its `steady` column holds
-    # each run's steady-state epoch times, for the intervals).
+    # One row per finished run, indexed by run id: the rows' material (one value per run and figure).
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     include_contended: bool = False
     target: str | None = None  # "test_accuracy >= 0.85" when the sweep was timed against one
     versus: tuple[str, str] | None = None  # --versus KEY=VALUE, checked: (KEY, VALUE)
     sorted_by: str | None = None  # --sort, where one was asked for
+    quality_margin: float = DEFAULT_QUALITY_MARGIN
 
     def label(self, row: pd.Series) -> str:
         """A setting as people name it: its device and the settings that vary ("cpu bs128 w0"),
@@ -110,18 +130,33 @@ class Comparison:
         return [k for k in self.varying if k in KEYS and KEYS[k].variant]
 
     def timed_runs(self, row: pd.Series) -> list[str]:
-        """The run ids of `row` that speedups and the gate time: contended runs left out unless asked."""
+        """The run ids of `row` that speed figures and claims count: contended runs left out unless asked."""
         ids = str(row["run_ids"]).split(",")
         return [r for r in ids if self.include_contended or not self.runs.at[r, "contended"]]
 
-    def epochs(self, row: pd.Series) -> list[list[float]]:
-        """The steady-state epoch times of each timed run of `row` (stats.Runs)."""
-        return [self.runs.at[r, "steady"] for r in self.timed_runs(row)]
+    def epochs(self, row: pd.Series) -> list[float]:
+        """One value per timed run of `row`: its median steady-state epoch time (the summary it logged)."""
+        return [float(self.runs.at[r, STEADY_EPOCH]) for r in self.timed_runs(row)]
 
-    def to_target(self, row: pd.Series) -> list[list[float]]:
-        """The time to target of each timed run of `row` that reached it, one value per run."""
+    def to_target(self, row: pd.Series) -> list[float]:
+        """The time to target of each timed run of `row` that reached it, one value per run; none unless
+        the row ranks on time to target (at least half its timed runs reached it)."""
+        if not ranks_on_target(row):
+            return []
         times = (self.runs.at[r, "time_to_target_s"] for r in self.timed_runs(row))
-        return [[t] for t in times if not math.isnan(t)]
+        return [float(t) for t in times if not math.isnan(t)]
+
+    def accuracies(self, row: pd.Series) -> list[float]:
+        """One value per run of `row` (contended or not: load does not change what is learnt): its
+        final test accuracy."""
+        return [float(self.runs.at[r, FINAL_ACCURACY]) for r in str(row["run_ids"]).split(",")]
+
+
+def ranks_on_target(row: pd.Series) -> bool:
+    """Whether a row's time to target counts (ranks, headlines, speedups): at least half its timed runs
+    reached the target. A setting that rarely gets there shows "not reached (k/n)" instead."""
+    runs, reached = row.get("target_runs", 0), row.get("target_reached", 0)
+    return bool(runs) and reached > 0 and 2 * reached >= runs
 
 
 def _number(text: str | None) -> float | int | str | None:
@@ -200,50 +235,59 @@ def run_summary(run: "RunRecord", epochs: list[float]) -> dict[str, float]:
     return {name: run.metrics.get(name, computed.get(name, math.nan)) for name in SUMMARY}
 
 
-def _setting_row(group: pd.DataFrame, target: str | None) -> dict[str, Any]:
-    """One setting's row from its runs (the repeats): pooled epoch-time quartiles, medians of the rest."""
+def _setting_row(group: pd.DataFrame, target: str | None, include_contended: bool) -> dict[str, Any]:
+    """One setting's row from its runs (the repeats), one value per run and figure: medians over the
+    runs, and the quartiles of their steady epoch times. Speed figures count the timed runs (contended
+    ones left out unless `include_contended`); a row with none has no speed figure (NaN: withheld)."""
     first = group.iloc[0]
+    timed = group if include_contended else group[~group["contended"]]
     row: dict[str, Any] = {"run_name": first["run_name"], **{k: first[k] for k in ROW_KEYS}}
-    row["n"] = len(group)
-    q1, median, q3 = stats.quartiles(list(group["steady"]))
-    row["epoch_duration_s"], row["epoch_duration_s_q1"], row["epoch_duration_s_q3"] = median, q1, q3
+    row["n"], row["timed_runs"] = len(group), len(timed)
+    row["epoch_duration_s_q1"], row["epoch_duration_s"], row["epoch_duration_s_q3"] = \
+        stats.quartiles(timed[STEADY_EPOCH])
     row["timed"] = first["timed"]
-    for column in RUN_MEDIANS:
-        row[column] = group[column].median()  # NaN where no run has it
+    for column in SPEED_MEDIANS:
+        row[column] = timed[column].median()  # NaN where no timed run has it
+    for column in (*QUALITY_MEDIANS, *LOAD_MEDIANS):
+        row[column] = group[column].median()
     # The summary a person reads, rounded as timing.summary rounds a run's: a one-run setting shows
-    # its run's own figures, a repeated one the pooled median epoch and the medians of the rest.
-    if len(group) == 1:
-        row.update({name: first[name] for name in SUMMARY})
+    # its run's own figures, a repeated one the medians over its runs.
+    if len(timed) == 1:
+        row.update({name: timed.iloc[0][name] for name in (STEADY_EPOCH, STEADY_IMAGES)})
     else:
-        row[STEADY_EPOCH] = _rounded(median, 3)
-        row[STEADY_IMAGES] = _rounded(group[STEADY_IMAGES].median(), 0)
-        row[FINAL_ACCURACY] = _rounded(group[FINAL_ACCURACY].median(), 4)
+        row[STEADY_EPOCH] = row["epoch_duration_s"] if math.isnan(row["epoch_duration_s"]) else \
+            significant(row["epoch_duration_s"], 4)
+        row[STEADY_IMAGES] = _rounded(timed[STEADY_IMAGES].median(), 0)
+    row[FINAL_ACCURACY] = first[FINAL_ACCURACY] if len(group) == 1 else _rounded(group[FINAL_ACCURACY].median(), 4)
     row["energy_source"] = first["energy_source"]
     row["requested_device"] = first["requested_device"]
     row["host"] = ",".join(sorted(set(group["host"])))
     row["contended"] = int(group["contended"].sum())
     if target is not None:
-        timed = group[group["target"].notna()]
-        reached = timed["time_to_target_s"].dropna()
-        row["target_runs"], row["target_reached"] = len(timed), len(reached)
+        targeted = timed[timed["target"].notna()]
+        reached = targeted["time_to_target_s"].dropna()
+        row["target_runs"], row["target_reached"] = len(targeted), len(reached)
         row["time_to_target_s"] = reached.median() if len(reached) else math.nan
-        row["wall_to_target_s"] = timed["wall_to_target_s"].dropna().median() if len(reached) else math.nan
+        row["wall_to_target_s"] = targeted["wall_to_target_s"].dropna().median() if len(reached) else math.nan
     row["run_ids"] = ",".join(group["run_id"])
     return row
 
 
 def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Comparison:
-    """The comparison of `sweep`'s finished children: one row per setting, speedups with intervals."""
+    """The comparison of `sweep`'s finished children: one row per setting, speedups with intervals,
+    the one best setting marked (`best`, with the run whose model stands for it in `best_run_id`)."""
     options = options or CompareOptions()
     runs = pd.DataFrame([_run_row(run) for run in sweep.children])
     if runs.empty:
-        return Comparison(sweep, pd.DataFrame(), [], [], runs, options.include_contended, options.target)
+        return Comparison(sweep, pd.DataFrame(), [], [], runs, options.include_contended, options.target,
+                          quality_margin=options.quality_margin)
     runs = runs.set_index("run_id", drop=False)
     known = runs["target"].dropna()
     target = options.target or (known.iloc[0] if len(known) else None)
     groups = runs.groupby(list(ROW_KEYS), dropna=False, sort=False)
-    table = pd.DataFrame([_setting_row(group, target) for _, group in groups])
-    comparison = Comparison(sweep, table, [], [], runs, options.include_contended, target)
+    table = pd.DataFrame([_setting_row(group, target, options.include_contended) for _, group in groups])
+    comparison = Comparison(sweep, table, [], [], runs, options.include_contended, target,
+                            quality_margin=options.quality_margin)
     versus = comparison.versus = _versus(comparison, options.versus) if options.versus else None
     for axis, reference, column in TWIN_AXES:
         comparison.speedups += _speedups(comparison, axis, reference, column, comparison.epochs)
@@ -254,20 +298,124 @@ def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Compar
                                          what=f"time to {target}")
     comparison.notes = _notes(comparison)
     comparison.sorted_by = options.sort
+    chosen = pick(comparison, BEST)
+    table["best"] = [chosen is not None and index == chosen.index for index in table.index]
+    table["best_run_id"] = [chosen.run_id if chosen is not None and index == chosen.index else ""
+                            for index in table.index]
     first = [c for c in KEY_COLUMNS if c in table]
     table = table[first + [c for c in table.columns if c not in first]]
     comparison.table = _sorted(table, options.sort, target).reset_index(drop=True)
     return comparison
 
 
+# --- the one best setting -------------------------------------------------------------------------
+
+BEST, SPEED, ACCURACY = "best", "speed", "accuracy"
+RULES = {
+    BEST: "the fastest setting whose test accuracy is within the quality margin of the most accurate's",
+    SPEED: "the fastest setting",
+    ACCURACY: "the most accurate setting",
+}
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The setting a rule picks and the run that stands for it (its most accurate run: the model to ship)."""
+
+    rule: str  # BEST, SPEED or ACCURACY
+    index: Any  # the row's index in the table it was picked from
+    label: str  # "cpu bs128 w0"
+    run_id: str
+    speed: str  # what it was fastest by: "time_to_target_s" or STEADY_EPOCH
+    figures: dict[str, float]  # what it won on: its speed figure, its accuracy, and the runs behind them
+
+    def words(self) -> str:
+        """"cpu bs128 (0.412 s/epoch, test acc 0.8123, 3 runs; model from run 1a2b3c4d)"; "2 of 3 runs
+        timed" where contended runs were left out of the speed figure."""
+        speed = self.figures.get(self.speed, math.nan)
+        time = f"{speed:.2f} s to target" if self.speed == "time_to_target_s" else f"{speed:.3f} s/epoch"
+        runs, timed = int(self.figures["n"]), int(self.figures["timed_runs"])
+        counted = f"{runs} run{'s' if runs != 1 else ''}" if timed == runs else f"{timed} of {runs} runs timed"
+        return f"{self.label} ({time}, test acc {self.figures[FINAL_ACCURACY]:.4f}, {counted}; model from run {self.run_id[:8]})"
+
+
+def fastest_first(table: pd.DataFrame, target: str | None) -> pd.Index:
+    """The rows' index, fastest first: rows that rank on time to target (where the sweep has a target)
+    by it, then the rest by steady epoch time; rows with no speed figure (withheld) last."""
+    ranked = [target is not None and ranks_on_target(row) for _, row in table.iterrows()]
+    keys = pd.DataFrame({"unranked": [not r for r in ranked],
+                         "time": [row["time_to_target_s"] if r else math.nan
+                                  for r, (_, row) in zip(ranked, table.iterrows())],
+                         "epoch": table[STEADY_EPOCH]}, index=table.index)
+    return keys.sort_values(["unranked", "time", "epoch"], na_position="last", kind="stable").index
+
+
+def pick(comparison: Comparison, rule: str = BEST) -> Pick | None:
+    """The setting `rule` picks, or None when no row has a speed figure (every run contended) for a
+    rule that needs one. BEST: of the settings whose accuracy is no more than the quality margin below
+    the most accurate setting's, the fastest (by time to target where the sweep has one and the
+    setting reaches it in at least half its runs, else by steady epoch). SPEED: the fastest. ACCURACY:
+    the most accurate, the fastest of equals. The verdict, the parent's model, `pipeline register`
+    and the UI's first row all name this one."""
+    t = comparison.table
+    if t.empty:
+        return None
+    order = fastest_first(t, comparison.target)
+    timed = [index for index in order if not math.isnan(t.at[index, STEADY_EPOCH])]
+    if rule == ACCURACY:
+        accurate = t[t[FINAL_ACCURACY] == t[FINAL_ACCURACY].max()].index
+        chosen = next((i for i in order if i in accurate), None)
+    else:
+        candidates = timed
+        if rule == BEST:
+            floor = t[FINAL_ACCURACY].max() - comparison.quality_margin
+            candidates = [i for i in timed if t.at[i, FINAL_ACCURACY] >= floor - 1e-12]
+        chosen = candidates[0] if candidates else None
+    if chosen is None:
+        return None
+    row = t.loc[chosen]
+    on_target = comparison.target is not None and ranks_on_target(row)
+    speed = "time_to_target_s" if on_target else STEADY_EPOCH
+    figures = {STEADY_EPOCH: float(row[STEADY_EPOCH]), FINAL_ACCURACY: float(row[FINAL_ACCURACY]),
+               "n": int(row["n"]), "timed_runs": int(row["timed_runs"])}
+    if speed == "time_to_target_s":
+        figures["time_to_target_s"] = float(row["time_to_target_s"])
+    return Pick(rule, chosen, comparison.label(row), _model_run(comparison, row), speed, figures)
+
+
+def run_order(comparison: Comparison) -> list[str]:
+    """Every run of the comparison in the verdict's order: the best setting's model run first (pick),
+    then the settings fastest first (fastest_first), each setting's runs most accurate first."""
+    t = comparison.table
+    if t.empty:
+        return []
+    ordered = []
+    for index in fastest_first(t, comparison.target):
+        ids = str(t.at[index, "run_ids"]).split(",")
+        accuracy = comparison.runs.loc[ids, FINAL_ACCURACY].fillna(-math.inf)
+        ordered += list(accuracy.sort_values(ascending=False, kind="stable").index)
+    best = pick(comparison, BEST)
+    if best is not None:
+        ordered.remove(best.run_id)
+        ordered.insert(0, best.run_id)
+    return [str(run_id) for run_id in ordered]
+
+
+def _model_run(comparison: Comparison, row: pd.Series) -> str:
+    """The run whose model stands for a setting: its most accurate run (the earliest of equals)."""
+    ids = str(row["run_ids"]).split(",")
+    accuracy = comparison.runs.loc[ids, FINAL_ACCURACY].fillna(-math.inf)
+    return str(accuracy.idxmax())
+
+
 def _sorted(table: pd.DataFrame, sort: str | None, target: str | None) -> pd.DataFrame:
     """`--sort`'s order (higher first for accuracies and speedups); by default, with a target, the
-    fastest to it first and the rows that never reached it last (the terminal's table puts the
-    fastest first either way: decision_frame)."""
+    rows that rank on it (reached in at least half their runs) fastest first, then the rest by epoch
+    time (the terminal's table puts the fastest first either way: decision_frame)."""
     if sort is None:
         if target is None:
             return table
-        sort = "time_to_target_s"
+        return table.loc[fastest_first(table, target)]
     sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
     if sort not in table.columns:
         # The figures people sort by; the settings and every other csv/json column work as well.
@@ -303,83 +451,106 @@ def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
     return key, value
 
 
-def axis_ratios(comparison: Comparison, axis: str, reference_value: str,
-                samples: Callable[[pd.Series], stats.Runs] | None = None) -> list[tuple[str, stats.Ratio]]:
-    """Each row's speedup over its twin that differs only in `axis` and has `reference_value` there
-    (a speedup > 1: the row is faster), as (the row's label, its Ratio with the interval); rows with no
-    such twin are left out. `samples`: what is timed (default: the epoch times of the timed runs).
-    `repeats: auto` stops once every ratio of the grid's axes is clear."""
-    samples = samples or comparison.epochs
+def _twins(comparison: Comparison, axis: str, reference_value: str):
+    """Each group of rows equal in everything but `axis` that has a row with `reference_value` there:
+    (the group's reference row, the other rows). Other devices are other hardware by nature: device
+    twins may differ in both."""
     table = comparison.table
     ignored = {axis, "hardware"} if axis == "device" else {axis}
     keys = [k for k in ROW_KEYS if k in table and k not in ignored]
-    found = []
     for _, group in table.groupby(keys, dropna=False, sort=False):
         matches = _same(group[axis], reference_value)
         base, others = group[matches], group[~matches]
-        if base.empty or others.empty:
-            continue
-        reference_samples = samples(base.iloc[0])
+        if not base.empty and not others.empty:
+            yield base.iloc[0], others
+
+
+def axis_ratios(comparison: Comparison, axis: str, reference_value: str,
+                samples: Callable[[pd.Series], list[float]] | None = None) -> list[tuple[str, stats.Ratio]]:
+    """Each row's speedup over its twin that differs only in `axis` and has `reference_value` there
+    (a speedup > 1: the row is faster), as (the row's label, its Ratio with the interval); rows with no
+    such twin are left out. `samples`: one value per run (default: the timed runs' steady epochs).
+    `repeats: auto` stops once every ratio of the grid's axes is clear."""
+    samples = samples or comparison.epochs
+    found = []
+    for reference, others in _twins(comparison, axis, reference_value):
         for _, row in others.iterrows():
-            ratio = stats.median_ratio(reference_samples, samples(row))
+            ratio = stats.ratio(samples(reference), samples(row))
             if not math.isnan(ratio.estimate):
                 found.append((comparison.label(row), ratio))
     return found
 
 
+def accuracy_change(comparison: Comparison, row: pd.Series, reference: pd.Series) -> stats.Difference:
+    """`row`'s final test accuracy minus `reference`'s, over one value per run, with Welch's interval."""
+    return stats.difference(comparison.accuracies(row), comparison.accuracies(reference))
+
+
+def less_accurate(change: stats.Difference, margin: float) -> bool:
+    """Whether a row is less accurate than its reference by more than the quality margin (estimated
+    over their runs; the interval says how sure that is)."""
+    return change.estimate < -margin - 1e-12
+
+
 def _speedups(comparison: Comparison, axis: str, reference_value: str, column: str,
-              samples: Callable[[pd.Series], stats.Runs], what: str = "epoch time") -> list[str]:
+              samples: Callable[[pd.Series], list[float]], what: str = "epoch time") -> list[str]:
     """Each row's speedup over its twin row that differs only in `axis`, where that twin has
-    `reference_value` (the cpu row for devices, the fp32 row for precisions), with its 95% bootstrap
-    interval over `samples` of each row; columns `column` and its _low/_high/_significant/_vs are
-    added to the table. One summary line per group of twins."""
+    `reference_value` (the cpu row for devices, the fp32 row for precisions), with its 95% interval
+    over one value per run (stats.ratio), and for a faster row its accuracy against the reference's;
+    columns `column` and its INTERVAL_SUFFIXES, QUALITY_SUFFIXES and _vs are added to the table. One
+    summary line per group of twins."""
     table = comparison.table
-    speedup, low, high = ([math.nan] * len(table) for _ in range(3))
-    significant: list[bool | None] = [None] * len(table)
-    versus = [""] * len(table)
+    size = len(table)
+    speedup, low, high = ([math.nan] * size for _ in range(3))
+    change, change_low, change_high = ([math.nan] * size for _ in range(3))
+    significant: list[bool | None] = [None] * size
+    win: list[bool | None] = [None] * size
+    versus = [""] * size
     lines = []
-    # Other devices are other hardware by nature: device twins differ in both.
-    ignored = {axis, "hardware"} if axis == "device" else {axis}
-    keys = [k for k in ROW_KEYS if k in table and k not in ignored]
-    varying = [k for k in keys if k != "hardware" and table[k].nunique() > 1]
-    for _, group in table.groupby(keys, dropna=False, sort=False):
-        matches = _same(group[axis], reference_value)
-        base, others = group[matches], group[~matches]
-        if base.empty or others.empty:
-            continue
-        reference = base.iloc[0]
-        reference_samples = samples(reference)
-        label = " ".join(f"{k}={format_value(reference[k])}" for k in varying if k != axis) or "all settings equal"
+    varying = [k for k in ROW_KEYS if k in table and k not in (axis, "hardware") and table[k].nunique() > 1]
+    for reference, others in _twins(comparison, axis, reference_value):
+        label = " ".join(f"{k}={format_value(reference[k])}" for k in varying) or "all settings equal"
         parts = []
         for index, row in others.iterrows():
-            ratio = stats.median_ratio(reference_samples, samples(row))
+            ratio = stats.ratio(samples(reference), samples(row))
             if math.isnan(ratio.estimate):
                 continue
             speedup[index], low[index], high[index] = ratio.estimate, ratio.low, ratio.high
             significant[index], versus[index] = ratio.significant, reference["run_ids"]
-            parts.append(f"{_value(axis, row[axis])} {verdict(ratio.estimate, ratio.low, ratio.high)} "
+            worse = None
+            if ratio.estimate > 1:  # faster: a win only if it learnt as well
+                accuracy = accuracy_change(comparison, row, reference)
+                change[index], change_low[index], change_high[index] = accuracy.estimate, accuracy.low, accuracy.high
+                worse = accuracy if less_accurate(accuracy, comparison.quality_margin) else None
+                win[index] = bool(ratio.significant) and worse is None
+            else:
+                win[index] = False
+            parts.append(f"{_value(axis, row[axis])} {verdict(ratio.estimate, ratio.low, ratio.high, worse=worse, runs=ratio.runs)} "
                          f"({_figure(row, samples, what)})")
         if not parts:
             continue
-        speedup[base.index[0]] = 1.0
+        speedup[reference.name] = 1.0
         lines.append(f"{label}: {', '.join(parts)} vs {_value(axis, reference_value)} "
                      f"({_figure(reference, samples, what)}); {_basis(reference, what)}")
     table[column], table[f"{column}_low"], table[f"{column}_high"] = speedup, low, high
     table[f"{column}_significant"], table[f"{column}_vs"] = significant, versus
+    table[f"{column}_accuracy_change"], table[f"{column}_accuracy_change_low"] = change, change_low
+    table[f"{column}_accuracy_change_high"], table[f"{column}_win"] = change_high, win
     return lines
 
 
-def _figure(row: pd.Series, samples: Callable[[pd.Series], stats.Runs], what: str) -> str:
-    """A row's figure in a speedup line: its pooled median and how many runs it is over."""
-    runs = samples(row)
+def _figure(row: pd.Series, samples: Callable[[pd.Series], list[float]], what: str) -> str:
+    """A row's figure in a speedup line: the median over its runs and how many runs that is."""
+    values = samples(row)
     unit = "s/epoch" if what == "epoch time" else "s"
-    return f"{stats.pooled_median(runs):.3f} {unit}, {len(runs)} run{'s' if len(runs) != 1 else ''}"
+    median = stats.quartiles(values)[1]
+    return f"{median:.3f} {unit}, {len(values)} run{'s' if len(values) != 1 else ''}"
 
 
 def _basis(reference: pd.Series, what: str) -> str:
     if what == "epoch time":
-        return f"median epoch time, timed on {reference['timed']}"
-    return f"median {what} of the runs that reached it"
+        return f"each run's median epoch time, timed on {reference['timed']}"
+    return f"{what} of the runs that reached it"
 
 
 def _value(axis: str, value: Any) -> str:
@@ -387,58 +558,107 @@ def _value(axis: str, value: Any) -> str:
     return str(value) if axis in ("device", "precision") else f"{axis}={format_value(value)}"
 
 
-def verdict(estimate: float, low: float, high: float, compact: bool = False) -> str:
+def verdict(estimate: float, low: float, high: float, compact: bool = False,
+            worse: stats.Difference | None = None, runs: tuple[int, int] | None = None) -> str:
     """A speedup in words: "2.41x faster [2.30-2.52]", "1.02x slower [0.97-1.08] (n.s.)", or "(n too
-    small)" where there is no interval. Slower is said as the inverse ratio (never "x0.42"), its
-    interval inverted with it. `compact`: the interval on a second line (a terminal cell)."""
+    small (1 run))" where there is no interval (`runs`: each side's runs, for the count). Slower is
+    said as the inverse ratio (never "x0.42"), its interval inverted with it. `worse`: the faster
+    row's accuracy change where it is below the reference's by more than the margin: ", but less
+    accurate by 0.012 [0.005-0.020]". `compact`: each part on its own line (a terminal cell)."""
     if math.isnan(estimate):
         return ""
     faster = estimate >= 1
     words = f"{estimate:.2f}x faster" if faster else f"{1 / estimate:.2f}x slower"
     gap = "\n" if compact else " "  # a terminal cell: the interval on its second line
     if math.isnan(low) or math.isnan(high):
-        return f"{words}{gap}" + (stats.TOO_SMALL if compact else f"({stats.TOO_SMALL})")
-    lo, hi = (low, high) if faster else (1 / high, 1 / low)
-    text = f"{words}\n{lo:.2f}-{hi:.2f}" if compact else f"{words} [{lo:.2f}-{hi:.2f}]"
-    if low > 1 or high < 1:
-        return text
-    return f"{text}\nn.s." if compact else f"{text} (n.s.)"
+        why = stats.too_small(runs) if runs is not None and not compact else stats.TOO_SMALL
+        text = f"{words}{gap}" + (why if compact else f"({why})")
+    else:
+        lo, hi = (low, high) if faster else (1 / high, 1 / low)
+        text = f"{words}\n{lo:.2f}-{hi:.2f}" if compact else f"{words} [{lo:.2f}-{hi:.2f}]"
+        if not (low > 1 or high < 1):
+            text = f"{text}\nn.s." if compact else f"{text} (n.s.)"
+    if worse is not None:
+        shortfall = f"{-worse.estimate:.4f}"
+        if worse.has_interval:
+            shortfall += f"\n{-worse.high:.4f}-{-worse.low:.4f}" if compact else f" [{-worse.high:.4f}-{-worse.low:.4f}]"
+        text += f"\nless accurate by {shortfall}" if compact else f", but less accurate by {shortfall}"
+    return text
 
 
 def headline(comparison: Comparison) -> list[str]:
-    """The answer first, in a few plain lines: the fastest setting with its accuracy, the most
-    accurate with its time, the first to the target where there is one, and each axis's speedup
-    with its interval (device, precision, compile, --versus). The sweep's end, `pipeline compare`
-    and the parent run's description all open with these lines."""
+    """The answer first, in a few plain lines: the best setting by the one rule (pick) and the run
+    whose model stands for it; the fastest and the most accurate where they are other settings; the
+    first to the target among settings that reach it in at least half their runs; each axis's speedup
+    with its interval (device, precision, compile, --versus). Where every run is contended, the speed
+    claims are withheld and the lines say why. The sweep's end, `pipeline compare` and the parent
+    run's description all open with these lines."""
     t = comparison.table
     if t.empty:
         return []
-    timed = t[t[STEADY_EPOCH].notna()]
     lines = []
-    if len(timed):
-        fastest = timed.loc[timed[STEADY_EPOCH].idxmin()]
-        # The most accurate; of settings equally accurate (to the 4 digits shown), the fastest.
-        best = timed[timed[FINAL_ACCURACY] == timed[FINAL_ACCURACY].max()]
-        accurate = best.loc[best[STEADY_EPOCH].idxmin()] if len(best) else None
-        if len(best) == len(t) > 1:
-            lines.append(f"Fastest: {comparison.label(fastest)} ({_figures(fastest)}); every setting "
-                         f"reached the same test acc")
-        elif accurate is not None and accurate.name == fastest.name and len(t) > 1:
-            lines.append(f"Fastest and most accurate: {comparison.label(fastest)} ({_figures(fastest)})")
-        else:
-            lines.append(f"Fastest: {comparison.label(fastest)} ({_figures(fastest)})")
-            if accurate is not None and len(t) > 1:
-                lines.append(f"Most accurate: {comparison.label(accurate)} ({_figures(accurate, accuracy_first=True)})")
-    if comparison.target is not None and "time_to_target_s" in t:
-        reached = t[t["time_to_target_s"].notna()]
-        if len(reached):
-            first = reached.loc[reached["time_to_target_s"].idxmin()]
-            lines.append(f"First to {comparison.target}: {comparison.label(first)} in "
-                         f"{first['time_to_target_s']:.2f} s ({first['target_reached']}/{first['target_runs']} runs)")
-        else:
-            lines.append(f"No setting reached {comparison.target}")
+    withheld = withheld_line(comparison)
+    if withheld:
+        lines += withheld
+    best, fastest, accurate = (pick(comparison, rule) for rule in (BEST, SPEED, ACCURACY))
+    if best is not None:
+        lines.append(f"Best: {best.words()}" + _best_is(comparison, best, fastest, accurate))
+    if fastest is not None and best is not None and fastest.index != best.index:
+        lines.append(f"Fastest: {fastest.label} ({_figures(t.loc[fastest.index])}), but less accurate than "
+                     f"the most accurate by more than {comparison.quality_margin:g}")
+    if accurate is not None and (best is None or accurate.index != best.index):
+        lines.append(f"Most accurate: {accurate.label} ({_figures(t.loc[accurate.index], accuracy_first=True)})")
+    if comparison.target is not None and "target_runs" in t:
+        lines += _target_lines(comparison)
     for axis, reference, column, what in _axes(comparison):
         lines += _axis_lines(comparison, axis, reference, column, what)
+    return lines
+
+
+def _best_is(comparison: Comparison, best: Pick, fastest: Pick | None, accurate: Pick | None) -> str:
+    """Why the best is the best, in words: ": the fastest and the most accurate", ": the fastest,
+    within 0.005 test acc of the most accurate", ..."""
+    if len(comparison.table) == 1:
+        return ""
+    is_fastest = fastest is not None and fastest.index == best.index
+    is_accurate = accurate is not None and accurate.index == best.index
+    within = f"within {comparison.quality_margin:g} test acc of the most accurate"
+    if is_fastest and is_accurate:
+        return ": the fastest and the most accurate"
+    if is_accurate:
+        return ": the most accurate (every faster setting is less accurate by more than the margin)"
+    return f": the fastest, {within}" if is_fastest else f": the fastest {within}"
+
+
+def withheld_line(comparison: Comparison) -> list[str]:
+    """Where every run is contended and not counted: why no speed claim is made, and what to do."""
+    runs = comparison.runs
+    if comparison.include_contended or runs.empty or not runs["contended"].all():
+        return []
+    share = runs[OTHERS_CPU_SHARE].median()
+    took = f" (others took {100 * share:.0f}% of the cores)" if not math.isnan(share) else ""
+    return [f"Speed withheld: {len(runs)} of {len(runs)} runs contended{took}",
+            "Rerun on a quiet machine, or pass --include-contended to count them"]
+
+
+def _target_lines(comparison: Comparison) -> list[str]:
+    """The first to the target among the settings that rank on it, and the ones that rarely get there."""
+    t = comparison.table
+    ranked = t[[ranks_on_target(row) for _, row in t.iterrows()]]
+    timed = t[t["target_runs"] > 0]
+    lines = []
+    if len(ranked):
+        first = ranked.loc[ranked["time_to_target_s"].idxmin()]
+        lines.append(f"First to {comparison.target}: {comparison.label(first)} in {first['time_to_target_s']:.2f} s "
+                     f"({first['target_reached']}/{first['target_runs']} runs)")
+    elif len(timed):
+        lines.append(f"No setting reached {comparison.target} in at least half its runs")
+    rare = timed[[0 < row["target_reached"] and not ranks_on_target(row) for _, row in timed.iterrows()]]
+    if len(rare):
+        names = ", ".join(f"{comparison.label(row)} ({row['target_reached']}/{row['target_runs']})"
+                          for _, row in rare.head(5).iterrows())
+        lines.append(f"Reached {comparison.target} in fewer than half their runs (not ranked): {names}"
+                     + (f" and {len(rare) - 5} more" if len(rare) > 5 else ""))
     return lines
 
 
@@ -469,7 +689,7 @@ def _axis_lines(comparison: Comparison, axis: str, reference: str, column: str, 
     lines = []
     for value, group in rows.groupby(axis, sort=False):
         group = group.sort_values(column)
-        said = [verdict(r[column], r[f"{column}_low"], r[f"{column}_high"]) for _, r in group.iterrows()]
+        said = [cell(comparison, r, column) for _, r in group.iterrows()]
         head = f"{_value(axis, value)} vs {_value(axis, reference)}, {what}"
         if len(group) == 1:
             where = _where(comparison, group.iloc[0], axis)
@@ -479,6 +699,22 @@ def _axis_lines(comparison: Comparison, axis: str, reference: str, column: str, 
             lines.append(f"{head}: from {said[0]} ({_where(comparison, low, axis)}) to {said[-1]} "
                          f"({_where(comparison, high, axis)}), over {len(group)} settings")
     return lines
+
+
+def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = False) -> str:
+    """A row's speedup in `column` in words (verdict), with its runs and its accuracy shortfall."""
+    change = row.get(f"{column}_accuracy_change", math.nan)
+    worse = None
+    if not math.isnan(change):
+        worse = stats.Difference(change, row[f"{column}_accuracy_change_low"], row[f"{column}_accuracy_change_high"])
+        worse = worse if less_accurate(worse, comparison.quality_margin) else None
+    runs = None
+    if f"{column}_vs" in row and row[f"{column}_vs"]:
+        samples = comparison.to_target if column == TARGET_SPEEDUP else comparison.epochs
+        reference = comparison.table[comparison.table["run_ids"] == row[f"{column}_vs"]]
+        if len(reference):
+            runs = (len(samples(reference.iloc[0])), len(samples(row)))
+    return verdict(row[column], row[f"{column}_low"], row[f"{column}_high"], compact, worse, runs)
 
 
 def _where(comparison: Comparison, row: pd.Series, axis: str) -> str:
@@ -514,10 +750,12 @@ def _notes(comparison: Comparison) -> list[str]:
         figures = "; ".join(f"{name}: {detail}" for name, detail in
                             zip(contended["run_name"][:5], contended["contended_detail"][:5]))
         if comparison.include_contended:
-            notes.append(f"{len(contended)} contended run(s) counted in the speedups (--include-contended): {figures}")
+            notes.append(f"{len(contended)} contended run(s) counted in the speed figures (--include-contended): "
+                         f"{figures}")
         else:
-            notes.append(f"{len(contended)} contended run(s) left out of the speedups (other processes took the "
-                         f"cores): {figures}; --include-contended counts them")
+            notes.append(f"{len(contended)} of {len(runs)} runs contended (other processes took the cores), left out "
+                         f"of every speed figure, ranking, speedup and the best setting: {figures}; "
+                         "--include-contended counts them")
     return notes
 
 
@@ -566,7 +804,7 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
-    return pd.concat([out, speedup_columns(t, always=("speedup",), compact=stacked)], axis=1)
+    return pd.concat([out, speedup_columns(comparison, t, always=("speedup",), compact=stacked)], axis=1)
 
 
 def decision_frame(comparison: Comparison) -> pd.DataFrame:
@@ -588,7 +826,7 @@ def decision_frame(comparison: Comparison) -> pd.DataFrame:
         out["timed"] = t["timed"]
     if comparison.target is not None:
         out[LABELS["time_to_target_s"]] = [_to_target(row, True) for _, row in t.iterrows()]
-    out = pd.concat([out, speedup_columns(t, compact=True)], axis=1)
+    out = pd.concat([out, speedup_columns(comparison, t, compact=True)], axis=1)
     out[LABELS["test_accuracy"]] = t[FINAL_ACCURACY].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
     out[LABELS["images_per_s"]] = _images(t)
     return out
@@ -639,15 +877,17 @@ def _to_target(row: pd.Series, compact: bool) -> str:
     return f"{time}\n{reached}" if compact else f"{time} {reached}"
 
 
-def speedup_columns(frame: pd.DataFrame, always: tuple[str, ...] = (), compact: bool = False) -> pd.DataFrame:
-    """One text column per speedup in `frame` (and those in `always`): "ref" on the reference row,
-    "2.41x faster [2.30-2.52]" on its twins (verdict), empty where a row has no twin."""
+def speedup_columns(comparison: Comparison, frame: pd.DataFrame | None = None, always: tuple[str, ...] = (),
+                    compact: bool = False) -> pd.DataFrame:
+    """One text column per speedup in `frame` (the comparison's table, or rows of it; and those in
+    `always`): "ref" on the reference row, "2.41x faster [2.30-2.52]" on its twins (cell, with a
+    faster row's accuracy shortfall beyond the margin), empty where a row has no twin."""
+    frame = comparison.table if frame is None else frame
     columns = {}
     for column in SPEEDUPS:
         values = frame[column] if column in frame else pd.Series([math.nan] * len(frame), index=frame.index)
         if column not in always and not values.notna().any():
             continue
-        low, high = frame.get(f"{column}_low"), frame.get(f"{column}_high")
         cells = []
         for index, value in values.items():
             reference = frame.at[index, f"{column}_vs"] == "" if f"{column}_vs" in frame else False
@@ -656,7 +896,7 @@ def speedup_columns(frame: pd.DataFrame, always: tuple[str, ...] = (), compact: 
             elif reference:
                 cells.append("ref")
             else:
-                cells.append(verdict(value, low[index], high[index], compact))
+                cells.append(cell(comparison, frame.loc[index], column, compact))
         columns[column.replace("_", " ")] = cells
     return pd.DataFrame(columns, index=frame.index)
 

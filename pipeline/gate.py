@@ -2,9 +2,19 @@
 
 Each row of the sweep (compare.py: one setting, its repeats aggregated) is paired with the baseline
 row that has the same settings (every grid key and the data sizes), device and hardware, and by
-default the same host. The change is median epoch time over the baseline's, minus one, with a 95%
-hierarchical bootstrap interval (stats.median_ratio). A point fails `--fail-if-slower PCT` when it
-is slower by more than PCT and its interval lies above no change: noise alone never fails a build.
+default the same host. The change is the ratio of the two rows' per-run epoch times (each run's
+median steady epoch; stats.ratio: geometric means, Welch's 95% interval on the logs), minus one.
+
+Every point gets one state:
+- SLOWER: slower by more than `--fail-if-slower PCT` (0 without it), with its interval above no change;
+- FASTER: its interval lies below no change;
+- NO CHANGE: judged, and neither (within PCT, or the interval includes no change);
+- INCONCLUSIVE, with its reason: n too small (fewer than two runs a side), only in the baseline, only
+  in this sweep, every run contended on one side, or other hardware.
+
+With `--fail-if-slower` the exit code says it: 0 when every point was judged and none is SLOWER, 1 on
+a slowdown, 3 when some point is INCONCLUSIVE and none is SLOWER (`--allow-inconclusive`: 0). Noise
+alone fails a build in at most 2.5% of A/A pairs (tests/test_calibration.py measures it).
 """
 
 from __future__ import annotations
@@ -28,70 +38,103 @@ if TYPE_CHECKING:
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
+FASTER, SLOWER, NO_CHANGE, INCONCLUSIVE = "FASTER", "SLOWER", "NO CHANGE", "INCONCLUSIVE"
+EXIT_SLOWER, EXIT_INCONCLUSIVE = 1, 3
+ONLY_BASELINE, ONLY_CURRENT = "only in the baseline", "only in this sweep"
+
+
+def judge(ratio: stats.Ratio, threshold: float | None) -> tuple[str, str]:
+    """A point's state from its ratio (current / baseline: > 1 is slower) and its reason where the
+    ratio cannot be judged. SLOWER needs the change beyond `threshold` percent (0 when None) and the
+    interval above no change; FASTER the interval below it."""
+    if not ratio.has_interval:
+        return INCONCLUSIVE, ratio.why_no_interval
+    if 100 * (ratio.estimate - 1) > (threshold or 0.0) and ratio.low > 1:
+        return SLOWER, ""
+    if ratio.high < 1:
+        return FASTER, ""
+    return NO_CHANGE, ""
+
 
 @dataclass(frozen=True)
 class Change:
-    """One point's median epoch time in the sweep against the baseline's."""
+    """One point of either sweep: its state, and where both sides have it, the change in epoch time."""
 
     point: str  # its settings, as a row label: "cpu batch_size=128"
-    baseline_s: float
-    current_s: float
-    ratio: stats.Ratio  # current / baseline: > 1 is slower
-    runs: tuple[int, int]  # timed runs: this sweep's, the baseline's
+    state: str  # FASTER, SLOWER, NO CHANGE or INCONCLUSIVE
+    reason: str = ""  # why INCONCLUSIVE
+    baseline_s: float = math.nan  # the median over its timed runs
+    current_s: float = math.nan
+    ratio: stats.Ratio | None = None  # current / baseline: > 1 is slower
+    runs: tuple[int, int] = (0, 0)  # timed runs: this sweep's, the baseline's
 
     @property
     def percent(self) -> tuple[float, float, float]:
         """The change and its interval, in percent of the baseline (+ is slower)."""
+        if self.ratio is None:
+            return math.nan, math.nan, math.nan
         return tuple(100 * (v - 1) for v in (self.ratio.estimate, self.ratio.low, self.ratio.high))
 
     def words(self) -> str:
-        """"+12.4% slower [+8.1%, +16.9%]", "-3.0% faster [-5.2%, +0.9%] (n.s.)"."""
+        """"+12.4% slower [+8.1%, +16.9%]", "-3.0% faster [-5.2%, +0.9%] (n.s.)", "+80.0% slower (n too
+        small (1 run))", or the reason a point has no change to tell ("only in the baseline")."""
         change, low, high = self.percent
+        if math.isnan(change):
+            return self.reason
         text = f"{change:+.1f}% {'slower' if change > 0 else 'faster'}"
         if not self.ratio.has_interval:
-            return f"{text} ({stats.TOO_SMALL})"
+            return f"{text} ({self.ratio.why_no_interval})"
         return f"{text} [{low:+.1f}%, {high:+.1f}%]" + ("" if self.ratio.significant else " (n.s.)")
-
-    def slower_than(self, percent: float) -> bool:
-        """Slower by more than `percent`, with the interval's lower end above no change."""
-        change, low, _ = self.percent
-        return change > percent and self.ratio.has_interval and low > 0
 
 
 @dataclass(frozen=True)
 class GateResult:
     current: "SweepRecord"
     baseline: "SweepRecord"
-    changes: list[Change]
+    changes: list[Change]  # every point of either sweep, this sweep's first
     threshold: float | None  # --fail-if-slower PCT, or None: report only
-    unpaired: int  # this sweep's points with no baseline twin
+    allow_inconclusive: bool = False
+
+    def _in(self, state: str) -> list[Change]:
+        return [c for c in self.changes if c.state == state]
 
     @property
     def failing(self) -> list[Change]:
-        if self.threshold is None:
-            return []
-        return [c for c in self.changes if c.slower_than(self.threshold)]
+        return self._in(SLOWER) if self.threshold is not None else []
+
+    @property
+    def inconclusive(self) -> list[Change]:
+        return self._in(INCONCLUSIVE)
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failing else 0
+        if self.threshold is None:
+            return 0
+        if self.failing:
+            return EXIT_SLOWER
+        return EXIT_INCONCLUSIVE if self.inconclusive and not self.allow_inconclusive else 0
 
     def verdict(self) -> str:
-        compared = f"{len(self.changes)} point{'s' if len(self.changes) != 1 else ''} compared"
-        if self.unpaired:
-            compared += f", {self.unpaired} without a baseline point"
+        counts = ", ".join(f"{len(self._in(state))} {state}" for state in (SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE)
+                           if self._in(state))
+        judged = len(self.changes) - len(self.inconclusive)
         if self.threshold is None:
-            return f"{compared}; no --fail-if-slower, so the gate does not fail"
+            return f"{counts}; no --fail-if-slower, so the gate does not fail"
         if self.failing:
             names = ", ".join(c.point for c in self.failing)
-            return (f"FAIL: {len(self.failing)} of {len(self.changes)} points slower by more than "
-                    f"{self.threshold:g}% with the interval above no change: {names}")
-        return (f"PASS: no point slower by more than {self.threshold:g}% with its interval above no change "
-                f"({compared})")
+            return (f"FAIL: {len(self.failing)} of {judged} judged points slower by more than {self.threshold:g}% "
+                    f"with the interval above no change: {names}")
+        if self.inconclusive:
+            reasons = "; ".join(f"{c.point}: {c.reason}" for c in self.inconclusive[:5])
+            more = f"; and {len(self.inconclusive) - 5} more" if len(self.inconclusive) > 5 else ""
+            head = "PASS (--allow-inconclusive)" if self.allow_inconclusive else "INCONCLUSIVE"
+            return (f"{head}: {len(self.inconclusive)} of {len(self.changes)} points could not be judged "
+                    f"({reasons}{more}); none of the {judged} judged is slower by more than {self.threshold:g}%")
+        return f"PASS: none of the {judged} points is slower by more than {self.threshold:g}% ({counts})"
 
 
-def baseline_sweep(client, baseline: str, histories: tuple[str, ...]) -> "SweepRecord":
-    """`--baseline`: a parent run id, or an experiment name for its latest sweep."""
+def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: "SweepRecord") -> "SweepRecord":
+    """`--baseline`: a parent run id, or an experiment name for its latest sweep; never `current` itself."""
     from pipeline.records import read_sweep
 
     by_id = bool(_RUN_ID.fullmatch(baseline))
@@ -99,6 +142,9 @@ def baseline_sweep(client, baseline: str, histories: tuple[str, ...]) -> "SweepR
         sweep = read_sweep(client, None if by_id else baseline, baseline if by_id else None, histories=histories)
     except UserError as exc:
         raise UserError(f"--baseline {baseline}: {exc}") from None
+    if sweep.run_id == current.run_id:
+        raise UserError(f"--baseline {baseline}: that is the sweep being compared ({sweep.name}); a sweep against "
+                        "itself shows no change by construction; name an earlier sweep (its parent run id)")
     if not sweep.children:
         raise UserError(f"--baseline {baseline}: sweep {sweep.name!r} has no FINISHED runs")
     return sweep
@@ -116,40 +162,65 @@ def _pairing(row: pd.Series, keys: list[str]) -> tuple[str, ...]:
     return tuple(format_value(row[k]) for k in keys)
 
 
-def check(current: "Comparison", baseline: "Comparison", threshold: float | None,
-          across_hosts: bool = False) -> GateResult:
-    """Pair `current`'s rows with `baseline`'s and measure each change in median epoch time.
+def _median(values: list[float]) -> float:
+    return stats.quartiles(values)[1]
 
-    Raises UserError when the baseline ran on other hardware, or when no point pairs (naming the
-    settings each side has)."""
+
+def check(current: "Comparison", baseline: "Comparison", threshold: float | None,
+          across_hosts: bool = False, allow_inconclusive: bool = False) -> GateResult:
+    """Pair `current`'s rows with `baseline`'s and judge each point (judge), naming the points only
+    one side has. Raises UserError when the baseline ran on other hardware altogether, or when no
+    point pairs (naming the settings each side has)."""
     ours, theirs = current.table, baseline.table
-    hardware, base_hardware = set(ours["hardware"]), set(baseline.table["hardware"])
+    hardware, base_hardware = set(ours["hardware"]), set(theirs["hardware"])
     if not hardware & base_hardware:
         raise UserError(f"--baseline {baseline.sweep.name}: it ran on {', '.join(sorted(base_hardware))}, this sweep "
                         f"on {', '.join(sorted(hardware))}; a baseline from other hardware is refused")
     keys = _keys(across_hosts)
+    settings = [k for k in keys if k not in ("hardware", "host")]
     shown = [k for k in TWIN_KEYS if pd.concat([ours[k], theirs[k]]).map(format_value).nunique() > 1]
     base_rows = {_pairing(row, keys): row for _, row in theirs.iterrows()}
-    changes, unpaired, untimed = [], 0, 0
+    base_settings = {_pairing(row, settings): row for _, row in theirs.iterrows()}
+    changes, paired = [], set()
     for _, row in ours.iterrows():
+        label = _label(row, shown)
         twin = base_rows.get(_pairing(row, keys))
         if twin is None:
-            unpaired += 1
+            other = base_settings.get(_pairing(row, settings))
+            changes.append(Change(label, INCONCLUSIVE, _unpaired(row, other)))
             continue
-        mine, base = current.epochs(row), baseline.epochs(twin)
-        ratio = stats.median_ratio(mine, base)
-        if math.isnan(ratio.estimate):  # paired, but one side has no epochs left to time (contended runs)
-            unpaired, untimed = unpaired + 1, untimed + 1
-            continue
-        changes.append(Change(_label(row, shown), stats.pooled_median(base), stats.pooled_median(mine), ratio,
-                              (len(mine), len(base))))
-    if not changes and untimed:
-        raise UserError(f"--baseline {baseline.sweep.name}: {untimed} point(s) pair, but on one side or both every "
-                        "run is contended (other processes took the cores) and left out; rerun on a quiet machine, "
-                        "or --include-contended counts them")
-    if not changes:
+        paired.add(_pairing(twin, keys))
+        changes.append(_change(label, current, row, baseline, twin, threshold))
+    if not paired:
         raise UserError(_no_pairs(current, baseline, shown, across_hosts))
-    return GateResult(current.sweep, baseline.sweep, changes, threshold, unpaired)
+    for _, row in theirs.iterrows():
+        if _pairing(row, keys) not in paired:
+            changes.append(Change(_label(row, shown), INCONCLUSIVE, ONLY_BASELINE))
+    return GateResult(current.sweep, baseline.sweep, changes, threshold, allow_inconclusive)
+
+
+def _change(label: str, current: "Comparison", row: pd.Series, baseline: "Comparison", twin: pd.Series,
+            threshold: float | None) -> Change:
+    """A paired point judged: its change, or INCONCLUSIVE where one side has no timed run left."""
+    mine, base = current.epochs(row), baseline.epochs(twin)
+    medians = {"baseline_s": _median(base), "current_s": _median(mine), "runs": (len(mine), len(base))}
+    if not mine or not base:
+        side = "this sweep" if not mine else "the baseline"
+        return Change(label, INCONCLUSIVE, f"every run contended in {side} (--include-contended counts them)",
+                      **medians)
+    ratio = stats.ratio(mine, base)
+    state, reason = judge(ratio, threshold)
+    return Change(label, state, reason, ratio=ratio, **medians)
+
+
+def _unpaired(row: pd.Series, same_settings: pd.Series | None) -> str:
+    """Why a point of this sweep has no baseline twin: the settings are missing there, or they ran on
+    other hardware or another host."""
+    if same_settings is None:
+        return ONLY_CURRENT
+    if same_settings["hardware"] != row["hardware"]:
+        return f"other hardware (the baseline's ran on {same_settings['hardware']})"
+    return f"another host (the baseline's ran on {same_settings['host'] or '?'}; --across-hosts pairs them)"
 
 
 def _no_pairs(current: "Comparison", baseline: "Comparison", shown: list[str], across_hosts: bool) -> str:
@@ -165,25 +236,30 @@ def _no_pairs(current: "Comparison", baseline: "Comparison", shown: list[str], a
 
 
 def frame(result: GateResult) -> pd.DataFrame:
-    """The points as data (csv, json): medians, the change in percent, its interval, runs."""
+    """The points as data (csv, json): state and reason, medians, the change in percent, its interval, runs."""
     rows = []
     for c in result.changes:
         change, low, high = c.percent
-        rows.append({"point": c.point, "baseline_epoch_s": c.baseline_s, "epoch_s": c.current_s,
-                     "change_pct": change, "change_pct_low": low, "change_pct_high": high,
-                     "significant": c.ratio.significant, "runs": c.runs[0], "baseline_runs": c.runs[1],
-                     "fails": c in result.failing})
+        rows.append({"point": c.point, "state": c.state, "reason": c.reason, "baseline_epoch_s": c.baseline_s,
+                     "epoch_s": c.current_s, "change_pct": change, "change_pct_low": low, "change_pct_high": high,
+                     "significant": c.ratio.significant if c.ratio is not None else None,
+                     "runs": c.runs[0], "baseline_runs": c.runs[1], "fails": c in result.failing})
     return pd.DataFrame(rows)
 
 
 def display_frame(result: GateResult) -> pd.DataFrame:
     """The human view: one row per point."""
+    def seconds(value: float) -> str:
+        return "-" if math.isnan(value) else f"{value:.3f}"
+
     return pd.DataFrame({
         "point": [c.point for c in result.changes],
-        "baseline s/epoch": [f"{c.baseline_s:.3f}" for c in result.changes],
-        "s/epoch": [f"{c.current_s:.3f}" for c in result.changes],
+        "state": [c.state for c in result.changes],
+        "baseline s/epoch": [seconds(c.baseline_s) for c in result.changes],
+        "s/epoch": [seconds(c.current_s) for c in result.changes],
         "change": [c.words() for c in result.changes],
-        "runs": [f"{c.runs[0]} vs {c.runs[1]}" for c in result.changes],
+        "runs": [f"{c.runs[0]} vs {c.runs[1]}" if c.ratio is not None or any(c.runs) else "-"
+                 for c in result.changes],
     })
 
 

@@ -29,6 +29,10 @@ OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes 
 STEADY_EPOCH = "steady_epoch_s"  # the median of the steady-state epochs' epoch_duration_s, to the ms
 STEADY_IMAGES = "steady_images_per_s"  # the median of their images_per_s, whole images
 FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 digits
+# Each child of a sweep, once the sweep is compared (run-level, step 0): its place in the verdict's
+# order, which the UI's view sorts by: 1 is the run whose model the verdict names (compare.pick),
+# then every setting fastest first, each setting's runs most accurate first.
+RANK = "rank"
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 # A sweep's parent run once its children are done (run-level, step 0): the answer at a glance, over
 # the children it trained that FINISHED. Its params are the grid's axes ("1000,10000"), repeats, target.
@@ -64,6 +68,7 @@ TAG_KILLED_REASON = "pipeline.killed_reason"
 TAG_RELOGGED = "pipeline.relogged_from"  # the results file a run's numbers were restored from
 TAG_TARGET = "pipeline.target"  # the target a run was timed against, e.g. "test_accuracy >= 0.85"
 TAG_TARGET_STATUS = "pipeline.target_status"  # "reached at epoch 2" or "not reached in 3 epochs"
+TAG_BEST_RUN = "pipeline.best_run"  # a sweep's parent: the run of its best setting (compare.pick), whose model it links
 TAG_CONTENDED = "pipeline.contended"  # set when other processes took a meaningful share: the figures
 TAG_CONCURRENT = "pipeline.concurrent_points"  # Ray: how many points shared the node while it trained
 

@@ -1,5 +1,11 @@
 """The Model Registry: register a run's logged model as a version, point an alias at it.
 
+Which run: the one the sweep's verdict names (compare.pick: by default the fastest setting within the
+quality margin of the most accurate, and that setting's most accurate run), so the verdict, the
+parent run's model, `pipeline register` and the UI's first row agree; `--by speed` or `--by
+accuracy` name the other rules, `--metric` picks by one metric over runs, `--run-id` names a run.
+A version's tags record the setting and the figures it won on.
+
 MLflow 3 keeps models as LoggedModels (`models:/m-...`) linked to the run that logged them;
 registry stages are deprecated, so the version is found through an alias (`models:/NAME@champion`).
 """
@@ -11,14 +17,25 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.config import KEYS
 from pipeline.errors import UserError
-from pipeline.names import TAG_DEVICE, TAG_HARDWARE, TAG_ROLE
+from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TAG_DEVICE, TAG_HARDWARE, TAG_ROLE
 from pipeline.records import all_runs, every
 from pipeline.store import first_line, fluent_target
 
-KEY_PARAMS = ("device", "lr", "batch_size", "num_workers", "epochs", "seed")
 TAG_SOURCE_RUN = "pipeline.source_run"
-TAG_METRIC = "pipeline.metric"
+TAG_METRIC = "pipeline.metric"  # a version picked by --metric: which metric
+TAG_RULE = "pipeline.rule"  # a version picked by a rule (--by): best, speed or accuracy
+TAG_SETTING = "pipeline.setting"  # the setting it won as, "cpu bs256"
+TAG_SWEEP = "pipeline.sweep"  # the sweep (parent run id) it was picked from
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a run is registered: in words for the terminal, and as the version's tags."""
+
+    words: str  # "test_accuracy 0.8123", "best: cpu bs256 (0.412 s/epoch, ...)", "--run-id"
+    tags: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -27,8 +44,7 @@ class Registration:
     version: str
     alias: str
     run_id: str
-    metric: str
-    value: float
+    reason: Reason
     created: bool  # False when the run was already registered and no --force was given
 
     @property
@@ -40,6 +56,32 @@ def check_alias(alias: str) -> None:
     """MLflow refuses 'latest' and 'v<digits>' (version references) as aliases; say so up front."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", alias) or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
         raise UserError(f"--alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>'; e.g. champion")
+
+
+def picked_run(client, *, experiment: str | None = None, parent_run_id: str | None = None,
+               rule: str = "best"):
+    """The run `rule` picks (compare.pick) in a sweep: `parent_run_id`, else the latest sweep of
+    `experiment`, else the store's latest; with the Reason to record. UserError when the sweep has
+    no FINISHED run, or when every run is contended and the rule needs a speed figure."""
+    from pipeline.compare import HISTORIES, RULES, CompareOptions, build, pick, sweep_options
+    from pipeline.records import read_sweep
+
+    sweep = read_sweep(client, experiment, parent_run_id, histories=HISTORIES)
+    if not sweep.children:
+        raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to register; train a grid first")
+    comparison = build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions()))
+    chosen = pick(comparison, rule)
+    if chosen is None:
+        raise UserError(f"sweep {sweep.name!r}: no {rule} setting: every run is contended (other processes took the "
+                        "cores), so no speed figure counts; rerun on a quiet machine, --by accuracy, or --run-id ID")
+    tags = {TAG_RULE: rule, TAG_SETTING: chosen.label, TAG_SWEEP: sweep.run_id,
+            **{name: f"{value:g}" for name, value in chosen.figures.items()}}
+    return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {chosen.words()}", tags)
+
+
+def metric_reason(run, metric: str) -> Reason:
+    value = run.data.metrics.get(metric, math.nan)
+    return Reason(f"{metric} {value:.4f}", {TAG_METRIC: metric, metric: str(value)})
 
 
 def best_run(client, *, experiment: str | None = None, parent_run_id: str | None = None,
@@ -87,17 +129,6 @@ def finished_run(client, run_id: str):
     return run
 
 
-def best_of(client, run_ids: list[str], metric: str = "test_accuracy", mode: str = "max"):
-    """The best of the given FINISHED runs by `metric` (a sweep's points, trained now or before)."""
-    if not run_ids:
-        raise UserError("no run of the grid finished (and none was FINISHED before): nothing to register")
-    runs = [client.get_run(run_id) for run_id in run_ids]
-    scored = [r for r in runs if metric in r.data.metrics and not math.isnan(r.data.metrics[metric])]
-    if not scored:
-        raise UserError(f"no run of the grid has the metric {metric}: nothing to register")
-    return (max if mode == "max" else min)(scored, key=lambda r: r.data.metrics[metric])
-
-
 def model_id_of(client, run) -> str:
     """The LoggedModel a run produced (its `model`), or UserError when it logged none."""
     outputs = run.outputs.model_outputs if run.outputs else []
@@ -111,20 +142,19 @@ def model_id_of(client, run) -> str:
     return logged[0].model_id
 
 
-def register(client, run, *, name: str, metric: str, alias: str = "champion", force: bool = False) -> Registration:
-    """Register `run`'s model as a new version of `name` (unless it already is one) and alias it."""
+def register(client, run, *, name: str, reason: Reason, alias: str = "champion", force: bool = False) -> Registration:
+    """Register `run`'s model as a new version of `name` (unless it already is one) and alias it;
+    the version's tags say why (`reason`)."""
     if not name.strip():
         raise UserError("--name: give the registered model a name, e.g. fashion-cnn")
     check_alias(alias)
     model_id = model_id_of(client, run)
-    value = run.data.metrics.get(metric, math.nan)
     # MLflow resolves the version's `models:/m-...` source through its fluent tracking URI.
     with fluent_target(client.tracking_uri, run.info.experiment_id):
-        return _register(client, run, model_id, name=name, metric=metric, value=value, alias=alias, force=force)
+        return _register(client, run, model_id, name=name, reason=reason, alias=alias, force=force)
 
 
-def _register(client, run, model_id: str, *, name: str, metric: str, value: float, alias: str,
-              force: bool) -> Registration:
+def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: str, force: bool) -> Registration:
     from mlflow.exceptions import MlflowException
 
     run_id = run.info.run_id
@@ -137,9 +167,10 @@ def _register(client, run, model_id: str, *, name: str, metric: str, value: floa
         existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
         created = force or not existing
         if created:
-            tags: dict[str, Any] = {TAG_SOURCE_RUN: run_id, TAG_METRIC: metric, metric: value,
-                                    "hardware": run.data.tags.get(TAG_HARDWARE, "")}
-            tags.update({k: run.data.params[k] for k in KEY_PARAMS if k in run.data.params})
+            tags: dict[str, Any] = {TAG_SOURCE_RUN: run_id, **reason.tags, "hardware": run.data.tags.get(TAG_HARDWARE, "")}
+            tags.update({k: run.data.params[k] for k in KEYS if k in run.data.params})
+            tags.update({k: run.data.metrics[k] for k in (STEADY_EPOCH, FINAL_ACCURACY) if k in run.data.metrics
+                         and k not in tags})
             tags["device_used"] = run.data.tags.get(TAG_DEVICE, run.data.params.get("device", ""))
             version = client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id,
                                                   tags={k: str(v) for k, v in tags.items()}, model_id=model_id)
@@ -148,12 +179,15 @@ def _register(client, run, model_id: str, *, name: str, metric: str, value: floa
         client.set_registered_model_alias(name, alias, version.version)
     except MlflowException as exc:
         raise UserError(f"registering {name!r}: {first_line(exc)}") from None
-    return Registration(name, str(version.version), alias, run_id, metric, value, created)
+    return Registration(name, str(version.version), alias, run_id, reason, created)
 
 
-def register_best(tracking_uri: str, run_ids: list[str], name: str, metric: str = "test_accuracy") -> Registration:
-    """`pipeline run --register NAME`: the best of a grid's FINISHED points, trained now or before."""
+def register_best(tracking_uri: str, parent_run_id: str | None, experiment_id: str | None, name: str) -> Registration:
+    """`pipeline run --register NAME`: the sweep's best run (compare.pick), as its verdict names it;
+    where every point was already done (no new sweep), the experiment's latest sweep's."""
     from pipeline.store import open_client
 
     client = open_client(tracking_uri)
-    return register(client, best_of(client, run_ids, metric), name=name, metric=metric)
+    experiment = client.get_experiment(experiment_id).name if parent_run_id is None and experiment_id else None
+    run, reason = picked_run(client, experiment=experiment, parent_run_id=parent_run_id)
+    return register(client, run, name=name, reason=reason)

@@ -29,11 +29,13 @@ from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, confi
 from pipeline.config import AUTO, effective_yaml, with_repeats
 from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FINAL_ACCURACY, BEST_STEADY_EPOCH,
                             CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, STEADY_EPOCH, STEADY_IMAGES, TAG_DEVICE,
-                            TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS, TAG_OVERRIDES, TAG_ROLE, TAG_TARGET)
+                            TAG_BEST_RUN, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS, TAG_OVERRIDES, TAG_ROLE,
+                            TAG_TARGET)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
                             PointJob, SweepResult, params_of, with_position)
 
 if TYPE_CHECKING:
+    from pipeline.compare import Comparison
     from pipeline.data import Dataset
     from pipeline.report import Reporter
     from pipeline.target import Target
@@ -235,8 +237,8 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
-        _log_sweep_summary(tracker, parent_id, reporter, result.outcomes)
         comparison = _log_comparison(tracker, parent_id, reporter, spec, result.outcomes)
+        _log_sweep_summary(tracker, parent_id, reporter, result.outcomes, comparison)
         if not adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
@@ -316,22 +318,29 @@ def _fit_param(value: str) -> str:
     return value if len(value) <= MAX_PARAM_CHARS else value[:MAX_PARAM_CHARS - 20].rsplit(",", 1)[0] + ",... (cut)"
 
 
-def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter", outcomes: Sequence[Outcome]) -> None:
+def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter", outcomes: Sequence[Outcome],
+                       comparison: "Comparison | None") -> None:
     """The parent's answer at a glance, over the children it trained that FINISHED: the best steady
-    epoch, the best final test accuracy and how many finished (names.BEST_*), and the most accurate
-    child's model linked as the sweep's output (MLflow 3.17's UI lists a run without a model output
-    under "Evaluation runs" in GenAI experiments; with one it is a training run)."""
+    epoch, the best final test accuracy and how many finished (names.BEST_*), and the model of the
+    best setting's run (compare.pick: what the verdict, `pipeline register` and the UI's first row
+    name) linked as the sweep's output, its run id in TAG_BEST_RUN (MLflow 3.17's UI lists a run
+    without a model output under "Evaluation runs" in GenAI experiments; with one it is a training
+    run). Where every run is contended there is no best: nothing is linked."""
+    from pipeline.compare import BEST, pick
+
     finished = [o for o in outcomes if o.status == FINISHED and o.run_id]
     epochs = [o.figures[STEADY_EPOCH] for o in finished if STEADY_EPOCH in o.figures]
-    accurate = [o for o in finished if FINAL_ACCURACY in o.figures]
+    accurate = [o.figures[FINAL_ACCURACY] for o in finished if FINAL_ACCURACY in o.figures]
     metrics: dict[str, float | None] = {FINISHED_RUNS: len(finished)}
     if epochs:
         metrics[BEST_STEADY_EPOCH] = min(epochs)
+    if accurate:
+        metrics[BEST_FINAL_ACCURACY] = max(accurate)
     try:
-        if accurate:
-            best = max(accurate, key=lambda o: o.figures[FINAL_ACCURACY])
-            metrics[BEST_FINAL_ACCURACY] = best.figures[FINAL_ACCURACY]
+        best = pick(comparison, BEST) if comparison is not None else None
+        if best is not None:
             tracker.link_model(parent_id, best.run_id)
+            tracker.log_tags(parent_id, {TAG_BEST_RUN: best.run_id})
         tracker.log_epochs(parent_id, [], run_metrics=metrics)
     except Exception as exc:  # like the comparison: a summary must never cost the user their sweep
         reporter.note(f"could not record the sweep's summary on its parent run ({exc.__class__.__name__}: {exc})")
@@ -388,13 +397,15 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", sp
     """The comparison table and charts as the parent run's artifacts (comparison/), and what the MLflow
     UI opens on (view.py): saved view, descriptions. The epochs of `outcomes` as logged; the rest read back."""
     from pipeline import view
-    from pipeline.compare import HISTORIES, build
+    from pipeline.compare import HISTORIES, CompareOptions, build
     from pipeline.comparison_folder import write_report
     from pipeline.records import histories_of, read_sweep
 
     known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
+    options = CompareOptions(target=str(spec.target) if spec.target else None, quality_margin=spec.quality_margin)
     try:
-        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known))
+        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known),
+                           options)
         if comparison.table.empty:
             return comparison
         with tempfile.TemporaryDirectory() as tmp:

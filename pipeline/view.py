@@ -32,7 +32,8 @@ import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES, TAG_GRID_FILE, TAG_GRID_SIZE, TIME_TO_TARGET
+from pipeline.names import (FINAL_ACCURACY, RANK, STEADY_EPOCH, STEADY_IMAGES, TAG_GRID_FILE, TAG_GRID_SIZE,
+                            TIME_TO_TARGET)
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
 VERIFIED_UI = ((3, 17),)
@@ -148,7 +149,8 @@ def state(parent_run_id: str, settings: list[str], categorical: list[str] | None
     speed = TIME_TO_TARGET if target else STEADY_EPOCH
     return {
         "searchFilter": children_filter(parent_run_id),
-        "orderByKey": f"metrics.`{STEADY_EPOCH}`", "orderByAsc": True,
+        # The verdict's order (names.RANK): the run whose model the verdict names first, then fastest first.
+        "orderByKey": f"metrics.`{RANK}`", "orderByAsc": True,
         "selectedColumns": columns,
         "columnOrder": columns,  # the settings first: what a run is, then how it did
         "columnWidths": {column: 130 for column in columns},
@@ -208,7 +210,7 @@ def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> s
         frame["epoch s [IQR]"] = [f"{m:.3f}" if f"{q1:.3f}" == f"{q3:.3f}" else f"{m:.3f} [{q1:.3f}-{q3:.3f}]"
                                   for m, q1, q3 in zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"],
                                                        t["epoch_duration_s_q3"])]
-        frame = pd.concat([frame, speedup_columns(t)], axis=1)  # device, precision, compile twins
+        frame = pd.concat([frame, speedup_columns(comparison, t)], axis=1)  # device, precision, compile twins
         frame["test acc"] = t[FINAL_ACCURACY].map(lambda v: f"{v:.4f}")
         if len(t) > 1:
             lines += [f"![speed against accuracy]({artifact_url(parent_run_id, TRADEOFF_CHART)})", "",
@@ -285,20 +287,23 @@ def _numeric(values) -> bool:
 
 def _mark_children(client, comparison: "Comparison") -> None:
     """What each child needs for the view to show the comparison's figures: its setting's colour
-    (RUN_COLOR_TAG), and its steady-state summary where the run did not log one (a run made before
-    children logged it): the comparison's figures from its history (compare.run_summary), so the
-    columns, the sort and the bars are filled for old runs too."""
+    (RUN_COLOR_TAG), its place in the verdict's order (names.RANK, which the view sorts by: the run
+    the verdict names first), and its steady-state summary where the run did not log one (a run made
+    before children logged it): the comparison's figures from its history (compare.run_summary), so
+    the columns, the sort and the bars are filled for old runs too."""
     from mlflow.entities import Metric, RunTag
 
-    from pipeline.compare import SUMMARY
+    from pipeline.compare import SUMMARY, run_order
 
     now = int(time.time() * 1000)
     metrics = {run.run_id: run.metrics for run in comparison.sweep.children}
+    rank = {run_id: place for place, run_id in enumerate(run_order(comparison), start=1)}
     for (_, row), shade in zip(comparison.table.iterrows(), colours(comparison)):
         for run_id in str(row["run_ids"]).split(","):
             logged = metrics.get(run_id, {})
             figures = comparison.runs.loc[run_id, list(SUMMARY)]
-            missing = [Metric(name, float(value), now, 0) for name, value in figures.items()
-                       if name not in logged and value == value]
+            to_log = [Metric(name, float(value), now, 0) for name, value in figures.items()
+                      if name not in logged and value == value]
+            to_log.append(Metric(RANK, float(rank[run_id]), now, 0))
             colour_tag = RunTag(RUN_COLOR_TAG, shade)  # internal: the UI's run colour (VERIFIED_UI)
-            client.log_batch(run_id, metrics=missing, tags=[colour_tag])
+            client.log_batch(run_id, metrics=to_log, tags=[colour_tag])

@@ -1,5 +1,6 @@
-"""The regression gate (`pipeline compare --baseline`): point-by-point change in median epoch time
-with its interval, on synthetic sweeps whose epoch times the tests set."""
+"""The regression gate (`pipeline compare --baseline`): each point FASTER, SLOWER, NO CHANGE or
+INCONCLUSIVE with its reason, and the exit code that says it, on synthetic sweeps whose epoch times
+the tests set."""
 
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ def test_a_30_percent_slowdown_fails_a_10_percent_gate_and_passes_a_50_percent_o
     out = _gate(uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10")
     assert out.exit_code == 1, out.output
     assert len(re.findall(r"\+(2\d|3\d)\.\d% slower \[\+\d+\.\d%, \+\d+\.\d%\]", out.output)) == 2, out.output
-    assert "FAIL: 2 of 2 points slower by more than 10%" in out.output
+    assert "FAIL: 2 of 2 judged points slower by more than 10%" in out.output
+    assert out.output.count("SLOWER") == 2
     out = _gate(uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "50")
-    assert out.exit_code == 0 and "PASS" in out.output, out.output
+    assert out.exit_code == 0 and "PASS: none of the 2 points is slower by more than 50%" in out.output, out.output
     out = _gate(uri, "--parent-run", current, "--baseline", baseline)  # report only
     assert out.exit_code == 0 and "does not fail" in out.output
 
@@ -69,7 +71,7 @@ def test_markdown_fits_a_ci_comment(slower):
     assert out.exit_code == 1
     assert lines[0].startswith("### Epoch time of now-sweep against the baseline base-sweep")
     assert lines[2].startswith("| point |") and len([line for line in lines if line.startswith("| cpu")]) == 2
-    assert lines[-1].startswith("**FAIL: 2 of 2 points") and len(lines) == 8  # heading, table, verdict
+    assert lines[-1].startswith("**FAIL: 2 of 2 judged points") and len(lines) == 8  # heading, table, verdict
 
 
 def test_a_baseline_from_other_hardware_is_refused(tracking_uri):
@@ -103,6 +105,10 @@ def test_points_without_a_baseline_twin_are_counted_and_none_at_all_is_refused(t
     (["--fail-if-slower", "10"], "--fail-if-slower 10 needs --baseline"),
     (["--baseline", "base", "--fail-if-slower", "-5"], "--fail-if-slower -5: give a percentage >= 0"),
     (["--baseline", "nope"], "--baseline nope: no experiment 'nope'"),
+    (["--allow-inconclusive"], "--allow-inconclusive needs --baseline SWEEP and --fail-if-slower PCT"),
+    (["--baseline", "base", "--allow-inconclusive"], "--allow-inconclusive needs --baseline SWEEP"),
+    (["--quality-margin", "1"], "--quality-margin 1: give a number >= 0 and below 1"),
+    (["--quality-margin", "-0.1"], "--quality-margin -0.1: give a number >= 0 and below 1"),
 ])
 def test_bad_gate_options_are_one_line_and_exit_2(slower, args, message):
     uri, _, current = slower
@@ -111,13 +117,50 @@ def test_bad_gate_options_are_one_line_and_exit_2(slower, args, message):
     assert len(out.output.strip().splitlines()) == 1
 
 
-def test_points_whose_runs_are_all_contended_say_so_and_count_with_include_contended(tracking_uri):
+def test_points_whose_runs_are_all_contended_are_inconclusive_and_count_with_include_contended(tracking_uri):
     baseline = _sweep(tracking_uri, "base", 1.0, seed=5)
     busy = {names.TAG_CONTENDED: "other processes took 60% of 2 cores; load average 2.1 per core"}
     current = _sweep(tracking_uri, "now", 2.0, seed=6, tags=busy)
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10")
-    assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
-    assert "every run is contended" in out.output and "--include-contended" in out.output
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
+                "--format", "json")
+    assert out.exit_code == 3, out.output
+    points = json.loads(out.stdout)["points"]
+    assert [p["state"] for p in points] == ["INCONCLUSIVE"] * 2
+    assert all(p["reason"] == "every run contended in this sweep (--include-contended counts them)" for p in points)
     out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
                 "--include-contended")
-    assert out.exit_code == 1 and "FAIL: 2 of 2 points" in out.output, out.output
+    assert out.exit_code == 1 and "FAIL: 2 of 2 judged points" in out.output, out.output
+
+
+def test_a_2x_slowdown_at_one_run_a_side_is_inconclusive_not_a_pass(tracking_uri):
+    baseline = write_sweep(tracking_uri, "base", [Run([2.0, 1.0, 1.0])])
+    current = write_sweep(tracking_uri, "now", [Run([4.0, 2.0, 2.0])])
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10")
+    assert out.exit_code == 3, out.output
+    assert "INCONCLUSIVE" in out.output and "+100.0% slower (n too small (1 run))" in out.output
+    assert "PASS" not in out.output
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
+                "--allow-inconclusive")
+    assert out.exit_code == 0 and "PASS (--allow-inconclusive)" in out.output, out.output
+
+
+def test_a_point_only_one_side_has_is_named(tracking_uri):
+    """The baseline has batch sizes 128 and 256; this sweep only 128: 256 is named, not passed over."""
+    baseline = _sweep(tracking_uri, "base", 1.0, seed=10)
+    rng = np.random.default_rng(11)
+    current = write_sweep(tracking_uri, "now", [Run(jittered(1.0, 4, rng), params={"batch_size": "128",
+                                                                                   names.REPEAT: str(r)})
+                                                for r in range(1, 5)])
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
+                "--format", "json")
+    assert out.exit_code == 3, out.output
+    states = {p["point"]: (p["state"], p["reason"]) for p in json.loads(out.stdout)["points"]}
+    assert states["cpu batch_size=256"] == ("INCONCLUSIVE", "only in the baseline")
+    assert states["cpu batch_size=128"][0] in ("NO CHANGE", "FASTER")
+
+
+def test_a_sweep_gated_against_itself_is_refused(slower):
+    uri, _, current = slower
+    out = _gate(uri, "--parent-run", current, "--baseline", current, "--fail-if-slower", "10")
+    assert out.exit_code == 2 and "that is the sweep being compared" in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1

@@ -46,8 +46,12 @@ def test_register_best_run_under_champion(trained, tracking_uri):
     assert version.run_id == best.info.run_id and str(version.version) == "1"
     tags = version.tags
     assert tags["pipeline.source_run"] == best.info.run_id and tags["lr"] == best.data.params["lr"]
-    assert float(tags["test_accuracy"]) == pytest.approx(best.data.metrics["test_accuracy"])
+    # the rule it won by, its setting and the figures it won on
+    assert tags["pipeline.rule"] == "best" and tags["pipeline.setting"] == "cpu lr0.01"
+    assert float(tags["final_test_accuracy"]) == pytest.approx(best.data.metrics["final_test_accuracy"])
+    assert float(tags["steady_epoch_s"]) == pytest.approx(best.data.metrics["steady_epoch_s"])
     assert tags["device_used"] == "cpu" and tags["batch_size"] == "64"
+    assert "by best (the fastest setting whose test accuracy is within the quality margin" in out.output
 
     # Again: no duplicate version; --force makes one; --mode min picks the other run.
     out = invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--tracking-uri", tracking_uri)
@@ -84,7 +88,9 @@ def test_register_errors_exit_2_and_register_nothing(trained, tracking_uri):
     cases = [
         (["--run-id", bare.info.run_id], "has no logged model"),
         (["--experiment", "reg", "--metric", "f1"], "--metric f1: no FINISHED run"),
-        (["--experiment", "empty"], "no FINISHED training runs"),
+        (["--experiment", "empty"], "no sweep"),
+        (["--experiment", "reg", "--by", "speed", "--metric", "test_accuracy"], "give one"),
+        (["--run-id", bare.info.run_id, "--by", "speed"], "--run-id names the run; drop --by"),
         (["--experiment", "nope"], "no experiment 'nope'"),
         (["--experiment", "reg", "--alias", "v2"], "--alias 'v2'"),
         ([], "say which run to register"),

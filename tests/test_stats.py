@@ -1,5 +1,5 @@
-"""The hierarchical bootstrap of a ratio of medians: it finds a real difference, not a made-up one,
-says when there is too little to tell, and prints the same interval every time."""
+"""Welch's t on the logs of one value per run: it finds a real difference, not a made-up one, says
+when there is too little to tell, and treats the run, not the epoch, as the unit."""
 
 from __future__ import annotations
 
@@ -11,54 +11,80 @@ import pytest
 from pipeline import stats
 
 
-def _runs(seconds: float, runs: int, epochs: int, seed: int, spread: float = 0.03) -> list[list[float]]:
+def _runs(seconds: float, runs: int, seed: int, spread: float = 0.03) -> list[float]:
+    """One value per run (its median steady epoch), `spread` apart."""
     rng = np.random.default_rng(seed)
-    return [list(seconds * (1 + spread * rng.standard_normal(epochs))) for _ in range(runs)]
+    return list(seconds * np.exp(spread * rng.standard_normal(runs)))
 
 
 def test_a_clear_2x_difference_with_4_repeats_is_significant():
-    ratio = stats.median_ratio(_runs(2.0, 4, 3, seed=1), _runs(1.0, 4, 3, seed=2))
+    ratio = stats.ratio(_runs(2.0, 4, seed=1), _runs(1.0, 4, seed=2))
     assert ratio.estimate == pytest.approx(2.0, rel=0.05)
     assert 1 < ratio.low < ratio.estimate < ratio.high < 2.3
-    assert ratio.significant is True
+    assert ratio.significant is True and ratio.runs == (4, 4)
+
+
+def test_a_clear_2x_difference_at_two_runs_a_side_is_significant():
+    """Two runs a side are enough when the difference dwarfs the spread between runs."""
+    ratio = stats.ratio([2.0, 2.06], [1.0, 1.02])
+    assert ratio.significant is True and 1.5 < ratio.low < 2 < ratio.high < 2.6
 
 
 def test_an_a_a_pair_is_not_significant():
     """The same distribution drawn twice (another seed): the interval contains 1."""
-    ratio = stats.median_ratio(_runs(1.0, 4, 3, seed=3), _runs(1.0, 4, 3, seed=4))
+    ratio = stats.ratio(_runs(1.0, 4, seed=3), _runs(1.0, 4, seed=4))
     assert ratio.low < 1 < ratio.high
     assert ratio.significant is False
 
 
-def test_one_run_with_one_epoch_has_no_interval():
-    ratio = stats.median_ratio([[2.0]], [[1.0]])
+def test_one_run_a_side_has_no_interval_and_says_why():
+    ratio = stats.ratio([2.0], [1.0])
     assert ratio.estimate == 2.0 and not ratio.has_interval and ratio.significant is None
-    assert math.isnan(ratio.low) and math.isnan(ratio.high)
-    # One side alone with a spread is not enough either: the lone value's uncertainty is unknown.
-    assert not stats.median_ratio([[2.0]], [[1.0, 1.1, 0.9]]).has_interval
+    assert math.isnan(ratio.low) and math.isnan(ratio.high) and math.isnan(ratio.half_width)
+    assert ratio.why_no_interval == "n too small (1 run)"
+    # One side alone with a spread is not enough either: the lone run's own spread is unknown.
+    lone = stats.ratio([2.0], [1.0, 1.1, 0.9])
+    assert not lone.has_interval and lone.why_no_interval == "n too small (1 run vs 3)"
 
 
-def test_the_interval_is_deterministic_and_follows_the_seed():
-    a, b = _runs(1.2, 3, 5, seed=5, spread=0.1), _runs(1.0, 3, 5, seed=6, spread=0.1)
-    assert stats.median_ratio(a, b) == stats.median_ratio(a, b)
-    assert stats.median_ratio(a, b, seed=1) != stats.median_ratio(a, b, seed=2)
+def test_the_runs_spread_decides_not_their_epochs():
+    """Two runs whose levels differ by 40%: however steady each run's epochs were, the interval
+    spans the difference between the runs (pseudo-replication would have made it narrow)."""
+    ratio = stats.ratio([1.0, 1.4], [1.2, 1.2])
+    assert ratio.low < 1 < ratio.high and ratio.significant is False
 
 
-def test_runs_are_resampled_not_only_epochs():
-    """Two runs whose epochs agree closely but whose levels differ: resampling only the epochs (one
-    flat pool) would give a narrow interval; resampling runs first keeps the between-run spread."""
-    spread_runs = [[1.0, 1.0, 1.0, 1.0], [1.4, 1.4, 1.4, 1.4]]
-    steady = [[1.2] * 4, [1.2] * 4]
-    ratio = stats.median_ratio(spread_runs, steady)
-    assert ratio.low <= 1.0 / 1.2 + 1e-9 and ratio.high >= 1.4 / 1.2 - 1e-9
+def test_the_estimate_is_the_ratio_of_geometric_means_and_sits_in_its_interval():
+    ratio = stats.ratio([1.0, 4.0], [1.0, 1.0, 1.0])
+    assert ratio.estimate == pytest.approx(2.0)
+    assert ratio.low < ratio.estimate < ratio.high
+    assert ratio.half_width == pytest.approx((ratio.high - ratio.low) / 2 / 2.0)
 
 
-def test_unequal_run_lengths_and_gaps():
-    """Runs of different lengths pool as they are; NaN epochs and empty runs are left out."""
-    ratio = stats.median_ratio([[2.0, 2.1], [1.9, 2.0, 2.05, float("nan")], []], [[1.0, 1.02, 0.98]])
-    assert ratio.estimate == pytest.approx(2.0) and ratio.has_interval
-    assert math.isnan(stats.median_ratio([], [[1.0]]).estimate)
+def test_gaps_are_left_out():
+    """A run without the figure (NaN) is not a run of that side; nor is a non-positive time."""
+    ratio = stats.ratio([2.0, 2.1, float("nan"), 0.0], [1.0, 1.02, 0.98])
+    assert ratio.runs == (2, 3) and ratio.has_interval
+    assert math.isnan(stats.ratio([], [1.0]).estimate)
 
 
-def test_quartiles_pool_every_run():
-    assert stats.quartiles([[1.0, 2.0], [3.0, 4.0, 5.0]]) == (2.0, 3.0, 4.0)
+def test_the_same_numbers_give_the_same_interval():
+    a, b = _runs(1.2, 3, seed=5, spread=0.1), _runs(1.0, 3, seed=6, spread=0.1)
+    assert stats.ratio(a, b) == stats.ratio(a, b)
+
+
+def test_an_accuracy_difference_has_welchs_interval():
+    change = stats.difference([0.80, 0.82, 0.81], [0.85, 0.86, 0.84])
+    assert change.estimate == pytest.approx(-0.04) and change.low < -0.04 < change.high < 0
+    assert not stats.difference([0.8], [0.85, 0.86]).has_interval
+
+
+def test_repeats_that_computed_the_same_accuracy_differ_exactly():
+    """Runs of one seed on one device compute the same numbers: the difference is known, not unknowable."""
+    change = stats.difference([0.80, 0.80], [0.81, 0.81])
+    assert change.low == change.high == pytest.approx(-0.01)
+
+
+def test_quartiles_are_over_the_runs():
+    assert stats.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+    assert all(math.isnan(v) for v in stats.quartiles([float("nan")]))
