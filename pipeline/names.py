@@ -19,8 +19,8 @@ CAPTURE = "capture_s"  # cuda_graph: warming up and capturing the training step,
 COMPILE = "compile_s"  # compile: the warm-up that compiles the model at every shape the run uses (step 0)
 MODEL_NAME = "model"
 # Time to a target quality (a grid's `target:`), run-level at the step of the first epoch that reaches it.
-TIME_TO_TARGET = "time_to_target_s"  # training time to that epoch: warm-up and compile left out
-WALL_TO_TARGET = "wall_to_target_s"  # the same, with warm-up and compile counted
+TIME_TO_TARGET = "time_to_target_s"  # the training passes to that epoch: evaluation and one-off costs left out
+WALL_TO_TARGET = "wall_to_target_s"  # the wall clock from the fit's start to the end of that epoch's evaluation
 # How busy the machine was while a run trained (run-level, step 0).
 LOAD_AVERAGE = "load_average"  # the 1-minute load average over the training, per core
 OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes took, 0-1

@@ -274,7 +274,7 @@ def _measured(outcome: Outcome, target: Target | None, load: "contention.Content
     outcome.tags.update(load.tags())
     if target is None:
         return None
-    timing = target_timing(target, outcome.epochs, outcome.one_off)
+    timing = target_timing(target, outcome.epochs)
     outcome.measured.update(timing.metrics())
     outcome.tags.update(timing.tags())
     return timing
