@@ -35,6 +35,7 @@ REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a
 BEST_STEADY_EPOCH = "best_steady_epoch_s"  # the lowest steady_epoch_s
 BEST_FINAL_ACCURACY = "best_final_test_accuracy"  # the highest final_test_accuracy
 FINISHED_RUNS = "finished_runs"  # how many children FINISHED
+ROUNDS = "rounds"  # `repeats: auto`: the rounds the sweep reached (each point's runs, DONE ones included)
 
 # Statuses MLflow stores (a run's end).
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
@@ -64,6 +65,9 @@ TAG_KILLED_REASON = "pipeline.killed_reason"
 TAG_RELOGGED = "pipeline.relogged_from"  # the results file a run's numbers were restored from
 TAG_TARGET = "pipeline.target"  # the target a run was timed against, e.g. "test_accuracy >= 0.85"
 TAG_TARGET_STATUS = "pipeline.target_status"  # "reached at epoch 2" or "not reached in 3 epochs"
+# A `repeats: auto` sweep's parent: why its rounds stopped, as printed at the sweep's end, e.g.
+# "repeats: auto stopped after 4 rounds: every speedup is significant"
+TAG_REPEATS_STOPPED = "pipeline.repeats_stopped"
 TAG_CONTENDED = "pipeline.contended"  # set when other processes took a meaningful share: the figures
 TAG_CONCURRENT = "pipeline.concurrent_points"  # Ray: how many points shared the node while it trained
 

@@ -129,6 +129,7 @@ class SweepResult:
     experiment_id: str | None = None
     parent_run_id: str | None = None
     tracking_uri: str | None = None
+    stopped: str = ""  # `repeats: auto`: why its rounds stopped, e.g. "repeats: auto stopped after 4 rounds: ..."
 
     @property
     def exit_code(self) -> int:
