@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+from pipeline.config import KEYS
 from pipeline.grid import format_value, short
 
 if TYPE_CHECKING:
@@ -70,10 +71,12 @@ class Judgement:
 
 
 def references(axes: Sequence[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, Any]]:
-    """Each grid key that varies, with the value its speedups are measured against: for the device,
-    cpu when the grid lists it, else the first listed; for any other key, the first value listed."""
+    """Each grid key that varies and changes what a run measures (the device, or a twin key: not
+    gpus_per_run, which only says where a point runs), with the value its speedups are measured
+    against: for the device, cpu when the grid lists it, else the first listed; for any other key,
+    the first value listed."""
     return [(key, "cpu" if key == "device" and "cpu" in values else values[0])
-            for key, values in axes if len(values) > 1]
+            for key, values in axes if len(values) > 1 and (key == "device" or KEYS[key].twin)]
 
 
 def judge(comparison: "Comparison", axes: Sequence[tuple[str, tuple[Any, ...]]],

@@ -129,8 +129,8 @@ def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
     from pipeline.records import read_sweep
     from synthetic_sweeps import Run, jittered, write_sweep
 
-    assert rounds.references([("device", ("cuda", "cpu")), ("lr", (0.1,)), ("batch_size", (256, 64))]) == [
-        ("device", "cpu"), ("batch_size", 256)]
+    assert rounds.references([("device", ("cuda", "cpu")), ("lr", (0.1,)), ("batch_size", (256, 64)),
+                              ("gpus_per_run", (1.0, 0.5))]) == [("device", "cpu"), ("batch_size", 256)]
     assert rounds.references([("device", ("mps", "cuda"))]) == [("device", "mps")]
     rng = np.random.default_rng(7)
     runs = [Run(jittered(seconds, 4, rng), device=device) for _ in range(4) for device, seconds in
@@ -140,7 +140,8 @@ def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
     spec = GridSpec(Path("g.yaml"), "judged", repeats=2, max_repeats=8)
     judged = rounds.judge(comparison, [("device", ("cuda", "cpu"))])
     assert [(s.label, s.clear) for s in judged.speedups] == [("cuda:0 vs cpu", True)]
-    assert rounds.stop_reason(judged, 2, spec).startswith("every speedup is significant (cuda:0 vs cpu: 1.9")
+    said = rounds.stop_reason(judged, 2, spec)
+    assert said.startswith("every speedup is significant (cuda:0 vs cpu: ") and "x faster [" in said, said
     # The grid's reference ran nowhere (its points skipped, say): nothing on that axis to judge.
     no_mps = rounds.judge(comparison, [("device", ("mps", "cuda"))])
     assert no_mps.speedups == () and no_mps.why_none == "no speedup to judge: no run finished beside its twin on device"
