@@ -34,6 +34,7 @@ class SweepRun:
     outcomes: list["Outcome"]
     comparison: "pandas.DataFrame"  # empty when no run finished
     exit_code: int  # as `pipeline run` would exit: 0 all done, 1 some run failed
+    stopped: str = ""  # `repeats: auto`: why its rounds stopped, as `pipeline run` prints it
 
 
 def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None, experiment: str | None = None,
@@ -55,7 +56,7 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
     comparison = _table(result.tracking_uri, parent_run=result.parent_run_id) if result.parent_run_id \
         else _empty()
     return SweepRun(result.parent_run_id, result.experiment_id, result.tracking_uri, result.outcomes,
-                    comparison, result.exit_code)
+                    comparison, result.exit_code, result.stopped)
 
 
 def compare(experiment: str | None = None, parent_run: str | None = None,

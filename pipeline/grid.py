@@ -4,7 +4,8 @@ The order is the tutorial's `itertools.product` over an OrderedDict: the file's 
 the last key varying fastest. Keys the file does not mention take RunConfig's defaults. With
 `repeats: N` the whole grid comes N times, interleaved: every point's first repeat, then every
 point's second, and so on, so that whatever drifts on the machine over a sweep (heat, other load)
-falls on every point alike instead of on its last repeats.
+falls on every point alike instead of on its last repeats. `repeats: auto` plans its first rounds
+the same way and each later round on its own (round_points), once the runner decides to train it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def check_size(spec: GridSpec, max_points: int = MAX_POINTS) -> int:
     `max_points` (which counts runs: each repeat is a training run)."""
     size = run_count(spec)
     if size > max_points:
-        what = f"{size} runs ({grid_size(spec)} grid points x {spec.most_repeats} repeats)" if spec.most_repeats > 1 \
+        most = f"up to {spec.most_repeats} repeats (auto)" if spec.auto_repeats else f"{spec.most_repeats} repeats"
+        what = f"{size} runs ({grid_size(spec)} grid points x {most})" if spec.most_repeats > 1 \
             else f"{size} grid points"
         raise UserError(f"{spec.path}: {what} is more than --max-points {max_points}; pass "
                         f"--max-points {size} to train them all, or make the grid smaller "
@@ -83,7 +85,15 @@ def expand(spec: GridSpec, limit: int | None = None) -> list[GridPoint]:
 
 def iter_points(spec: GridSpec) -> Iterator[GridPoint]:
     """The grid points one at a time, in deterministic file order, repeats interleaved (every
-    point's repeat 1, then every point's repeat 2, ...): a huge grid is never held whole."""
+    point's repeat 1, then every point's repeat 2, ...): a huge grid is never held whole. With
+    `repeats: auto` these are the first rounds; the runner plans each later one (round_points)."""
+    for repeat in range(1, spec.repeats + 1):
+        yield from round_points(spec, repeat)
+
+
+def round_points(spec: GridSpec, repeat: int) -> Iterator[GridPoint]:
+    """One round of the sweep: every point's `repeat`-th run, in file order, numbered after the
+    rounds before it."""
     keys = [key for key, _ in spec.axes]
     # Names show what varies, led by the device whenever the grid names one (what this tool
     # compares); a one-point grid names itself after the keys it sets. Every setting is also a param.
@@ -91,14 +101,13 @@ def iter_points(spec: GridSpec) -> Iterator[GridPoint]:
     if "device" in keys and "device" not in named:
         named.append("device")
     named.sort(key=lambda key: key != "device")  # stable: the others keep file order
-    index = 0
-    for repeat in range(1, spec.repeats + 1):
-        suffix = f" r{repeat}" if spec.repeats > 1 else ""
-        for combo in itertools.product(*(values for _, values in spec.axes)):
-            values = dict(zip(keys, combo))
-            index += 1
-            name = (" ".join(short(key, values[key]) for key in named) or "defaults") + suffix
-            yield GridPoint(index=index, config=RunConfig(**values), name=name, repeat=repeat)
+    # Every run of a sweep that may repeat is named by its repeat, `repeats: auto`'s included.
+    suffix = f" r{repeat}" if spec.most_repeats > 1 else ""
+    first = (repeat - 1) * grid_size(spec)
+    for position, combo in enumerate(itertools.product(*(values for _, values in spec.axes)), start=1):
+        values = dict(zip(keys, combo))
+        name = (" ".join(short(key, values[key]) for key in named) or "defaults") + suffix
+        yield GridPoint(index=first + position, config=RunConfig(**values), name=name, repeat=repeat)
 
 
 def config_hash(config: RunConfig, **identity: Any) -> str:

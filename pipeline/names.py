@@ -19,8 +19,8 @@ CAPTURE = "capture_s"  # cuda_graph: warming up and capturing the training step,
 COMPILE = "compile_s"  # compile: the warm-up that compiles the model at every shape the run uses (step 0)
 MODEL_NAME = "model"
 # Time to a target quality (a grid's `target:`), run-level at the step of the first epoch that reaches it.
-TIME_TO_TARGET = "time_to_target_s"  # training time to that epoch: warm-up and compile left out
-WALL_TO_TARGET = "wall_to_target_s"  # the same, with warm-up and compile counted
+TIME_TO_TARGET = "time_to_target_s"  # the training passes to that epoch: evaluation and one-off costs left out
+WALL_TO_TARGET = "wall_to_target_s"  # the wall clock from the fit's start to the end of that epoch's evaluation
 # How busy the machine was while a run trained (run-level, step 0).
 LOAD_AVERAGE = "load_average"  # the 1-minute load average over the training, per core
 OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes took, 0-1
@@ -39,6 +39,7 @@ REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a
 BEST_STEADY_EPOCH = "best_steady_epoch_s"  # the lowest steady_epoch_s
 BEST_FINAL_ACCURACY = "best_final_test_accuracy"  # the highest final_test_accuracy
 FINISHED_RUNS = "finished_runs"  # how many children FINISHED
+ROUNDS = "rounds"  # `repeats: auto`: the rounds the sweep reached (each point's runs, DONE ones included)
 
 # Statuses MLflow stores (a run's end).
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
@@ -69,6 +70,9 @@ TAG_RELOGGED = "pipeline.relogged_from"  # the results file a run's numbers were
 TAG_TARGET = "pipeline.target"  # the target a run was timed against, e.g. "test_accuracy >= 0.85"
 TAG_TARGET_STATUS = "pipeline.target_status"  # "reached at epoch 2" or "not reached in 3 epochs"
 TAG_BEST_RUN = "pipeline.best_run"  # a sweep's parent: the run of its best setting (compare.pick), whose model it links
+# A `repeats: auto` sweep's parent: why its rounds stopped, as printed at the sweep's end, e.g.
+# "repeats: auto stopped after 4 rounds: every speedup is significant"
+TAG_REPEATS_STOPPED = "pipeline.repeats_stopped"
 TAG_CONTENDED = "pipeline.contended"  # set when other processes took a meaningful share: the figures
 TAG_CONCURRENT = "pipeline.concurrent_points"  # Ray: how many points shared the node while it trained
 

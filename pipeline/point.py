@@ -129,6 +129,7 @@ class SweepResult:
     experiment_id: str | None = None
     parent_run_id: str | None = None
     tracking_uri: str | None = None
+    stopped: str = ""  # `repeats: auto`: why its rounds stopped, e.g. "repeats: auto stopped after 4 rounds: ..."
 
     @property
     def exit_code(self) -> int:
@@ -274,7 +275,7 @@ def _measured(outcome: Outcome, target: Target | None, load: "contention.Content
     outcome.tags.update(load.tags())
     if target is None:
         return None
-    timing = target_timing(target, outcome.epochs, outcome.one_off)
+    timing = target_timing(target, outcome.epochs)
     outcome.measured.update(timing.metrics())
     outcome.tags.update(timing.tags())
     return timing

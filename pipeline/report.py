@@ -59,12 +59,16 @@ def grid_table(spec: "GridSpec", rows: Sequence[tuple["GridPoint", str]], title:
 
 
 def grid_notes(spec: "GridSpec", shown: int, max_points: int) -> list[str]:
-    """Under a table of a sweep's first `shown` runs: how many more there are, and whether a run takes them."""
+    """Under a table of a sweep's first `shown` runs: how many more there are, what `repeats: auto`
+    trains after them, and whether a run takes them."""
     size = run_count(spec)
+    planned = grid_size(spec) * spec.repeats  # with `repeats: auto`, its first rounds: the table's runs
     noun = "run" if spec.repeats > 1 else "grid point"
     notes = []
-    if shown < size:
-        notes.append(f"... and {size - shown} more: the first {shown} of {plural(size, noun)} are shown")
+    if shown < planned:
+        notes.append(f"... and {planned - shown} more: the first {shown} of {plural(planned, noun)} are shown")
+    if spec.auto_repeats:
+        notes.append(auto_line(spec))
     if size > max_points:
         notes.append(f"note: `pipeline run` refuses {plural(size, noun)} (more than --max-points {max_points}); "
                      f"pass --max-points {size} to train them all")
@@ -170,6 +174,10 @@ class Reporter:
             self._progress.stop()
             self._progress = None
 
+    def round_done(self, line: str) -> None:
+        """`repeats: auto` between rounds: what is still unclear, and the round it trains next."""
+        self.console.print(line, markup=False, style="bold")
+
     def remote_done(self, outcome: "Outcome", done: int, total: int) -> None:
         """A point finished on a Ray worker."""
         final = outcome.final
@@ -228,6 +236,8 @@ class Reporter:
         for o in result.outcomes:
             counts[o.status] = counts.get(o.status, 0) + 1
         self.console.print(", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
+        if result.stopped:
+            self.console.print(result.stopped, markup=False, style="bold")
         grouped: dict[tuple[str, str], list[str]] = {}
         for o in result.outcomes:
             if o.status in ("SKIPPED", "FAILED", "KILLED", "NOT RUN", "UNLOGGED"):
@@ -249,6 +259,20 @@ class Reporter:
         if command:
             self.console.print(f"Open the MLflow UI:  {command}", soft_wrap=True)
         self.console.print(f"then browse to       {url}", soft_wrap=True)
+
+
+def auto_line(spec: "GridSpec") -> str:
+    """What `repeats: auto` trains after its first rounds, and what stops it, in a line."""
+    from pipeline.rounds import references
+
+    first = f"repeats: auto: rounds 1-{spec.repeats} first"
+    axes = references(spec.axes)
+    if not axes:
+        return f"{first}; the grid varies no setting, so there is nothing to compare and it stops there"
+    against = ", ".join(f"{key} against {format_value(value)}" for key, value in axes)
+    within = f" or within ±{100 * spec.half_width:g}%" if spec.half_width is not None else ""
+    return (f"{first}, then one round of {plural(grid_size(spec), 'run')} at a time until every speedup "
+            f"({against}) is significant{within}, up to max_repeats {spec.max_repeats}")
 
 
 def target_line(spec: "GridSpec") -> str:

@@ -3,8 +3,10 @@
 Bad input (grid, device with --require-devices, data, tracking store, Ray) raises UserError before
 any MLflow run or experiment exists. Points that already have a FINISHED run with the same run key
 (settings, data, host, hardware; a repeat past the first; a target it stops at) are DONE unless
---rerun. With `repeats: N` each point is planned N times, interleaved. Each point is a `PointJob` that an
-executor runs through `point.run_point`; what happens inside one run is that function's concern.
+--rerun. With `repeats: N` each point is planned N times, interleaved. With `repeats: auto` the first
+MIN_RUNS rounds are planned so, and after them one round at a time until rounds.py says the speedups are
+clear (or there is nothing to judge, or max_repeats). Each point is a `PointJob` that an executor runs
+through `point.run_point`; what happens inside one run is that function's concern.
 Every trained point is also appended to the local results file, so a tracking outage loses no
 training. Ctrl-C or SIGTERM marks the current run and the parent KILLED; a second one exits at once.
 """
@@ -25,18 +27,20 @@ from pipeline import idx, interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
-from pipeline.grid import MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, run_count
+from pipeline.grid import (MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, grid_size,
+                           round_points, run_count)
 from pipeline.config import AUTO, effective_yaml, with_repeats
 from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FINAL_ACCURACY, BEST_STEADY_EPOCH,
-                            CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, STEADY_EPOCH, STEADY_IMAGES, TAG_DEVICE,
-                            TAG_BEST_RUN, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS, TAG_OVERRIDES, TAG_ROLE,
-                            TAG_TARGET)
+                            CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, ROUNDS, STEADY_EPOCH, STEADY_IMAGES,
+                            TAG_BEST_RUN, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
+                            TAG_OVERRIDES, TAG_REPEATS_STOPPED, TAG_ROLE, TAG_TARGET)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
                             PointJob, SweepResult, params_of, with_position)
 
 if TYPE_CHECKING:
     from pipeline.compare import Comparison
     from pipeline.data import Dataset
+    from pipeline.records import RunRecord
     from pipeline.report import Reporter
     from pipeline.target import Target
     from pipeline.tracking import Tracker
@@ -208,38 +212,40 @@ def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter:
 
 
 def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor) -> SweepResult:
+    """Train `planned`; with `repeats: auto`, then one round more at a time until rounds.judge says
+    stop; then close the parent, record the comparison and print the summary."""
     tracker, reporter = sweep.tracker, sweep.reporter
-    _assign_run_keys(planned, sweep.identity, spec.stop_at)
-    outcomes = _already_done(sweep, planned)
-    todo = [p for p in planned if p.device is not None and p.point.index not in outcomes]
-    parent_id, adopted = _open_parent(sweep, spec, len(planned)) if todo else (None, False)
-    jobs = [with_position(sweep.job(item, parent_id, target=spec.target, stop_at=spec.stop_at),
-                          n, len(todo)) for n, item in enumerate(todo, start=1)]
-    closing = interrupts.last_resort(lambda: tracker.end_run(parent_id, KILLED, quick=True)) \
-        if parent_id else contextlib.nullcontext()
+    parent = _Parent(sweep, spec)
+    finished = _Finished(sweep)
+    outcomes: list[Outcome] = []
+    batch, reached, stopped = planned, spec.repeats, ""
     try:
-        with interrupts.handled(), closing:
-            ran = executor.run(jobs, lambda job, outcome: _keep(sweep, job, outcome))
+        with interrupts.handled(), interrupts.last_resort(parent.end_quickly):
+            while True:
+                latest = _train(sweep, spec, batch, executor, parent, finished)
+                outcomes += latest
+                if not spec.auto_repeats:
+                    break
+                stopped = _rounds_stop(sweep, spec, parent.run_id, latest, outcomes, reached, finished)
+                if stopped:
+                    break
+                reached += 1
+                batch = _round(planned, spec, reached)
     except KeyboardInterrupt:
-        if parent_id:
-            from pipeline.liveness import kill_running_children
-
-            kill_running_children(tracker.client, tracker.experiment_id, parent_id, "cancelled by Ctrl-C on the driver")
-            tracker.end_run(parent_id, KILLED)
+        parent.cancelled()
         raise
-    outcomes.update({job.point.index: outcome for job, outcome in zip(jobs, ran)})
-    for item in planned:
-        if item.device is None:
-            outcomes[item.point.index] = Outcome(item.point, SKIPPED, reason=item.reason)
-    result = SweepResult([outcomes[p.point.index] for p in planned], tracker.experiment_id, parent_id, tracker.uri)
-    store_down = any(o.store_down for o in ran)
+    parent_id = parent.run_id
+    result = SweepResult(outcomes, tracker.experiment_id, parent_id, tracker.uri, stopped=stopped)
+    store_down = any(o.store_down for o in outcomes)
     if store_down:
         reporter.tracking_down(results.path_in(sweep.state_dir))
     comparison = None
     if parent_id and not store_down:
+        if stopped:
+            _log_rounds(tracker, parent_id, reporter, stopped, reached)
         comparison = _log_comparison(tracker, parent_id, reporter, spec, result.outcomes)
         _log_sweep_summary(tracker, parent_id, reporter, result.outcomes, comparison)
-        if not adopted:  # `mlflow run` ends its own run from our exit code
+        if not parent.adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
             tracker.end_run(parent_id, FAILED if result.exit_code else FINISHED)
@@ -247,13 +253,54 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     return result
 
 
-def _already_done(sweep: _Sweep, planned: list[Planned]) -> dict[int, Outcome]:
-    """Outcomes of the points not to train: FINISHED before with the same run key (DONE; none with
-    --rerun), or trained during an outage and waiting in the results file for `pipeline relog`."""
-    from pipeline.records import finished_by_key
+def _train(sweep: _Sweep, spec: GridSpec, batch: list[Planned], executor: Executor, parent: "_Parent",
+           finished: "_Finished") -> list[Outcome]:
+    """Train `batch` (the sweep's planned runs, or one more round of them) under the parent, opened
+    by the first run that trains; the DONE ones and those waiting for relog are skipped. One outcome
+    per planned run, in order."""
+    _assign_run_keys(batch, sweep.identity, spec.stop_at)
+    outcomes = _already_done(sweep, batch, finished.by_key)
+    todo = [p for p in batch if p.device is not None and p.point.index not in outcomes]
+    if todo:
+        parent_id = parent.open()
+        jobs = [with_position(sweep.job(item, parent_id, target=spec.target, stop_at=spec.stop_at), n, len(todo))
+                for n, item in enumerate(todo, start=1)]
+        ran = executor.run(jobs, lambda job, outcome: _keep(sweep, job, outcome))
+        outcomes.update({job.point.index: outcome for job, outcome in zip(jobs, ran)})
+    for item in batch:
+        if item.device is None:
+            outcomes[item.point.index] = Outcome(item.point, SKIPPED, reason=item.reason)
+    return [outcomes[p.point.index] for p in batch]
 
+
+class _Finished:
+    """The experiment's runs FINISHED before this sweep (none with --rerun), by run key: read once, as
+    each run of this sweep's rounds has a key of its own and so can never be DONE for a later round.
+    `repeats: auto` judges the DONE ones with the rest, each read back once (`record`)."""
+
+    def __init__(self, sweep: _Sweep) -> None:
+        from pipeline.records import finished_by_key
+
+        self.client = sweep.tracker.client
+        self.by_key = {} if sweep.options.rerun else finished_by_key(self.client, sweep.tracker.experiment_id)
+        self._by_id = {run.info.run_id: run for run in self.by_key.values()}
+        self._records: dict = {}
+
+    def record(self, run_id: str) -> "RunRecord":
+        """A DONE run as the comparison reads it, its histories read back the first time it is asked for."""
+        from pipeline.compare import HISTORIES
+        from pipeline.records import record
+
+        if run_id not in self._records:
+            self._records[run_id] = record(self.client, self._by_id[run_id], HISTORIES)
+        return self._records[run_id]
+
+
+def _already_done(sweep: _Sweep, planned: list[Planned], finished: dict) -> dict[int, Outcome]:
+    """Outcomes of the points not to train: FINISHED before with the same run key (DONE; `finished`
+    is empty with --rerun), or trained during an outage and waiting in the results file for
+    `pipeline relog`."""
     waiting = results.unlogged_keys(sweep.state_dir, sweep.tracker.uri)
-    finished = {} if sweep.options.rerun else finished_by_key(sweep.tracker.client, sweep.tracker.experiment_id)
     done = _finished_outcomes(sweep.tracker.client, [p for p in planned if p.run_key not in waiting], finished)
     for item in planned:
         if item.device is not None and item.run_key in waiting:
@@ -267,29 +314,122 @@ def _already_done(sweep: _Sweep, planned: list[Planned]) -> dict[int, Outcome]:
     return done
 
 
-def _open_parent(sweep: _Sweep, spec: GridSpec, size: int) -> tuple[str, bool]:
-    """The sweep's parent run: `mlflow run`'s project run when there is one (adopted), else a new run."""
+# --- repeats: auto ------------------------------------------------------------------------------------
+
+
+def _round(planned: list[Planned], spec: GridSpec, repeat: int) -> list[Planned]:
+    """Round `repeat` of the sweep, planned as its first round was (the same devices, or the same
+    reasons to skip), each run to get its own run key."""
+    first = planned[:grid_size(spec)]
+    return [replace(item, point=point, run_key="") for item, point in zip(first, round_points(spec, repeat))]
+
+
+def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: list[Outcome],
+                 outcomes: list[Outcome], reached: int, finished: _Finished) -> str:
+    """`repeats: auto` after round `reached` (`latest`: its outcomes, the first rounds' together):
+    why the rounds stop, as the sweep's end says it, or '' to train one more round (its line printed).
+    A round that was cut short (--fail-fast, a store outage) or in which no run finished stops them,
+    so that failing runs never loop."""
+    from pipeline import rounds
+
+    if any(o.store_down for o in latest):
+        return rounds.stopped(reached, "the tracking store stopped answering")
+    halted = next((o.reason for o in latest if o.status == NOT_RUN), "")
+    if halted:
+        return rounds.stopped(reached, halted)
+    if not any(o.status in (FINISHED, DONE) for o in latest):
+        which = f"round {reached}" if reached > spec.repeats else f"rounds 1-{reached}"
+        return rounds.stopped(reached, f"no run of {which} finished")
+    try:
+        comparison = _judged_comparison(sweep, spec, parent_id, outcomes, finished)
+        judgement = rounds.judge(comparison, spec.axes, spec.half_width)
+    except Exception as exc:  # like the comparison's report: judging must never cost the user their sweep
+        return rounds.stopped(reached, f"could not judge the speedups ({exc.__class__.__name__}: {exc})")
+    reason = rounds.stop_reason(judgement, reached, spec)
+    if reason:
+        return rounds.stopped(reached, reason)
+    sweep.reporter.round_done(rounds.progress(judgement, reached, spec))
+    return ""
+
+
+def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, outcomes: list[Outcome],
+                       finished: _Finished) -> "Comparison":
+    """The comparison `repeats: auto` judges: the parent's FINISHED children, built as _log_comparison
+    builds it (the epochs this process logged, not read back), and the DONE runs of the rounds reached
+    so far, so that a rerun reaches the rounds the first sweep did."""
+    from pipeline.compare import HISTORIES, build
+    from pipeline.records import SweepRecord, histories_of, read_sweep
+
     tracker = sweep.tracker
-    name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
-    tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path) if spec.from_file else "(a mapping: pipeline.api)",
-            TAG_GRID_SIZE: str(size), TAG_OPTIONS: sweep.options.flags() or "none"}
-    if spec.target is not None:
-        tags[TAG_TARGET] = str(spec.target)
-    if spec.overrides:
-        tags[TAG_OVERRIDES] = " ".join(f"--set {shlex.quote(item)}" for item in spec.overrides)
-    project_run = _project_run_id()
-    parent_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
-    tracker.log_params(parent_id, sweep_params(spec), new_run=not project_run)
-    files = {}
-    if spec.from_file:
-        with contextlib.suppress(OSError):
-            files[f"{ARTIFACT_GRID_DIR}/{spec.path.name}"] = spec.path.read_text(encoding="utf-8")
-    if spec.overrides or not spec.from_file:
-        files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
-    if files:
-        tracker.log_files(parent_id, files)
-    sweep.reporter.sweep_start(tracker, parent_id, spec)
-    return parent_id, bool(project_run)
+    done = [finished.record(o.run_id) for o in outcomes if o.status == DONE and o.run_id]
+    if parent_id is None:  # every run so far was DONE: no parent yet
+        return build(SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done))
+    known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
+    children = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known)
+    return build(replace(children, children=children.children + done))
+
+
+def _log_rounds(tracker: "Tracker", parent_id: str, reporter: "Reporter", stopped: str, reached: int) -> None:
+    """Why a `repeats: auto` sweep stopped (names.TAG_REPEATS_STOPPED) and the rounds it reached
+    (names.ROUNDS), on its parent run."""
+    try:
+        tracker.log_epochs(parent_id, [], run_metrics={ROUNDS: reached}, tags={TAG_REPEATS_STOPPED: stopped[:5000]})
+    except Exception as exc:  # like the summary: a record must never cost the user their sweep
+        reporter.note(f"could not record why the rounds stopped on the parent run ({exc.__class__.__name__}: {exc})")
+
+
+class _Parent:
+    """The sweep's parent run, opened when the first run is about to train (a sweep whose runs are
+    all DONE has none): `mlflow run`'s project run when there is one (adopted), else a new run."""
+
+    def __init__(self, sweep: _Sweep, spec: GridSpec) -> None:
+        self.sweep, self.spec = sweep, spec
+        self.run_id: str | None = None
+        self.adopted = False
+
+    def open(self) -> str:
+        """The parent's id, opening it first when it is not open yet."""
+        if self.run_id is not None:
+            return self.run_id
+        sweep, spec = self.sweep, self.spec
+        tracker = sweep.tracker
+        name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
+        tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path) if spec.from_file else "(a mapping: pipeline.api)",
+                TAG_GRID_SIZE: str(run_count(spec)), TAG_OPTIONS: sweep.options.flags() or "none"}
+        if spec.target is not None:
+            tags[TAG_TARGET] = str(spec.target)
+        if spec.overrides:
+            tags[TAG_OVERRIDES] = " ".join(f"--set {shlex.quote(item)}" for item in spec.overrides)
+        project_run = _project_run_id()
+        self.adopted = bool(project_run)
+        # Kept as soon as the run exists, so that a Ctrl-C while it is filled in still closes it.
+        self.run_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)
+        tracker.log_params(self.run_id, sweep_params(spec), new_run=not project_run)
+        files = {}
+        if spec.from_file:
+            with contextlib.suppress(OSError):
+                files[f"{ARTIFACT_GRID_DIR}/{spec.path.name}"] = spec.path.read_text(encoding="utf-8")
+        if spec.overrides or not spec.from_file:
+            files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
+        if files:
+            tracker.log_files(self.run_id, files)
+        sweep.reporter.sweep_start(tracker, self.run_id, spec)
+        return self.run_id
+
+    def end_quickly(self) -> None:
+        """A second Ctrl-C: one quick attempt to mark the parent KILLED."""
+        if self.run_id is not None:
+            self.sweep.tracker.end_run(self.run_id, KILLED, quick=True)
+
+    def cancelled(self) -> None:
+        """Ctrl-C: the children still running and the parent are KILLED."""
+        if self.run_id is None:
+            return
+        from pipeline.liveness import kill_running_children
+
+        tracker = self.sweep.tracker
+        kill_running_children(tracker.client, tracker.experiment_id, self.run_id, "cancelled by Ctrl-C on the driver")
+        tracker.end_run(self.run_id, KILLED)
 
 
 def sweep_params(spec: GridSpec) -> dict[str, str]:

@@ -1,27 +1,30 @@
 """A grid's quality target (`target: {test_accuracy: 0.85}`): what it means, and when a run reached it.
 
 The target names one per-epoch quality metric and a threshold; the direction follows the metric (an
-accuracy reaches it at or above the threshold, a loss at or below). A run's time to target is its
-training time up to and including the first epoch that reaches it: the sum of those epochs'
-`epoch_duration_s`, so warm-up and compile are left out and the figure compares devices and settings
-fairly; the wall time to target adds the one-off costs paid before epoch 1. Never imports torch or
-mlflow (config reads targets from grid files, train stops at them).
+accuracy reaches it at or above the threshold, a loss at or below). Two figures time a run to it, up
+to and including the first epoch that reaches it:
+
+- time to target (`time_to_target_s`): the sum of those epochs' training passes (`epoch_duration_s`),
+  evaluation and one-off costs (warm-up, compile, upload, capture) left out, so that it compares
+  devices and settings on the training alone;
+- wall time to target (`wall_to_target_s`): the wall clock from the start of the run's fit (the model
+  built, warmed up or compiled, the data uploaded, the step captured) to the end of the evaluation
+  that found the target (train.EpochStats.wall_clock_s): what a person waits for that answer.
+
+Never imports torch or mlflow (config reads targets from grid files, train stops at them).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
-from pipeline.names import (CAPTURE, COMPILE, TAG_TARGET, TAG_TARGET_STATUS, TIME_TO_TARGET, UPLOAD,
-                            WALL_TO_TARGET, WARMUP)
+from pipeline.names import TAG_TARGET, TAG_TARGET_STATUS, TIME_TO_TARGET, WALL_TO_TARGET
 
 ACCURACIES = ("train_accuracy", "test_accuracy")  # reached at >= threshold, threshold in (0, 1]
 LOSSES = ("train_loss", "test_loss")  # reached at <= threshold, threshold > 0
 METRICS = ("test_accuracy", "test_loss", "train_accuracy", "train_loss")
-# The costs paid once per run before epoch 1 (FitResult.one_off) that the wall time to target counts.
-ONE_OFF_COSTS = (WARMUP, COMPILE, UPLOAD, CAPTURE)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Epoch(Protocol):
 
     epoch: int
     epoch_duration_s: float
+    wall_clock_s: float | None
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,8 @@ class Timing:
     target: Target
     epochs_run: int
     epoch: int | None = None
-    time_s: float | None = None  # the epochs' training time up to `epoch`, warm-up and compile left out
-    wall_s: float | None = None  # the same plus the one-off costs before epoch 1
+    time_s: float | None = None  # the epochs' training passes up to `epoch`: evaluation and one-off costs left out
+    wall_s: float | None = None  # the wall clock from the fit's start to the end of `epoch`'s evaluation
 
     @property
     def status(self) -> str:
@@ -101,18 +105,19 @@ class Timing:
         return {TAG_TARGET: str(self.target), TAG_TARGET_STATUS: self.status}
 
     def metrics(self) -> dict[str, tuple[float, int]]:
-        """Metric name → (value, step = the epoch that reached the target); none when not reached."""
-        if self.epoch is None or self.time_s is None or self.wall_s is None:
+        """Metric name → (value, step = the epoch that reached the target); none when not reached, and
+        no wall time where it was not measured."""
+        if self.epoch is None:
             return {}
-        return {TIME_TO_TARGET: (self.time_s, self.epoch), WALL_TO_TARGET: (self.wall_s, self.epoch)}
+        figures = {TIME_TO_TARGET: self.time_s, WALL_TO_TARGET: self.wall_s}
+        return {name: (value, self.epoch) for name, value in figures.items() if value is not None}
 
 
-def timing(target: Target, epochs: Sequence[Epoch], one_off: Mapping[str, float]) -> Timing:
-    """The run's Timing against `target`, from its epochs in order and its one-off costs (FitResult.one_off)."""
+def timing(target: Target, epochs: Sequence[Epoch]) -> Timing:
+    """The run's Timing against `target`, from its epochs in order."""
     elapsed = 0.0
     for stats in epochs:
         elapsed += stats.epoch_duration_s
         if target.reached(getattr(stats, target.metric)):
-            wall = elapsed + sum(one_off.get(name, 0.0) for name in ONE_OFF_COSTS)
-            return Timing(target, len(epochs), stats.epoch, elapsed, wall)
+            return Timing(target, len(epochs), stats.epoch, elapsed, stats.wall_clock_s)
     return Timing(target, len(epochs))

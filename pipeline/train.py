@@ -53,6 +53,10 @@ class EpochStats:
     enqueue_time_s: float = 0.0  # host time in the compute calls (on CUDA: launching kernels)
     peak_memory_mb: float | None = None  # see device.PeakMemory; None where it cannot be told
     energy_j: float | None = None  # the training pass, from hardware counters (energy.py); None: no counter
+    # Wall seconds from the start of the run's fit (model built, warm-up or compile, upload, capture)
+    # to the end of this epoch's evaluation: every epoch and evaluation before it counted. None: not
+    # known (a resumed run whose checkpoint was written before it was kept).
+    wall_clock_s: float | None = None
 
 
 @dataclass
@@ -255,6 +259,7 @@ def _diverged(epoch: int, step: int | None = None) -> Diverged:
 
 def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None,
          stop_at: Target | None) -> FitResult:
+    fit_start = time.perf_counter()  # each epoch's wall_clock_s counts from here
     torch.manual_seed(config.seed)
     model = Network().to(device)  # initialised on the CPU by the seed, then moved: same weights anywhere
     channels_last = uses_channels_last(device)
@@ -274,6 +279,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         loader = batches(data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
                          num_workers=config.num_workers, pin_memory=cuda)
     first_epoch, earlier_s = 1, 0.0
+    earlier_wall_s: float | None = 0.0  # the wall clock a resumed run had reached before this process
     if resume is not None:
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
@@ -282,6 +288,9 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             scaler.load_state_dict(resume["scaler"])
         result.epochs = [EpochStats(**e) for e in resume["epochs"]]
         first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
+        # The wall clock goes on from the checkpointed epoch's: the time between the two processes
+        # trained nothing, and this process's own set-up counts again.
+        earlier_wall_s = result.epochs[-1].wall_clock_s
     hooks.model_ready(model)
     net = model  # what the steps call: the model, or its compiled form (same parameters)
     if config.compile:
@@ -343,7 +352,8 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         train_loss = loss_sum.item() / n
         if not math.isfinite(train_loss):
             raise _diverged(epoch)
-        test_loss, test_accuracy = evaluate(net, data.test, device, config.precision)
+        test_loss, test_accuracy = evaluate(net, data.test, device, config.precision)  # .item(): synced
+        wall_clock_s = None if earlier_wall_s is None else earlier_wall_s + time.perf_counter() - fit_start
         stats = EpochStats(
             epoch=epoch,
             train_loss=train_loss,
@@ -358,6 +368,7 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
             enqueue_time_s=clock.enqueue,
             peak_memory_mb=peak_mb,
             energy_j=joules,
+            wall_clock_s=wall_clock_s,
         )
         result.epochs.append(stats)
         hooks.epoch_end(stats)

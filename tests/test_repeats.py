@@ -1,16 +1,21 @@
 """Repeats: `repeats: N` in a grid file (or --repeats N) trains each point N times, interleaved, each
 repeat its own child run with a `repeat` param; repeat 1 keeps the run key a point had before
-repeats existed, so raising N trains only the missing repeats and lowering it trains nothing."""
+repeats existed, so raising N trains only the missing repeats and lowering it trains nothing.
+`repeats: auto` trains two rounds, then one more at a time until the speedups are clear or
+max_repeats, and says which stopped it."""
 
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import mlflow
 
 from conftest import children, invoke, runs_of
-from pipeline import names
-from pipeline.config import RunConfig, load_grid
+from pipeline import names, rounds
+from pipeline.config import GridSpec, RunConfig, load_grid
 from pipeline.grid import config_hash, expand, run_count
 from pipeline.runner import run_key
 
@@ -58,8 +63,8 @@ def _words(out) -> str:
     return " ".join(out.output.split())
 
 
-def _by_start(uri: str) -> list:
-    return sorted(children(runs_of(uri, "reps")), key=lambda r: (r.info.start_time, r.info.run_id))
+def _by_start(uri: str, experiment: str = "reps") -> list:
+    return sorted(children(runs_of(uri, experiment)), key=lambda r: (r.info.start_time, r.info.run_id))
 
 
 def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, tracking_uri):
@@ -91,3 +96,132 @@ def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, trac
     assert len(children(runs_of(tracking_uri, "reps"))) == 6
     parent_ids = {r.data.tags["mlflow.parentRunId"] for r in runs}
     assert all(mlflow.MlflowClient(tracking_uri).get_run(p).info.status == "FINISHED" for p in parent_ids)
+
+
+# --- repeats: auto ----------------------------------------------------------------------------------
+
+AUTO_DATA = "data: {train_size: 128, test_size: 64}\n"
+
+
+@dataclass(frozen=True)
+class _Ratio:
+    """A speedup as rounds.judge reads it (stats.Ratio's interface), with the interval a test chooses."""
+
+    estimate: float
+    low: float = float("nan")
+    high: float = float("nan")
+
+    @property
+    def has_interval(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    @property
+    def significant(self) -> bool | None:
+        return (self.low > 1 or self.high < 1) if self.has_interval else None
+
+
+def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
+    """Every key the grid varies is an axis, against cpu (when listed) or its first value; the device's
+    reference is the one the runs used ("cuda:0" for the grid's "cuda"). A clear 2x is significant."""
+    import numpy as np
+
+    from pipeline.compare import build
+    from pipeline.records import read_sweep
+    from synthetic_sweeps import Run, jittered, write_sweep
+
+    assert rounds.references([("device", ("cuda", "cpu")), ("lr", (0.1,)), ("batch_size", (256, 64)),
+                              ("gpus_per_run", (1.0, 0.5))]) == [("device", "cpu"), ("batch_size", 256)]
+    assert rounds.references([("device", ("mps", "cuda"))]) == [("device", "mps")]
+    rng = np.random.default_rng(7)
+    runs = [Run(jittered(seconds, 4, rng), device=device) for _ in range(4) for device, seconds in
+            (("cpu", 1.0), ("cuda:0", 0.5))]
+    parent = write_sweep(tracking_uri, "judged", runs)
+    comparison = build(read_sweep(mlflow.MlflowClient(tracking_uri), parent_run_id=parent))
+    spec = GridSpec(Path("g.yaml"), "judged", repeats=2, max_repeats=8)
+    judged = rounds.judge(comparison, [("device", ("cuda", "cpu"))])
+    assert [(s.label, s.clear) for s in judged.speedups] == [("cuda:0 vs cpu", True)]
+    said = rounds.stop_reason(judged, 2, spec)
+    assert said.startswith("every speedup is significant (cuda:0 vs cpu: ") and "x faster [" in said, said
+    # The grid's reference ran nowhere (its points skipped, say): nothing on that axis to judge.
+    no_mps = rounds.judge(comparison, [("device", ("mps", "cuda"))])
+    assert no_mps.speedups == () and no_mps.why_none == "no speedup to judge: no run finished beside its twin on device"
+
+
+def test_auto_stops_when_every_speedup_is_clear_or_at_the_cap():
+    spec = GridSpec(Path("g.yaml"), "g", repeats=2, max_repeats=4, half_width=0.05)
+    significant = rounds.Speedup("cuda:0 vs cpu", _Ratio(2.0, 1.9, 2.1), spec.half_width)
+    narrow = rounds.Speedup("cpu bs256 vs bs64", _Ratio(1.01, 0.98, 1.04), spec.half_width)  # n.s., ±3%
+    wide = rounds.Speedup("cpu bs128 vs bs64", _Ratio(1.1, 0.9, 1.3), spec.half_width)  # n.s., ±18%
+    alone = rounds.Speedup("cpu bs512 vs bs64", _Ratio(1.5), spec.half_width)  # one run a side: no interval
+    assert [s.clear for s in (significant, narrow, wide, alone)] == [True, True, False, False]
+    assert rounds.stop_reason(rounds.Judgement((significant,)), 2, spec) == (
+        "every speedup is significant (cuda:0 vs cpu: 2.00x faster [1.90-2.10] ±5.0%)")
+    assert rounds.stop_reason(rounds.Judgement((significant, narrow)), 3, spec).startswith(
+        "every speedup is significant or within ±5% (cuda:0 vs cpu")
+    unclear = rounds.Judgement((significant, wide, alone))
+    assert rounds.stop_reason(unclear, 3, spec) == ""
+    assert rounds.progress(unclear, 3, spec) == (
+        "repeats: auto, round 3 of at most 4: 2 speedups still unclear: cpu bs128 vs bs64: 1.10x faster "
+        "[0.90-1.30] (n.s.) ±18.2%; cpu bs512 vs bs64: 1.50x faster (n too small); training round 4")
+    assert rounds.stopped(4, rounds.stop_reason(unclear, 4, spec)).startswith(
+        "repeats: auto stopped after 4 rounds: max_repeats 4 reached; 2 speedups still unclear: cpu bs128 vs bs64")
+    assert rounds.stop_reason(rounds.Judgement(why_none="the grid varies no setting: nothing to compare"), 2,
+                              spec) == "the grid varies no setting: nothing to compare"
+
+
+def _parent_of(uri: str, experiment: str):
+    client = mlflow.MlflowClient(uri)
+    (parent,) = [r for r in runs_of(uri, experiment) if "mlflow.parentRunId" not in r.data.tags]
+    return client.get_run(parent.info.run_id)
+
+
+def test_auto_on_a_one_point_grid_stops_after_two_rounds(write_grid, data_dir, tracking_uri):
+    """`--repeats auto` on a grid without repeats: two rounds, then nothing to compare, said at the end
+    and recorded on the parent."""
+    grid = write_grid("experiment: auto1\n" + AUTO_DATA + "grid:\n  batch_size: [64]\n  device: [cpu]\n"
+                      "  epochs: [1]\n")
+    args = ["run", str(grid), "--repeats", "auto", "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    out = invoke(*args, "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "1 grid point x 2 to 8 repeats (auto) = up to 8 runs (dry run" in _words(out)
+    assert "the grid varies no setting, so there is nothing to compare and it stops there" in _words(out)
+    out = invoke(*args)
+    stopped = "repeats: auto stopped after 2 rounds: the grid varies no setting: nothing to compare"
+    assert out.exit_code == 0 and stopped in _words(out), out.output
+    assert [r.info.run_name for r in _by_start(tracking_uri, "auto1")] == ["cpu bs64 ep1 r1", "cpu bs64 ep1 r2"]
+    parent = _parent_of(tracking_uri, "auto1")
+    assert parent.data.tags[names.TAG_REPEATS_STOPPED] == stopped
+    assert parent.data.metrics[names.ROUNDS] == 2
+    assert (parent.data.params["repeats"], parent.data.params["max_repeats"]) == ("auto", "8")
+    assert parent.data.tags[names.TAG_OPTIONS] == "--repeats auto"
+
+
+def test_auto_trains_a_round_at_a_time_up_to_max_repeats(write_grid, data_dir, tracking_uri, monkeypatch):
+    """A speedup that stays unclear (its interval pinned wide, whatever the method) gets one more round
+    at a time, a line each, until max_repeats; a rerun reaches the same rounds and trains nothing."""
+    from pipeline import compare
+
+    measured = compare.axis_ratios
+    monkeypatch.setattr(compare, "axis_ratios", lambda *args: [
+        (label, _Ratio(ratio.estimate, 0.5, 2.0)) for label, ratio in measured(*args)])
+    grid = write_grid("experiment: auto3\nrepeats: auto\nmax_repeats: 3\n" + AUTO_DATA
+                      + "grid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [1]\n")
+    args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    out = invoke(*args)
+    assert out.exit_code == 0, out.output
+    words = _words(out)
+    assert "repeats: auto, round 2 of at most 3: 1 speedup still unclear: cpu bs128 vs bs64: " in words
+    assert "training round 3" in words
+    stopped = "repeats: auto stopped after 3 rounds: max_repeats 3 reached; 1 speedup still unclear: cpu bs128 vs bs64"
+    assert stopped in words
+    runs = _by_start(tracking_uri, "auto3")
+    assert [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs] == [
+        ("64", "1"), ("128", "1"), ("64", "2"), ("128", "2"), ("64", "3"), ("128", "3")]
+    assert runs[-1].info.run_name == "cpu bs128 r3"
+    parent = _parent_of(tracking_uri, "auto3")
+    assert parent.data.tags[names.TAG_REPEATS_STOPPED].startswith(stopped)
+    assert parent.data.metrics[names.ROUNDS] == 3
+
+    out = invoke(*args)
+    assert out.exit_code == 0 and out.output.count("DONE") == 6 and stopped in _words(out), out.output
+    assert len(children(runs_of(tracking_uri, "auto3"))) == 6

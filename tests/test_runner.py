@@ -42,10 +42,10 @@ class FakePoint:
         return outcome
 
 
-def sweep(write_grid, data_dir, tracking_uri, fake: FakePoint, **options):
+def sweep(write_grid, data_dir, tracking_uri, fake: FakePoint, grid: str = THREE, **options):
     output = io.StringIO()
     reporter = Reporter(Console(file=output, width=200))
-    result = run_grid(load_grid(write_grid(THREE)), reporter,
+    result = run_grid(load_grid(write_grid(grid)), reporter,
                       Options(tracking_uri=tracking_uri, data_dir=str(data_dir), **options),
                       executor=LocalExecutor(reporter, point_function=fake))
     return result, output.getvalue()
@@ -102,6 +102,26 @@ def test_a_store_outage_stops_the_sweep_and_keeps_what_was_trained(write_grid, d
     assert torch.load(lines[1]["model_file"])["w"].shape == (2,)  # the weights wait for relog too
     # The store is down as far as the sweep knows: the parent is left for relog (or the reaper) to close.
     assert mlflow.MlflowClient(tracking_uri).get_run(result.parent_run_id).info.status == "RUNNING"
+
+
+AUTO = "experiment: fake\nrepeats: auto\ngrid:\n  batch_size: [16, 32]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+@pytest.mark.parametrize("statuses, options, trained, why", [
+    ({i: FAILED for i in range(1, 5)}, {}, 4, "no run of rounds 1-2 finished"),
+    ({1: FAILED}, {"fail_fast": True}, 1, "--fail-fast after #1 failed"),
+    ({3: UNLOGGED}, {}, 3, "the tracking store stopped answering"),
+])
+def test_auto_repeats_stop_when_a_round_finishes_nothing_or_is_cut_short(write_grid, data_dir, tracking_uri,
+                                                                      statuses, options, trained, why):
+    """Failing runs never loop: `repeats: auto` stops after a round in which no run finished, or one
+    that --fail-fast or a store outage cut short, and says so."""
+    fake = FakePoint(statuses)
+    result, output = sweep(write_grid, data_dir, tracking_uri, fake, grid=AUTO, **options)
+    assert [j.point.index for j in fake.jobs] == list(range(1, trained + 1))
+    assert [o.point.name for o in result.outcomes] == ["cpu bs16 r1", "cpu bs32 r1", "cpu bs16 r2", "cpu bs32 r2"]
+    assert result.stopped == f"repeats: auto stopped after 2 rounds: {why}" and result.exit_code == 1
+    assert result.stopped in output
 
 
 def test_a_point_waiting_in_the_results_file_is_not_trained_again(write_grid, data_dir, tracking_uri):

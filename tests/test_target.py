@@ -5,6 +5,7 @@ restoring it all from the results file. Real sqlite stores, real IDX files, the 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from pipeline.target import Target, parse, timing
 class _Epoch:
     epoch: int
     epoch_duration_s: float
+    wall_clock_s: float | None = None
     test_accuracy: float = 0.0
     test_loss: float = 9.0
 
@@ -35,16 +37,64 @@ def test_the_direction_follows_the_metric():
     assert parse({"train_accuracy": 1}).threshold == 1.0
 
 
-def test_time_to_target_sums_the_epochs_up_to_the_first_that_reaches_it():
-    epochs = [_Epoch(1, 2.0, test_accuracy=0.5), _Epoch(2, 3.0, test_accuracy=0.9), _Epoch(3, 4.0, test_accuracy=0.95)]
-    one_off = {names.WARMUP: 0.5, names.COMPILE: 10.0, names.UPLOAD: 0.25, names.CAPTURE: 1.0, "other_s": 100.0}
-    reached = timing(Target("test_accuracy", 0.85), epochs, one_off)
-    assert (reached.epoch, reached.time_s, reached.wall_s) == (2, 5.0, 5.0 + 11.75)
-    assert reached.metrics() == {names.TIME_TO_TARGET: (5.0, 2), names.WALL_TO_TARGET: (16.75, 2)}
+def test_time_to_target_sums_the_epochs_and_wall_to_target_is_the_clock_at_its_evaluation():
+    epochs = [_Epoch(1, 2.0, 3.5, test_accuracy=0.5), _Epoch(2, 3.0, 8.25, test_accuracy=0.9),
+              _Epoch(3, 4.0, 13.0, test_accuracy=0.95)]
+    reached = timing(Target("test_accuracy", 0.85), epochs)
+    assert (reached.epoch, reached.time_s, reached.wall_s) == (2, 5.0, 8.25)
+    assert reached.metrics() == {names.TIME_TO_TARGET: (5.0, 2), names.WALL_TO_TARGET: (8.25, 2)}
     assert reached.tags() == {names.TAG_TARGET: "test_accuracy >= 0.85", names.TAG_TARGET_STATUS: "reached at epoch 2"}
-    missed = timing(Target("test_loss", 0.1), epochs, one_off)
+    missed = timing(Target("test_loss", 0.1), epochs)
     assert missed.metrics() == {} and missed.status == "not reached in 3 epochs"
-    assert timing(Target("test_loss", 0.1), epochs[:1], {}).status == "not reached in 1 epoch"
+    assert timing(Target("test_loss", 0.1), epochs[:1]).status == "not reached in 1 epoch"
+    # An epoch restored from a checkpoint written before the wall clock was kept: no wall figure, not a guess.
+    unknown = timing(Target("test_accuracy", 0.85), [_Epoch(1, 2.0, None, test_accuracy=0.9)])
+    assert unknown.metrics() == {names.TIME_TO_TARGET: (2.0, 1)}
+
+
+def test_the_wall_clock_counts_the_set_up_and_every_evaluation_and_survives_a_resume(data_dir, monkeypatch):
+    """Each epoch's wall_clock_s is at least the warm-up, the training passes and the evaluations up to
+    it (evaluate timed from outside), at most the fit's own duration; a resumed fit carries the
+    checkpointed epochs' clock and counts on from it."""
+    import torch
+
+    from pipeline import train
+    from pipeline.config import RunConfig
+    from pipeline.data import load
+
+    evaluations: list[float] = []
+    evaluate = train.evaluate
+
+    def timed_evaluate(*args, **kwargs):
+        start = time.perf_counter()
+        value = evaluate(*args, **kwargs)
+        evaluations.append(time.perf_counter() - start)
+        return value
+
+    class Keep(train.Hooks):
+        checkpointing, states = True, []
+
+        def save_state(self, state):
+            self.states.append({**state, "epochs": [dict(e) for e in state["epochs"]]})
+
+    monkeypatch.setattr(train, "evaluate", timed_evaluate)
+    config, dataset = RunConfig(batch_size=64, epochs=2, device="cpu"), load(data_dir, 256, 128)
+    started = time.perf_counter()
+    result = train.fit(config, dataset, torch.device("cpu"), Keep())
+    took = time.perf_counter() - started
+    for n, epoch in enumerate(result.epochs, start=1):
+        trained = sum(e.epoch_duration_s for e in result.epochs[:n])
+        assert epoch.wall_clock_s >= result.warmup_s + trained + sum(evaluations[:n])
+    assert result.epochs[-1].wall_clock_s <= took
+    first = timing(Target("test_loss", 100.0), result.epochs)  # reached at once: epoch 1
+    assert (first.epoch, first.time_s, first.wall_s) == (1, result.epochs[0].epoch_duration_s,
+                                                         result.epochs[0].wall_clock_s)
+    assert first.wall_s >= first.time_s + evaluations[0]
+
+    resumed = train.fit(config, dataset, torch.device("cpu"), resume=Keep.states[0])
+    assert resumed.epochs[0].wall_clock_s == result.epochs[0].wall_clock_s
+    assert resumed.epochs[1].wall_clock_s >= (result.epochs[0].wall_clock_s + resumed.warmup_s
+                                              + resumed.epochs[1].epoch_duration_s + evaluations[-1])
 
 
 def test_a_grid_file_reads_target_and_stop_at_target(write_grid):
@@ -102,7 +152,9 @@ def test_time_to_target_and_stop_at_target_end_to_end(write_grid, data_dir, trac
     (wall_to,) = client.get_metric_history(stopped.info.run_id, names.WALL_TO_TARGET)
     assert (time_to.step, wall_to.step) == (2, 2)
     assert time_to.value == pytest.approx(durations[1] + durations[2])
-    assert wall_to.value == pytest.approx(time_to.value + stopped.data.metrics[names.WARMUP])
+    # The wall clock counts the warm-up and both evaluations too, and falls within the run.
+    assert wall_to.value > time_to.value + stopped.data.metrics[names.WARMUP]
+    assert wall_to.value <= (stopped.info.end_time - stopped.info.start_time) / 1000
     assert stopped.data.tags[names.TAG_RUN_KEY] != missed.data.tags[names.TAG_RUN_KEY]
 
     # The results file keeps them for relog; relogged into another store, they come back.
