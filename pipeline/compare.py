@@ -540,11 +540,11 @@ def _speedups(comparison: Comparison, axis: str, reference_value: str, column: s
 
 
 def _figure(row: pd.Series, samples: Callable[[pd.Series], list[float]], what: str) -> str:
-    """A row's figure in a speedup line: the median over its runs and how many runs that is."""
-    values = samples(row)
-    unit = "s/epoch" if what == "epoch time" else "s"
-    median = stats.quartiles(values)[1]
-    return f"{median:.3f} {unit}, {len(values)} run{'s' if len(values) != 1 else ''}"
+    """A row's figure in a speedup line, as its table cell shows it (the median over its runs), and
+    how many runs the speedup counts."""
+    runs = len(samples(row))
+    figure = f"{row[STEADY_EPOCH]:.3f} s/epoch" if what == "epoch time" else f"{row['time_to_target_s']:.3f} s"
+    return f"{figure}, {runs} run{'s' if runs != 1 else ''}"
 
 
 def _basis(reference: pd.Series, what: str) -> str:
@@ -868,12 +868,13 @@ def _spread(median: float, q1: float, q3: float, compact: bool) -> str:
 
 
 def _to_target(row: pd.Series, compact: bool) -> str:
-    """A row's median time to target and how many of its timed runs reached it: "1.23 (3/4)"; "-"
-    where its runs were trained without the target."""
+    """A row's median time to target and how many of its timed runs reached it: "1.23 (3/4)"; "not
+    reached (1/4)" where fewer than half did (it does not rank on it); "-" where its runs were
+    trained without the target."""
     if not row["target_runs"]:
         return "-"
     reached = f"({row['target_reached']}/{row['target_runs']})"
-    time = "never" if math.isnan(row["time_to_target_s"]) else f"{row['time_to_target_s']:.2f}"
+    time = f"{row['time_to_target_s']:.2f}" if ranks_on_target(row) else "not reached"
     return f"{time}\n{reached}" if compact else f"{time} {reached}"
 
 

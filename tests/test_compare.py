@@ -512,3 +512,28 @@ def test_speed_against_accuracy_comes_first_with_its_best_trade_offs(sweep_store
     assert charts.pareto([(3.0, 0.85), (1.0, 0.8), (2.0, 0.9), (2.5, 0.9)]) == [1, 2]
     (png,) = charts.draw({charts.TRADEOFF_PNG: chart}, tmp_path)
     assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_docs_table_sample_is_what_compare_prints(tracking_uri):
+    """docs/comparing.md's terminal sample: `pipeline compare` at 120 columns on these synthetic
+    timings (4 repeats a setting, one run contended), verbatim up to the UI link (a local path)."""
+    from pathlib import Path
+
+    rng = np.random.default_rng(7)
+    busy = {names.TAG_CONTENDED: "other processes took 41% of 2 cores"}
+    runs = []
+    for device, base in (("cpu", 1.0), ("cuda:0", 0.5)):
+        for batch_size, factor in (("128", 1.0), ("256", 0.8)):
+            for r in range(1, 5):
+                contended = device == "cuda:0" and batch_size == "256" and r == 4
+                accuracy = 0.784 if batch_size == "128" else 0.78
+                runs.append(Run(jittered(base * factor, 4, rng), device, {"batch_size": batch_size,
+                                                                          names.REPEAT: str(r)},
+                                tags=busy if contended else {}, metrics={names.FINAL_ACCURACY: accuracy}))
+    write_sweep(tracking_uri, "smoke", runs)
+    out = CliRunner(env={"COLUMNS": "120"}).invoke(main, ["compare", "--tracking-uri", tracking_uri])
+    assert out.exit_code == 0, out.output
+    # Run ids are random: the page shows one made up.
+    printed = re.sub(r"model from run [0-9a-f]{8}", "model from run 1a2b3c4d", out.output.split("In the MLflow UI:")[0])
+    page = (Path(__file__).resolve().parents[1] / "docs" / "comparing.md").read_text(encoding="utf-8")
+    assert f"```text\n{printed}```" in page, printed

@@ -6,15 +6,13 @@ max_repeats, and says which stopped it."""
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
 
 from conftest import children, invoke, runs_of
-from pipeline import names, rounds
+from pipeline import names, rounds, stats
 from pipeline.config import GridSpec, RunConfig, load_grid
 from pipeline.grid import config_hash, expand, run_count
 from pipeline.runner import run_key
@@ -103,23 +101,6 @@ def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, trac
 AUTO_DATA = "data: {train_size: 128, test_size: 64}\n"
 
 
-@dataclass(frozen=True)
-class _Ratio:
-    """A speedup as rounds.judge reads it (stats.Ratio's interface), with the interval a test chooses."""
-
-    estimate: float
-    low: float = float("nan")
-    high: float = float("nan")
-
-    @property
-    def has_interval(self) -> bool:
-        return not (math.isnan(self.low) or math.isnan(self.high))
-
-    @property
-    def significant(self) -> bool | None:
-        return (self.low > 1 or self.high < 1) if self.has_interval else None
-
-
 def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
     """Every key the grid varies is an axis, against cpu (when listed) or its first value; the device's
     reference is the one the runs used ("cuda:0" for the grid's "cuda"). A clear 2x is significant."""
@@ -149,10 +130,10 @@ def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
 
 def test_auto_stops_when_every_speedup_is_clear_or_at_the_cap():
     spec = GridSpec(Path("g.yaml"), "g", repeats=2, max_repeats=4, half_width=0.05)
-    significant = rounds.Speedup("cuda:0 vs cpu", _Ratio(2.0, 1.9, 2.1), spec.half_width)
-    narrow = rounds.Speedup("cpu bs256 vs bs64", _Ratio(1.01, 0.98, 1.04), spec.half_width)  # n.s., ±3%
-    wide = rounds.Speedup("cpu bs128 vs bs64", _Ratio(1.1, 0.9, 1.3), spec.half_width)  # n.s., ±18%
-    alone = rounds.Speedup("cpu bs512 vs bs64", _Ratio(1.5), spec.half_width)  # one run a side: no interval
+    significant = rounds.Speedup("cuda:0 vs cpu", stats.Ratio(2.0, 1.9, 2.1, (4, 4)), spec.half_width)
+    narrow = rounds.Speedup("cpu bs256 vs bs64", stats.Ratio(1.01, 0.98, 1.04, (4, 4)), spec.half_width)  # n.s., ±3%
+    wide = rounds.Speedup("cpu bs128 vs bs64", stats.Ratio(1.1, 0.9, 1.3, (4, 4)), spec.half_width)  # n.s., ±18%
+    alone = rounds.Speedup("cpu bs512 vs bs64", stats.Ratio(1.5, runs=(1, 1)), spec.half_width)  # one run a side: no interval
     assert [s.clear for s in (significant, narrow, wide, alone)] == [True, True, False, False]
     assert rounds.stop_reason(rounds.Judgement((significant,)), 2, spec) == (
         "every speedup is significant (cuda:0 vs cpu: 2.00x faster [1.90-2.10] ±5.0%)")
@@ -162,7 +143,7 @@ def test_auto_stops_when_every_speedup_is_clear_or_at_the_cap():
     assert rounds.stop_reason(unclear, 3, spec) == ""
     assert rounds.progress(unclear, 3, spec) == (
         "repeats: auto, round 3 of at most 4: 2 speedups still unclear: cpu bs128 vs bs64: 1.10x faster "
-        "[0.90-1.30] (n.s.) ±18.2%; cpu bs512 vs bs64: 1.50x faster (n too small); training round 4")
+        "[0.90-1.30] (n.s.) ±18.2%; cpu bs512 vs bs64: 1.50x faster (n too small (1 run)); training round 4")
     assert rounds.stopped(4, rounds.stop_reason(unclear, 4, spec)).startswith(
         "repeats: auto stopped after 4 rounds: max_repeats 4 reached; 2 speedups still unclear: cpu bs128 vs bs64")
     assert rounds.stop_reason(rounds.Judgement(why_none="the grid varies no setting: nothing to compare"), 2,
@@ -203,7 +184,7 @@ def test_auto_trains_a_round_at_a_time_up_to_max_repeats(write_grid, data_dir, t
 
     measured = compare.axis_ratios
     monkeypatch.setattr(compare, "axis_ratios", lambda *args: [
-        (label, _Ratio(ratio.estimate, 0.5, 2.0)) for label, ratio in measured(*args)])
+        (label, stats.Ratio(ratio.estimate, 0.5, 2.0, ratio.runs)) for label, ratio in measured(*args)])
     grid = write_grid("experiment: auto3\nrepeats: auto\nmax_repeats: 3\n" + AUTO_DATA
                       + "grid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [1]\n")
     args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]

@@ -92,6 +92,14 @@ def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
     for column in ("device", "batch_size", "num_workers", "shuffle", "steady_epoch_s", "steady_images_per_s"):
         expect(page.get_by_role("columnheader", name=re.compile(column)).first).to_be_visible()
     expect(page.get_by_text("8 matching runs")).to_be_visible()
+    # The first row is the run the verdict names best (the view sorts by each child's rank).
+    import mlflow
+
+    client = mlflow.MlflowClient(ui[3])
+    parent = re.search(r"viewStateShareKey=sweep-(\w+)", link).group(1)
+    best = client.get_run(client.get_run(parent).data.tags["pipeline.best_run"]).info.run_name
+    first = " ".join(page.locator('[row-index="0"]').all_inner_texts())
+    assert [name for name in NAMES if name in first] == [best], (first, best)
     assert "workflowType=machine_learning" in page.url
     for genai in ("Judges", "Playground"):  # the GenAI sidebar's entries: not this mode
         expect(page.get_by_text(genai, exact=True)).to_have_count(0)

@@ -30,14 +30,15 @@ from idx_files import SEEDS, make_idx, synthetic  # noqa: E402
 EXPERIMENT = "compat-smoke"
 MODEL = "compat-cnn"
 GRID = f"""experiment: {EXPERIMENT}
+repeats: 2
 grid:
   lr: [0.01, 0.001]
   batch_size: [64]
   device: [cpu]
   epochs: [1]
 """
-POINTS = 2
-PINNED = ("torch", "torchvision", "mlflow", "mlflow-skinny", "sqlalchemy", "alembic", "numpy", "pandas",
+POINTS = 4  # 2 settings x 2 repeats: two runs a side, so the comparison's intervals (scipy) are computed
+PINNED = ("torch", "torchvision", "mlflow", "mlflow-skinny", "sqlalchemy", "alembic", "numpy", "pandas", "scipy",
           "matplotlib", "click", "pyyaml", "rich", "psutil", "nvidia-ml-py", "cloudpickle")
 
 
@@ -108,6 +109,10 @@ def smoke(tmp: Path) -> None:
     rows = json.loads(cli("compare", "--experiment", EXPERIMENT, "--format", "json").stdout)
     listed = sorted(run_id for row in rows for run_id in row["run_ids"].split(","))
     check(listed == sorted(by_id), f"compare's {len(rows)} rows hold {len(listed)} runs, not the sweep's {POINTS}")
+    versus = json.loads(cli("compare", "--experiment", EXPERIMENT, "--versus", "lr=0.01", "--format", "json").stdout)
+    other = [row for row in versus if row["lr"] == 0.001]
+    check(len(other) == 1 and other[0]["versus_speedup_low"] is not None,
+          f"compare --versus lr=0.01 gave the lr 0.001 row no interval: {other}")
     report = tmp / "report"
     cli("compare", "--experiment", EXPERIMENT, "--out", str(report))  # the charts: matplotlib
     charts = sorted(path.name for path in report.glob("*.png"))
@@ -120,8 +125,9 @@ def smoke(tmp: Path) -> None:
     check(str(version.version) == "1", f"registered version {version.version}, expected 1")
     check(version.run_id in by_id, "the registered version is not from one of the sweep's runs")
     check(version.status == "READY", f"registered version status {version.status}, expected READY")
-    best = max(by_id.values(), key=lambda r: r.data.metrics["test_accuracy"])
-    check(version.run_id == best.info.run_id, "register did not pick the run with the best test_accuracy")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`pipeline.role` = 'sweep'")
+    best = by_id[parent.data.tags["pipeline.best_run"]]
+    check(version.run_id == best.info.run_id, "register did not pick the run the sweep's verdict names best")
     expected = best.data.metrics["test_accuracy"]
 
     print("predict")

@@ -1,0 +1,77 @@
+"""One best, by one rule, on a real sweep: the verdict, the parent run's model, `pipeline register`
+without --run-id and the first row of the UI's view name the same run. And the real A/A check:
+two seeds with one run each are too few to judge."""
+
+from __future__ import annotations
+
+import re
+
+import mlflow
+from click.testing import CliRunner
+
+from pipeline import view
+from pipeline.cli import main
+
+GRID = """experiment: best
+repeats: 2
+grid:
+  lr: [0.01, 0.003]
+  batch_size: [64, 128]
+  device: [cpu]
+  epochs: [2]
+"""
+
+
+def invoke(*args: str):
+    return CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args), catch_exceptions=False)
+
+
+def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one_run(write_grid, data_dir,
+                                                                                      tracking_uri):
+    out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    client = mlflow.MlflowClient(tracking_uri)
+    experiment_id = client.get_experiment_by_name("best").experiment_id
+    (parent,) = client.search_runs([experiment_id], "tags.`pipeline.role` = 'sweep'")
+    best = parent.data.tags["pipeline.best_run"]
+
+    # The verdict, at the sweep's end and in `pipeline compare`, names it first.
+    for said in (out.output, invoke("compare", "--tracking-uri", tracking_uri).output):
+        first = next(line for line in said.splitlines() if line.startswith("Best: "))
+        assert re.search(rf"model from run {best[:8]}\)", first), first
+
+    # The parent's model output is that run's model.
+    (linked,) = parent.outputs.model_outputs
+    (own,) = client.get_run(best).outputs.model_outputs
+    assert linked.model_id == own.model_id
+
+    # `pipeline register` without --run-id registers it.
+    registered = invoke("register", "--experiment", "best", "--name", "best-cnn", "--tracking-uri", tracking_uri)
+    assert registered.exit_code == 0, registered.output
+    version = client.get_model_version_by_alias("best-cnn", "champion")
+    assert version.run_id == best and version.tags["pipeline.rule"] == "best"
+    assert version.tags["pipeline.sweep"] == parent.info.run_id
+
+    # The view's first row: its filter and sort, as the UI asks the store.
+    state = view.read_envelope(client.get_experiment(experiment_id).tags[
+        f"mlflow.sharedViewState.sweep-{parent.info.run_id}"])
+    key = state["orderByKey"].replace("metrics.`", "metrics.").rstrip("`")
+    ordered = client.search_runs([experiment_id], state["searchFilter"],
+                                 order_by=[f"{key} {'ASC' if state['orderByAsc'] else 'DESC'}"])
+    assert len(ordered) == 8 and ordered[0].info.run_id == best
+    assert sorted(r.data.metrics["rank"] for r in ordered) == list(range(1, 9))
+
+    # --by speed names the fastest setting's run; it is the best only where it is accurate enough.
+    fastest = invoke("register", "--experiment", "best", "--name", "fast-cnn", "--by", "speed",
+                     "--tracking-uri", tracking_uri)
+    assert fastest.exit_code == 0 and "by speed (the fastest setting)" in fastest.output, fastest.output
+
+
+def test_two_seeds_with_one_run_each_are_too_few_to_judge(write_grid, data_dir, tracking_uri):
+    grid = "experiment: seeds\ngrid:\n  batch_size: [128]\n  seed: [0, 1]\n  device: [cpu]\n  epochs: [2]\n"
+    out = invoke("run", str(write_grid(grid)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    compared = invoke("compare", "--versus", "seed=0", "--tracking-uri", tracking_uri)
+    assert compared.exit_code == 0, compared.output
+    (line,) = [line for line in compared.output.splitlines() if line.startswith("seed=1 vs seed=0")]
+    assert line.endswith("(n too small (1 run))"), line
