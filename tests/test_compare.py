@@ -537,3 +537,70 @@ def test_the_docs_table_sample_is_what_compare_prints(tracking_uri):
     printed = re.sub(r"model from run [0-9a-f]{8}", "model from run 1a2b3c4d", out.output.split("In the MLflow UI:")[0])
     page = (Path(__file__).resolve().parents[1] / "docs" / "comparing.md").read_text(encoding="utf-8")
     assert f"```text\n{printed}```" in page, printed
+
+
+def test_a_setting_that_rarely_reaches_the_target_ranks_below_one_that_always_does(tracking_uri):
+    """1 of 4 runs to the target in 8 s against 4 of 4 in 10 s: the reliable one is first and headlines;
+    the other shows "not reached (1/4)" and is named as such."""
+    target = {names.TAG_TARGET: "test_accuracy >= 0.85"}
+    rng = np.random.default_rng(21)
+    runs = [Run(jittered(1.0, 4, rng), "cpu", {"batch_size": "256", names.REPEAT: str(r)}, tags=target,
+                metrics={names.TIME_TO_TARGET: 8.0} if r == 1 else {}) for r in range(1, 5)]
+    runs += [Run(jittered(1.2, 4, rng), "cpu", {"batch_size": "128", names.REPEAT: str(r)}, tags=target,
+                 metrics={names.TIME_TO_TARGET: 10.0 + 0.1 * r}) for r in range(1, 5)]
+    write_sweep(tracking_uri, "rare", runs, parent_tags=target)
+    rows = json.loads(_compare(tracking_uri, "--format", "json").stdout)
+    assert [(r["batch_size"], r["target_reached"]) for r in rows] == [(128, 4), (256, 1)]
+    table = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "--tracking-uri", tracking_uri]).output
+    assert "First to test_accuracy >= 0.85: cpu bs128 in 10.25 s (4/4 runs)" in table
+    assert "Reached test_accuracy >= 0.85 in fewer than half their runs (not ranked): cpu bs256 (1/4)" in table
+    assert "not reached" in table and "(1/4)" in table
+    best = next(line for line in table.splitlines() if line.startswith("Best: "))
+    assert best.startswith("Best: cpu bs128 (10.25 s to target"), best
+
+
+def test_when_every_run_is_contended_the_verdict_is_withheld_and_says_why(tracking_uri):
+    """16 of 16 runs contended: no speed claim, no best, and the two lines the docs show."""
+    from pathlib import Path
+
+    rng = np.random.default_rng(22)
+    busy = {names.TAG_CONTENDED: "other processes took 43% of 2 cores"}
+    runs = [Run(jittered(seconds, 4, rng), device, {"batch_size": bs, names.REPEAT: str(r)}, tags=busy,
+                metrics={names.OTHERS_CPU_SHARE: 0.43})
+            for device, seconds in (("cpu", 1.0), ("cuda:0", 0.5)) for bs in ("128", "256") for r in range(1, 5)]
+    write_sweep(tracking_uri, "busy16", runs)
+    out = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "--tracking-uri", tracking_uri])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[:2] == ["Speed withheld: 16 of 16 runs contended (others took 43% of the cores)",
+                         "Rerun on a quiet machine, or pass --include-contended to count them"], lines[:3]
+    assert not [line for line in lines if line.startswith(("Best: ", "Fastest: "))]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "comparing.md").read_text(encoding="utf-8")
+    assert "\n".join(lines[:2]) in page
+    counted = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "--tracking-uri", tracking_uri,
+                                                              "--include-contended"]).output
+    assert counted.startswith("Best: cuda:0") and "Speed withheld" not in counted
+    register = CliRunner().invoke(main, ["register", "--experiment", "busy16", "--name", "m",
+                                         "--tracking-uri", tracking_uri])
+    assert register.exit_code == 2 and "every run is contended" in register.output, register.output
+
+
+@pytest.mark.parametrize("margin, worse", [(None, True), ("0.05", False)])
+def test_a_faster_but_less_accurate_setting_is_no_win(tracking_uri, margin, worse):
+    """cuda:0 is 2x faster but 0.02 less accurate, run after run: beyond the default margin (0.005)
+    the speedup reads "but less accurate by 0.0200 [...]" and is no win; within --quality-margin 0.05
+    it is a win."""
+    rng = np.random.default_rng(23)
+    runs = [Run(jittered(1.0, 4, rng), "cpu", {names.REPEAT: str(r)}, metrics={names.FINAL_ACCURACY: 0.80 + 0.001 * r})
+            for r in range(1, 4)]
+    runs += [Run(jittered(0.5, 4, rng), "cuda:0", {names.REPEAT: str(r)},
+                 metrics={names.FINAL_ACCURACY: 0.78 + 0.001 * r}) for r in range(1, 4)]
+    write_sweep(tracking_uri, "quality", runs)
+    args = ["--quality-margin", margin] if margin else []
+    gpu = next(r for r in json.loads(_compare(tracking_uri, "--format", "json", *args).stdout)
+               if r["device"] == "cuda:0")
+    assert gpu["speedup_significant"] is True and gpu["speedup_accuracy_change"] == pytest.approx(-0.02)
+    assert gpu["speedup_win"] is (not worse)
+    markdown = _compare(tracking_uri, "--format", "markdown", *args).stdout
+    said = re.search(r"\d\.\d\dx faster \[[\d.]+-[\d.]+\], but less accurate by 0\.0200 \[[\d.]+-[\d.]+\]", markdown)
+    assert bool(said) is worse, markdown
