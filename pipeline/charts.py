@@ -99,6 +99,7 @@ def _epoch_duration(comparison: "Comparison") -> dict:
     its first to its third quartile (the outer ones where several settings share a bar)."""
     t = comparison.table.assign(device=variants(comparison), label=[comparison.label(r) for _, r in
                                                                      comparison.table.iterrows()])
+    t = t[t["epoch_duration_s"].notna()]  # a setting whose every run is contended has no epoch time
     groups = t.groupby(["batch_size", "num_workers", "device"], sort=False)
     labels = groups["label"].agg(lambda names: " / ".join(names))
     means = groups["epoch_duration_s"].mean()
@@ -144,8 +145,10 @@ def _test_accuracy(comparison: "Comparison") -> dict:
 
 
 def _time_breakdown(comparison: "Comparison") -> dict:
-    """Where each setting's epoch went: data, transfer and compute seconds, stacked (medians over its runs)."""
+    """Where each setting's epoch went: data, transfer and compute seconds, stacked (medians over its
+    timed runs); settings with no timed run (every run contended) are left out."""
     t = comparison.table
+    t = t[t["epoch_duration_s"].notna()]
     labels = [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])]
     labels = [f"{label} (median of {n})" if n > 1 else label for label, n in zip(labels, t["n"])]
     stacks = [[share.replace("_share", ""), colour, (t[share].fillna(0) * t["epoch_duration_s"]).tolist()]
@@ -157,14 +160,14 @@ def _time_breakdown(comparison: "Comparison") -> dict:
 
 
 def plan(comparison: "Comparison") -> dict[str, dict]:
-    """Each chart's file name and data, in JSON's types."""
+    """Each chart's file name and data, in JSON's types. The charts of speed are drawn only where a
+    setting has a speed figure: where every run is contended (left out, as the speedups leave them),
+    only the test accuracy is."""
     charts = {TRADEOFF_PNG: _tradeoff(comparison), EPOCH_DURATION_PNG: _epoch_duration(comparison),
               TEST_ACCURACY_PNG: _test_accuracy(comparison),
-              TIME_BREAKDOWN_PNG: _time_breakdown(comparison)}
-    speedups = _speedup(comparison)
-    if speedups["bars"]:
-        charts[SPEEDUP_PNG] = speedups
-    return charts
+              TIME_BREAKDOWN_PNG: _time_breakdown(comparison), SPEEDUP_PNG: _speedup(comparison)}
+    drawn = {TRADEOFF_PNG: "points", EPOCH_DURATION_PNG: "bars", TIME_BREAKDOWN_PNG: "labels", SPEEDUP_PNG: "bars"}
+    return {name: chart for name, chart in charts.items() if name not in drawn or chart[drawn[name]]}
 
 
 # --- the drawing: plain values -> PNG (matplotlib) ---------------------------------------------------

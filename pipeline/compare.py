@@ -663,8 +663,11 @@ def _target_lines(comparison: Comparison) -> list[str]:
 
 
 def _figures(row: pd.Series, accuracy_first: bool = False) -> str:
-    """A setting's two headline figures: "0.123 s/epoch, test acc 0.8123"."""
-    time, accuracy = f"{row[STEADY_EPOCH]:.3f} s/epoch", f"test acc {row[FINAL_ACCURACY]:.4f}"
+    """A setting's two headline figures: "0.123 s/epoch, test acc 0.8123" ("speed withheld" where
+    every run of it was contended)."""
+    speed = row[STEADY_EPOCH]
+    time = "speed withheld" if math.isnan(speed) else f"{speed:.3f} s/epoch"
+    accuracy = f"test acc {row[FINAL_ACCURACY]:.4f}"
     return f"{accuracy}, {time}" if accuracy_first else f"{time}, {accuracy}"
 
 
@@ -837,7 +840,7 @@ def _contended(t: pd.DataFrame) -> list[str]:
 
 
 def _spreads(t: pd.DataFrame, compact: bool) -> list[str]:
-    return [_spread(m, q1, q3, compact) for m, q1, q3 in
+    return [spread(m, q1, q3, compact) for m, q1, q3 in
             zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
 
 
@@ -860,8 +863,11 @@ def timed_title(comparison: Comparison) -> str:
     return f"epoch s: median of {timed}, quartiles under it"
 
 
-def _spread(median: float, q1: float, q3: float, compact: bool) -> str:
-    """A median epoch time and its interquartile range: "0.300 [0.290-0.310]" (none where they agree)."""
+def spread(median: float, q1: float, q3: float, compact: bool) -> str:
+    """A median epoch time and its interquartile range: "0.300 [0.290-0.310]" (none where they agree;
+    "-" where every run was contended and the figure is withheld)."""
+    if math.isnan(median):
+        return "-"
     if math.isnan(q1) or f"{q1:.3f}" == f"{q3:.3f}":
         return f"{median:.3f}"
     return f"{median:.3f}\n{q1:.3f}-{q3:.3f}" if compact else f"{median:.3f} [{q1:.3f}-{q3:.3f}]"

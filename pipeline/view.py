@@ -193,7 +193,7 @@ def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> s
     95% intervals, test accuracy), the speedup lines and notes."""
     import pandas as pd
 
-    from pipeline.compare import headline, markdown, speedup_columns
+    from pipeline.compare import headline, markdown, speedup_columns, spread
 
     t = comparison.table
     lines = [f"**{line}**  " for line in headline(comparison)]
@@ -207,17 +207,16 @@ def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> s
         settings = ["device"] + comparison.varying
         frame = t[settings].copy()
         frame["n"] = t["n"]
-        frame["epoch s [IQR]"] = [f"{m:.3f}" if f"{q1:.3f}" == f"{q3:.3f}" else f"{m:.3f} [{q1:.3f}-{q3:.3f}]"
-                                  for m, q1, q3 in zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"],
-                                                       t["epoch_duration_s_q3"])]
+        frame["epoch s [IQR]"] = [spread(m, q1, q3, compact=False) for m, q1, q3 in
+                                  zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
         frame = pd.concat([frame, speedup_columns(comparison, t)], axis=1)  # device, precision, compile twins
         frame["test acc"] = t[FINAL_ACCURACY].map(lambda v: f"{v:.4f}")
-        if len(t) > 1:
+        if len(t) > 1 and t[STEADY_EPOCH].notna().any():  # the speed charts exist (charts.plan)
             lines += [f"![speed against accuracy]({artifact_url(parent_run_id, TRADEOFF_CHART)})", "",
                       f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]
         lines += [f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state when a run "
-                  "had 2+ epochs); speedups with their 95% bootstrap interval, (n.s.) where it includes no "
-                  "difference.", "", markdown(frame)]
+                  "had 2+ epochs); speedups with their 95% interval over the runs (none below 2 runs a side), "
+                  "(n.s.) where it includes no difference.", "", markdown(frame)]
         lines += [f"- {line}" for line in comparison.speedups + comparison.notes]
     return "\n".join(lines) + "\n"
 

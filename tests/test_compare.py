@@ -559,7 +559,7 @@ def test_a_setting_that_rarely_reaches_the_target_ranks_below_one_that_always_do
     assert best.startswith("Best: cpu bs128 (10.25 s to target"), best
 
 
-def test_when_every_run_is_contended_the_verdict_is_withheld_and_says_why(tracking_uri):
+def test_when_every_run_is_contended_the_verdict_is_withheld_and_says_why(tracking_uri, tmp_path):
     """16 of 16 runs contended: no speed claim, no best, and the two lines the docs show."""
     from pathlib import Path
 
@@ -580,6 +580,11 @@ def test_when_every_run_is_contended_the_verdict_is_withheld_and_says_why(tracki
     counted = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "--tracking-uri", tracking_uri,
                                                               "--include-contended"]).output
     assert counted.startswith("Best: cuda:0") and "Speed withheld" not in counted
+    # The speed charts have nothing to draw: only test accuracy is, and the view is still written.
+    report = tmp_path / "report"
+    drawn = CliRunner().invoke(main, ["compare", "--tracking-uri", tracking_uri, "--out", str(report)])
+    assert drawn.exit_code == 0 and "viewStateShareKey=" in drawn.output, drawn.output
+    assert sorted(p.name for p in report.glob("*.png")) == ["test_accuracy.png"]
     register = CliRunner().invoke(main, ["register", "--experiment", "busy16", "--name", "m",
                                          "--tracking-uri", tracking_uri])
     assert register.exit_code == 2 and "every run is contended" in register.output, register.output
