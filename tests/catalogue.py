@@ -104,6 +104,17 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
      ("stop_at_target: got 'yes please'", "true or false")),
     ("stop_at_target without target", "stop_at_target: true\n", ("stop_at_target: true needs a target",)),
     ("misspelt repeats", "repeat: 3\n", ("repeat: unknown key", "did you mean 'repeats'")),
+    # --- verdicts: repeats: auto, its cap and half-width, the quality margin (tests/test_best.py, test_repeats.py)
+    ("repeats auto misspelt", "repeats: automatic\n", ("repeats: got 'automatic'", "or auto")),
+    ("max_repeats below the minimum", "repeats: auto\nmax_repeats: 1\n",
+     ("max_repeats: got 1", "integer >= 2", "judges from 2 runs a side")),
+    ("max_repeats without auto", "repeats: 3\nmax_repeats: 5\n", ("max_repeats: only with repeats: auto",)),
+    ("half_width of 1", "repeats: auto\nhalf_width: 1\n", ("half_width: got 1", "above 0 and below 1")),
+    ("half_width zero", "repeats: auto\nhalf_width: 0\n", ("half_width: got 0", "above 0 and below 1")),
+    ("half_width without auto", "half_width: 0.05\n", ("half_width: only with repeats: auto",)),
+    ("quality_margin negative", "quality_margin: -0.01\n", ("quality_margin: got -0.01", ">= 0 and below 1")),
+    ("quality_margin of 1", "quality_margin: 1\n", ("quality_margin: got 1", ">= 0 and below 1")),
+    ("quality_margin a word", "quality_margin: small\n", ("quality_margin: got 'small'",)),
 ]
 
 BAD_GRID_FILES: list[tuple[str, bytes | None, tuple[str, ...]]] = [
