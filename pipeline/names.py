@@ -29,6 +29,16 @@ OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes 
 STEADY_EPOCH = "steady_epoch_s"  # the median of the steady-state epochs' epoch_duration_s, to the ms
 STEADY_IMAGES = "steady_images_per_s"  # the median of their images_per_s, whole images
 FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 digits
+# Each child's end figures (run-level, step 0), beside its summary and unrounded: with it, every per-run
+# figure a comparison row needs, so that a comparison reads no history (records.read_sweep, timing.end_figures).
+TRAINED_EPOCHS = "trained_epochs"  # how many epochs the run holds; every run that logs the end figures has it
+FIRST_EPOCH = "first_epoch_s"  # epoch 1's epoch_duration_s (cold)
+# steady_epoch_s before its rounding: what statistics take, where a millisecond is 4% of a 25 ms epoch
+STEADY_EPOCH_UNROUNDED = "steady_epoch_unrounded_s"
+TIME_SHARES = ("data_share", "transfer_share", "compute_share")  # each TIME_BUCKETS' share of the steady epochs
+PEAK_MEMORY = "run_peak_memory_mb"  # the highest of the epochs' peak_memory_mb
+STEADY_ENERGY = "steady_energy_j"  # the mean of the steady epochs' energy_j (0 where the counter never moved)
+END_FIGURES = (TRAINED_EPOCHS, FIRST_EPOCH, STEADY_EPOCH_UNROUNDED, *TIME_SHARES, PEAK_MEMORY, STEADY_ENERGY)
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 # A sweep's parent run once its children are done (run-level, step 0): the answer at a glance, over
 # the children it trained that FINISHED. Its params are the grid's axes ("1000,10000"), repeats, target.

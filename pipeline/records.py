@@ -62,7 +62,7 @@ class SweepRecord:
 
 def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[float]] | None = None) -> RunRecord:
     """One MLflow run as a RunRecord, with the per-epoch history of each metric in `histories`: read
-    from the store, or taken from `known` (what this process logged, see `histories_of`)."""
+    from the store, or taken from `known` (what this process logged, see timing.histories_of)."""
     result = RunRecord(run.info.run_id, run.info.run_name, dict(run.data.params), dict(run.data.metrics),
                        dict(run.data.tags))
     for name in histories:
@@ -76,13 +76,6 @@ def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[f
         steps = client.get_metric_history(run.info.run_id, name)
         result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
     return result
-
-
-def histories_of(epochs: list, names: tuple[str, ...]) -> dict[str, list[float]]:
-    """Per-epoch values of each metric in `names`, as the store holds them once logged (epoch order; a
-    None, a value that cannot be told, was never logged)."""
-    ordered = sorted(epochs, key=lambda e: e.epoch)
-    return {name: [float(v) for e in ordered if (v := getattr(e, name)) is not None] for name in names}
 
 
 def finished_by_key(client, experiment_id: str | None) -> dict[str, object]:

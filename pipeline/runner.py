@@ -390,7 +390,8 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", sp
     from pipeline import view
     from pipeline.compare import HISTORIES, build
     from pipeline.comparison_folder import write_report
-    from pipeline.records import histories_of, read_sweep
+    from pipeline.records import read_sweep
+    from pipeline.timing import histories_of
 
     known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:

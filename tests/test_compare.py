@@ -24,7 +24,8 @@ from pipeline.compare import HISTORIES, CompareOptions, build, render
 from pipeline.config import load_grid
 from pipeline.report import Reporter
 from pipeline.runner import Options, run_grid
-from pipeline.records import histories_of, read_sweep
+from pipeline.records import read_sweep
+from pipeline.timing import histories_of
 
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
