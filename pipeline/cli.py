@@ -306,7 +306,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     from dataclasses import replace
 
     from pipeline import gate
-    from pipeline.compare import HISTORIES, CompareOptions, build, render
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, render
     from pipeline.comparison_folder import write_report
     from pipeline.names import TAG_TARGET
     from pipeline.records import read_sweep
@@ -318,7 +318,8 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     if fail_if_slower is not None and (fail_if_slower < 0 or fail_if_slower != fail_if_slower):
         raise UserError(f"--fail-if-slower {fail_if_slower:g}: give a percentage >= 0, e.g. --fail-if-slower 10")
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
-    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES)
+    # Per-epoch histories only where a chart draws them (--out), or for runs without end figures.
+    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=CHART_HISTORIES if out else ())
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
     options = CompareOptions(sort, versus, include_contended, client.get_run(sweep.run_id).data.tags.get(TAG_TARGET))

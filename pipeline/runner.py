@@ -386,16 +386,18 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
 
 def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, outcomes):
     """The comparison table and charts as the parent run's artifacts (comparison/), and what the MLflow
-    UI opens on (view.py): saved view, descriptions. The epochs of `outcomes` as logged; the rest read back."""
+    UI opens on (view.py): saved view, descriptions. The charts' histories are the epochs of `outcomes`
+    as logged, never read back; each run's figures are the ones it logged at its end."""
     from pipeline import view
-    from pipeline.compare import HISTORIES, build
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, build
     from pipeline.comparison_folder import write_report
     from pipeline.records import read_sweep
     from pipeline.timing import histories_of
 
-    known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
+    known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
-        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known))
+        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known,
+                                      charted=CHART_HISTORIES))
         if comparison.table.empty:
             return comparison
         with tempfile.TemporaryDirectory() as tmp:
