@@ -2,10 +2,11 @@
 sweeps of 100, 1,000 and 10,000 FINISHED runs, built and timed side by side in one process.
 
 Each size gets a fresh sqlite store in a temp dir holding one sweep: a parent run (tag
-`pipeline.role=sweep`) and its children (`mlflow.parentRunId`), each with the params of a grid
-point, a `pipeline.run_key` tag, per-epoch metrics for 3 epochs and, as every child logs them at its
-end, its summary and end figures (timing.run_figures), written through MlflowClient (one
-`log_batch` per run). Then, per size, the median of `--rounds` timings of:
+`pipeline.role=sweep`) and its children (`mlflow.parentRunId`), each holding what a real child
+holds: the params of a grid point, its tags, per-epoch metrics for 3 epochs, its run-level metrics
+and, as every child logs them at its end, its summary and end figures (timing.run_figures), its
+two datasets and a logged model as its output (`search_runs` returns those with each run), written
+through MlflowClient. Then, per size, the median of `--rounds` timings of:
 
 - the comparison: `records.read_sweep(client, parent_run_id=..., histories=compare.HISTORIES)`
   followed by `compare.build`, what `pipeline compare` and the end of a sweep do, and the read
@@ -41,15 +42,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlflow  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
-from mlflow.entities import Metric, Param  # noqa: E402
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID  # noqa: E402
+from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelOutput, Metric, Param  # noqa: E402
+from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID, MLFLOW_SOURCE_NAME,  # noqa: E402
+                                      MLFLOW_SOURCE_TYPE, MLFLOW_USER)
 
 from pipeline import compare, records  # noqa: E402
 from pipeline.config import DEFAULTS  # noqa: E402
 from pipeline.device import cpu_name  # noqa: E402
 from pipeline.grid import format_value  # noqa: E402
-from pipeline.names import (EPOCH_METRICS, FINISHED, RUN_DURATION, TAG_DEVICE, TAG_HARDWARE, TAG_ROLE,  # noqa: E402
-                            TAG_RUN_KEY)
+from pipeline import names  # noqa: E402
+from pipeline.names import EPOCH_METRICS, FINISHED, MODEL_NAME, RUN_DURATION  # noqa: E402
 from pipeline.timing import run_figures  # noqa: E402
 
 # The settings that vary, as a grid would: device twins give the comparison its speedups, and the
@@ -82,6 +84,28 @@ def grid_point(index: int) -> dict[str, str]:
         "train_size": str(TRAIN_SIZE), "test_size": str(TEST_SIZE)}
 
 
+def child_tags(parent_run_id: str, runs: int, index: int, device: str) -> dict[str, str]:
+    """The tags a real child carries (point._open_run, tracking.source_tags, liveness.process_tags),
+    with made-up values; `pipeline.run_key` tells the sweep's points apart."""
+    return {MLFLOW_PARENT_RUN_ID: parent_run_id, MLFLOW_SOURCE_NAME: "pipeline run", MLFLOW_SOURCE_TYPE: "LOCAL",
+            MLFLOW_USER: "bench", names.TAG_ROLE: "point", names.TAG_RUN_KEY: f"synthetic-{runs}-{index}",
+            names.TAG_DEVICE: device, names.TAG_HARDWARE: "synthetic", names.TAG_HOST: "bench-host",
+            names.TAG_TORCH: "2.14.1", names.TAG_CUDA: "none", names.TAG_CONFIG_HASH: f"{index:016x}",
+            names.TAG_DATA: "IDX files of Fashion-MNIST from /data (checksums verified)",
+            names.TAG_ENERGY: "not measured: no RAPL energy counters on this machine", names.TAG_PARAM_DEVICES: device,
+            names.TAG_PID: str(10000 + index), names.TAG_PROCESS_START: "1796162713.92"}
+
+
+# Each child's training and test data as a child records them (tracking.dataset_descriptions).
+_TENSORS = {"features": [{"type": "tensor", "tensor-spec": {"dtype": "uint8", "shape": [-1, 1, 28, 28]}}],
+            "targets": [{"type": "tensor", "tensor-spec": {"dtype": "int64", "shape": [-1]}}]}
+_SCHEMA = json.dumps({"mlflow_tensorspec": {name: json.dumps(spec) for name, spec in _TENSORS.items()}})
+DATASETS = [DatasetInput(Dataset(f"fashion-mnist-{split}", f"{split}-digest", "local", '{"uri": "/data"}', _SCHEMA,
+                                 f'{{"features_shape": [{size}, 1, 28, 28], "targets_shape": [{size}]}}'),
+                         [InputTag(MLFLOW_DATASET_CONTEXT, context)])
+            for split, context, size in (("train", "training", TRAIN_SIZE), ("test", "testing", TEST_SIZE))]
+
+
 def epoch_values(index: int, epoch: int, device: str) -> dict[str, float]:
     """Plausible per-epoch figures of a point (cuda faster than cpu), deterministic in `index`."""
     speed = 5.0 if device == "cuda" else 1.0
@@ -95,35 +119,39 @@ def epoch_values(index: int, epoch: int, device: str) -> dict[str, float]:
 
 def build_sweep(tracking_uri: str, runs: int, metrics: tuple[str, ...] = LOGGED, epochs: int = EPOCHS,
                 point: Callable[[int], dict[str, str]] = grid_point, end_figures: bool = True,
-                progress: Callable[[int], None] | None = None) -> Sweep:
+                inputs_and_model: bool = True, progress: Callable[[int], None] | None = None) -> Sweep:
     """A parent run and `runs` FINISHED children in the store at `tracking_uri`, written the cheapest
     way the public client allows: per child one create_run (with its tags), one log_batch (the params
-    `point(index)` gives, every epoch's `metrics` and, with `end_figures`, the figures a child logs at
-    its end, worked out from those epochs as a child does) and one set_terminated. Without
-    `end_figures` the children are runs made before children logged them. `progress(done)` is called
-    every 5% of the children."""
+    `point(index)` gives, every epoch's `metrics`, its run-level metrics and, with `end_figures`, the
+    figures a child logs at its end, worked out from those epochs as a child does) and one
+    set_terminated; with `inputs_and_model`, also its datasets (log_inputs) and a logged model, a
+    record without files, as its output (create_logged_model, log_outputs). Without `end_figures` the
+    children are runs made before children logged them. `progress(done)` is called every 5% of them."""
     client = MlflowClient(tracking_uri)
     experiment_id = client.create_experiment(f"scale-{runs}")
     start = int(time.time() * 1000)
     parent = client.create_run(experiment_id, start_time=start, run_name=f"scale-{runs}",
-                               tags={TAG_ROLE: "sweep"}).info.run_id
+                               tags={names.TAG_ROLE: "sweep"}).info.run_id
     report_every = max(1, runs // 20)
     for index in range(runs):
         params = point(index)
-        tags = {MLFLOW_PARENT_RUN_ID: parent, TAG_ROLE: "point", TAG_RUN_KEY: f"synthetic-{runs}-{index}",
-                TAG_DEVICE: params.get("device", "cpu"), TAG_HARDWARE: "synthetic"}
+        device = params.get("device", "cpu")
         # Distinct start times keep the children in creation order, as a sweep's are.
         child = client.create_run(experiment_id, start_time=start + 1 + index, run_name=f"point-{index}",
-                                  tags=tags).info.run_id
-        history = {name: [epoch_values(index, epoch, tags[TAG_DEVICE])[name] for epoch in range(1, epochs + 1)]
+                                  tags=child_tags(parent, runs, index, device)).info.run_id
+        history = {name: [epoch_values(index, epoch, device)[name] for epoch in range(1, epochs + 1)]
                    for name in metrics}
         logged = [Metric(name, value, start + index, epoch) for name, values in history.items()
                   for epoch, value in enumerate(values, start=1)]
-        logged.append(Metric(RUN_DURATION, 10.0, start + index, 0))
+        once = {RUN_DURATION: 10.0, names.WARMUP: 0.2, names.LOAD_AVERAGE: 0.5, names.OTHERS_CPU_SHARE: 0.01}
         if end_figures:
-            accuracy = history["test_accuracy"][-1] if "test_accuracy" in history else None
-            logged += [Metric(name, value, start + index, 0) for name, value in run_figures(history, accuracy).items()]
+            once.update(run_figures(history, history["test_accuracy"][-1] if "test_accuracy" in history else None))
+        logged += [Metric(name, value, start + index, 0) for name, value in once.items()]
         client.log_batch(child, metrics=logged, params=[Param(k, v) for k, v in params.items()])
+        if inputs_and_model:
+            client.log_inputs(child, datasets=DATASETS)
+            model = client.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=child)
+            client.log_outputs(child, [LoggedModelOutput(model.model_id, epochs)])
         client.set_terminated(child, FINISHED)
         if progress is not None and ((index + 1) % report_every == 0 or index + 1 == runs):
             progress(index + 1)

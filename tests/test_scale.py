@@ -4,8 +4,9 @@ real sqlite store through the real client; and benchmarks/scale.py, which measur
 The 1,100-run sweep is one more page than MLflow's default (1000): before paging, it compared as 1000
 rows. It is built once for the module in a RAM-backed folder where there is one (see
 scale.store_folder: on this disk each of the ~7 commits per run written syncs, about 100 ms a run),
-with two per-epoch metrics, the end figures a child logs and four params, about the cheapest sweep
-the public client writes. Its children logged their end figures, so comparing it reads no history.
+with two per-epoch metrics, the end figures a child logs and four params, but without the datasets
+and model a real child records: about the cheapest sweep the public client writes. Its children
+logged their end figures, so comparing it reads no history.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def big_sweep(tmp_path_factory):
     with tempfile.TemporaryDirectory(prefix="pipeline-test-scale-", dir=scale.store_folder()) as folder:
         with isolated(tmp_path_factory.mktemp("scale")):
             yield scale.build_sweep(f"sqlite:///{Path(folder) / 'mlflow.db'}", BIG,
-                                    metrics=("epoch_duration_s", "test_accuracy"),
+                                    metrics=("epoch_duration_s", "test_accuracy"), inputs_and_model=False,
                                     point=lambda index: {**ONE_POINT, "seed": str(index)})
 
 
