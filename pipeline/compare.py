@@ -25,8 +25,8 @@ from pipeline.errors import UserError
 from pipeline.grid import format_value
 from pipeline.names import (COMPILE, END_FIGURES, FINAL_ACCURACY, FIRST_EPOCH, LOAD_AVERAGE, OTHERS_CPU_SHARE,
                             PEAK_MEMORY, REPEAT, STEADY_ENERGY, STEADY_EPOCH, STEADY_EPOCH_UNROUNDED, STEADY_IMAGES,
-                            TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET, TAG_TARGET_STATUS,
-                            TIME_SHARES, TIME_TO_TARGET, TRAINED_EPOCHS, WALL_TO_TARGET, WARMUP)
+                            TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET,
+                            TAG_TARGET_STATUS, TIME_SHARES, TIME_TO_TARGET, TRAINED_EPOCHS, WALL_TO_TARGET, WARMUP)
 from pipeline.timing import FIGURE_HISTORIES, has_end_figures, run_figures, steady, timed_label
 
 if TYPE_CHECKING:
