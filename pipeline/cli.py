@@ -314,7 +314,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     from dataclasses import replace
 
     from pipeline import gate
-    from pipeline.compare import HISTORIES, CompareOptions, build, render, sweep_options
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, render, sweep_options
     from pipeline.comparison_folder import write_report
     from pipeline.records import read_sweep
     from pipeline.report import Reporter
@@ -331,7 +331,8 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
         raise UserError(f"--quality-margin {quality_margin:g}: give a number >= 0 and below 1, e.g. 0.005 "
                         "(half a point of test accuracy)")
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
-    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES)
+    # Per-epoch histories only where a chart draws them (--out), or for runs without end figures.
+    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=CHART_HISTORIES if out else ())
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
     options = sweep_options(client.get_run(sweep.run_id), CompareOptions(sort, versus, include_contended),

@@ -25,10 +25,11 @@ from pipeline import stats
 from pipeline.config import DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
-from pipeline.names import (COMPILE, FINAL_ACCURACY, LOAD_AVERAGE, OTHERS_CPU_SHARE, REPEAT, STEADY_EPOCH,
-                            STEADY_IMAGES, TAG_CONTENDED, TAG_DEVICE, TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET,
-                            TAG_TARGET_STATUS, TIME_BUCKETS, TIME_TO_TARGET, WALL_TO_TARGET, WARMUP)
-from pipeline.timing import significant, steady, summary, timed_label
+from pipeline.names import (COMPILE, END_FIGURES, FINAL_ACCURACY, FIRST_EPOCH, LOAD_AVERAGE, OTHERS_CPU_SHARE,
+                            PEAK_MEMORY, REPEAT, STEADY_ENERGY, STEADY_EPOCH, STEADY_IMAGES, TAG_CONTENDED, TAG_DEVICE,
+                            TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET, TAG_TARGET_STATUS, TIME_SHARES,
+                            TIME_TO_TARGET, TRAINED_EPOCHS, WALL_TO_TARGET, WARMUP)
+from pipeline.timing import FIGURE_HISTORIES, has_end_figures, run_figures, significant, timed_label
 
 if TYPE_CHECKING:
     from pipeline.records import RunRecord, SweepRecord
@@ -53,7 +54,11 @@ INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 # interval) and whether the speedup is a win: significant, and not less accurate beyond the margin.
 QUALITY_SUFFIXES = ("_accuracy_change", "_accuracy_change_low", "_accuracy_change_high", "_win")
 HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS)
-HISTORIES = ("test_accuracy", "epoch_duration_s", "images_per_s", "peak_memory_mb", "energy_j", *TIME_BUCKETS)
+# Per-epoch histories, read for a run only where needed (records.read_sweep): a run's figures come
+# from what it logged at its end, or from HISTORIES for a run made before children logged them; the
+# charts draw CHART_HISTORIES (`pipeline compare --out`; a sweep's end has them from its own epochs).
+HISTORIES = FIGURE_HISTORIES
+CHART_HISTORIES = ("test_accuracy",)
 # Per-run figures whose row value is the median over the row's runs: those that measure speed over
 # its timed runs (contended ones left out unless asked), those that measure what was learnt over all.
 SPEED_MEDIANS = ("images_per_s", "first_epoch_s", "warmup_s", "compile_s", "peak_memory_mb", "energy_j",
@@ -174,10 +179,6 @@ def _rounded(value: float, digits: int) -> float:
     return value if math.isnan(value) else float(round(value, digits))
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
 def _run_row(run: "RunRecord") -> dict[str, Any]:
     """One finished run's figures: its settings, final metrics, steady-state speed and shares."""
     row: dict[str, Any] = {"run_id": run.run_id, "run_name": run.name}
@@ -190,31 +191,26 @@ def _run_row(run: "RunRecord") -> dict[str, Any]:
         row[key] = _number(run.params.get(key, _LATER_DEFAULTS.get(key)))
     for key in FINAL:
         row[key] = run.metrics.get(key, math.nan)
-    epochs = run.histories.get("epoch_duration_s") or [run.metrics.get("epoch_duration_s", math.nan)]
-    row["steady"] = steady(epochs)
-    row.update(run_summary(run, epochs))
+    figures = run_summary(run)
+    row.update({name: figures.get(name, math.nan) for name in SUMMARY})
     row["images_per_s"] = row[STEADY_IMAGES]
-    row["timed"] = timed_label(len(epochs))
-    row["first_epoch_s"] = epochs[0]
+    row["timed"] = timed_label(int(figures[TRAINED_EPOCHS]))
+    row["first_epoch_s"] = figures.get(FIRST_EPOCH, math.nan)
     row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
     row["compile_s"] = run.metrics.get(COMPILE, math.nan)
-    memory = run.histories.get("peak_memory_mb") or [run.metrics.get("peak_memory_mb", math.nan)]
-    row["peak_memory_mb"] = max(memory)
+    row["peak_memory_mb"] = figures.get(PEAK_MEMORY, math.nan)
     # Counters advance in steps (NVML's every 100 ms): an epoch shorter than a step can read 0 J,
     # and the mean over the steady epochs is right to one step. Zero in all of them is unknown.
-    joules = steady(run.histories.get("energy_j") or [])
-    energy, source = _mean(joules), run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
-    if joules and energy == 0:
+    energy = figures.get(STEADY_ENERGY, math.nan)
+    source = run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
+    if energy == 0:
         energy, source = math.nan, (f"not measured: the counter ({source}) did not advance in the steady "
                                     "epochs, each shorter than its update interval; train longer epochs")
     row["energy_j"], row["energy_source"] = energy, source
     row["images_per_j"] = int(run.params.get("train_size") or 0) / energy if energy > 0 else math.nan
     row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
-    total = sum(steady(epochs))
-    for bucket in TIME_BUCKETS:
-        spent = steady(run.histories.get(bucket) or [])
-        share = bucket.replace("_time_s", "_share")
-        row[share] = sum(spent) / total if spent and total > 0 else math.nan
+    for share in TIME_SHARES:
+        row[share] = figures.get(share, math.nan)
     row[LOAD_AVERAGE] = run.metrics.get(LOAD_AVERAGE, math.nan)
     row[OTHERS_CPU_SHARE] = run.metrics.get(OTHERS_CPU_SHARE, math.nan)
     row["contended"] = TAG_CONTENDED in run.tags
@@ -226,13 +222,18 @@ def _run_row(run: "RunRecord") -> dict[str, Any]:
     return row
 
 
-def run_summary(run: "RunRecord", epochs: list[float]) -> dict[str, float]:
-    """A run's steady-state summary (SUMMARY) as it logged it; for a run logged before children did,
-    the same figures from its history (timing.summary), so that old and new runs agree."""
-    images = run.histories.get("images_per_s") or ([run.metrics["images_per_s"]] if "images_per_s" in run.metrics
-                                                    else [])
-    computed = summary(epochs, images, run.metrics.get("test_accuracy"))
-    return {name: run.metrics.get(name, computed.get(name, math.nan)) for name in SUMMARY}
+def run_summary(run: "RunRecord") -> dict[str, float]:
+    """A run's per-run figures, its summary (SUMMARY) and its end figures (names.END_FIGURES), as it
+    logged them at its end. For a run logged before children did, the same figures from its history
+    (timing.run_figures; a summary it did log is kept), so that old and new runs agree. A figure
+    that cannot be told is left out; the epoch count is always there."""
+    if has_end_figures(run.metrics):
+        return {name: run.metrics[name] for name in (*SUMMARY, *END_FIGURES) if name in run.metrics}
+    # A history that was not read falls back to the metric's last value, as the store returns it.
+    history = {name: run.histories.get(name) or ([run.metrics[name]] if name in run.metrics else [])
+               for name in HISTORIES}
+    computed = run_figures(history, run.metrics.get("test_accuracy"))
+    return {**computed, **{name: run.metrics[name] for name in SUMMARY if name in run.metrics}}
 
 
 def _setting_row(group: pd.DataFrame, target: str | None, include_contended: bool) -> dict[str, Any]:

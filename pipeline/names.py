@@ -33,6 +33,14 @@ FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 
 # order, which the UI's view sorts by: 1 is the run whose model the verdict names (compare.pick),
 # then every setting fastest first, each setting's runs most accurate first.
 RANK = "rank"
+# Each child's end figures (run-level, step 0), beside its summary: with it, every per-run
+# figure a comparison row needs, so that a comparison reads no history (records.read_sweep, timing.end_figures).
+TRAINED_EPOCHS = "trained_epochs"  # how many epochs the run holds; every run that logs the end figures has it
+FIRST_EPOCH = "first_epoch_s"  # epoch 1's epoch_duration_s (cold)
+TIME_SHARES = ("data_share", "transfer_share", "compute_share")  # each TIME_BUCKETS' share of the steady epochs
+PEAK_MEMORY = "run_peak_memory_mb"  # the highest of the epochs' peak_memory_mb
+STEADY_ENERGY = "steady_energy_j"  # the mean of the steady epochs' energy_j (0 where the counter never moved)
+END_FIGURES = (TRAINED_EPOCHS, FIRST_EPOCH, *TIME_SHARES, PEAK_MEMORY, STEADY_ENERGY)
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 # A sweep's parent run once its children are done (run-level, step 0): the answer at a glance, over
 # the children it trained that FINISHED. Its params are the grid's axes ("1000,10000"), repeats, target.

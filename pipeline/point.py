@@ -21,7 +21,7 @@ from pipeline.grid import GridPoint, config_hash
 from pipeline.target import Target
 from pipeline.target import Timing as TargetTiming
 from pipeline.target import timing as target_timing
-from pipeline.timing import summary_of
+from pipeline.timing import logged_at_end, summary_of
 
 if TYPE_CHECKING:
     import torch
@@ -268,9 +268,9 @@ def params_of(job: PointJob) -> dict:
 
 def _measured(outcome: Outcome, target: Target | None, load: "contention.Contention") -> "TargetTiming | None":
     """What the training measured beside its epochs, into the outcome's metrics and tags: the steady-state
-    summary of its epochs (timing.summary), the machine's load (tagged contended when others took a
-    meaningful share), and the time to the target (returned)."""
-    outcome.measured.update({name: (value, 0) for name, value in summary_of(outcome.epochs).items()})
+    summary and end figures of its epochs (timing.logged_at_end), the machine's load (tagged contended
+    when others took a meaningful share), and the time to the target (returned)."""
+    outcome.measured.update({name: (value, 0) for name, value in logged_at_end(outcome.epochs).items()})
     outcome.measured.update(load.metrics())
     outcome.tags.update(load.tags())
     if target is None:

@@ -12,6 +12,7 @@ from typing import Any
 from pipeline.errors import UserError
 from pipeline.names import TAG_ROLE, TAG_RUN_KEY
 from pipeline.store import first_line
+from pipeline.timing import has_end_figures
 
 
 # Runs per store read. MLflow's search calls return one page (search_runs: 1000 by default, 50000 at
@@ -60,12 +61,17 @@ class SweepRecord:
     children: list[RunRecord]
 
 
-def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[float]] | None = None) -> RunRecord:
-    """One MLflow run as a RunRecord, with the per-epoch history of each metric in `histories`: read
-    from the store, or taken from `known` (what this process logged, see `histories_of`)."""
+def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[float]] | None = None,
+           charted: tuple[str, ...] = ()) -> RunRecord:
+    """One MLflow run as a RunRecord, with per-epoch histories: of each metric in `charted` (what a
+    chart draws), and of each in `histories` only where the run did not log its end figures
+    (timing.has_end_figures: a run made before children logged them, whose figures are worked out
+    from these). Each is read from the store, or taken from `known` (what this process logged, see
+    timing.histories_of)."""
     result = RunRecord(run.info.run_id, run.info.run_name, dict(run.data.params), dict(run.data.metrics),
                        dict(run.data.tags))
-    for name in histories:
+    wanted = charted if has_end_figures(result.metrics) else (*charted, *(h for h in histories if h not in charted))
+    for name in wanted:
         if known is not None and name in known:
             result.histories[name] = known[name]
             continue
@@ -76,13 +82,6 @@ def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[f
         steps = client.get_metric_history(run.info.run_id, name)
         result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
     return result
-
-
-def histories_of(epochs: list, names: tuple[str, ...]) -> dict[str, list[float]]:
-    """Per-epoch values of each metric in `names`, as the store holds them once logged (epoch order; a
-    None, a value that cannot be told, was never logged)."""
-    ordered = sorted(epochs, key=lambda e: e.epoch)
-    return {name: [float(v) for e in ordered if (v := getattr(e, name)) is not None] for name in names}
 
 
 def finished_by_key(client, experiment_id: str | None) -> dict[str, object]:
@@ -101,10 +100,14 @@ def experiment_id_of(client, name: str) -> str | None:
 
 
 def read_sweep(client, experiment: str | None = None, parent_run_id: str | None = None,
-               histories: tuple[str, ...] = (), known: dict[str, dict[str, list[float]]] | None = None) -> SweepRecord:
+               histories: tuple[str, ...] = (), known: dict[str, dict[str, list[float]]] | None = None,
+               charted: tuple[str, ...] = ()) -> SweepRecord:
     """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
-    `known`: histories by run id that the caller logged itself, not read back (a sweep's own runs:
-    nine reads a run saved).
+
+    The children come from paged searches, each with the last value of every metric: the figures a
+    child logged at its end. Per-epoch histories cost one read per run and metric, so they are read
+    only as `record` says: `charted` for every child, `histories` for a child without end figures.
+    `known`: histories by run id that the caller logged itself, not read back (a sweep's own runs).
 
     Raises UserError when there is nothing to read.
     """
@@ -116,7 +119,7 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
         runs = all_runs(client, [parent.info.experiment_id],
                         f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
                         order_by=["attributes.start_time ASC"])
-        children = [record(client, run, histories, (known or {}).get(run.info.run_id)) for run in runs]
+        children = [record(client, run, histories, (known or {}).get(run.info.run_id), charted) for run in runs]
         experiment_name = client.get_experiment(parent.info.experiment_id).name
     except MlflowException as exc:
         raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None

@@ -208,7 +208,7 @@ def _parent_in(tracker, parent_id: str | None) -> str | None:
 def _restore(tracker, entry: dict[str, Any]) -> str:
     """The line's run in `tracker`'s store: the run the sweep opened when it is there, completed
     with what the outage kept from it, else a new child of the same sweep."""
-    from pipeline.timing import summary_of
+    from pipeline.timing import logged_at_end
     from pipeline.train import EpochStats
 
     run = _existing_run(tracker, entry)
@@ -226,10 +226,10 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     tracker.log_params(run_id, entry["params"])
     history = [EpochStats(**e) for e in entry["epochs"]]
     epochs = [e for e in history if e.epoch not in logged_steps]
-    # The steady-state summary, the machine's load and the time to target: [value, step]. A line
-    # written before the summary was kept has its epochs, and the summary is worked out from them.
+    # The steady-state summary and end figures, the machine's load and the time to target: [value,
+    # step]. A line written before they were kept has its epochs, and they are worked out from them.
     measured = entry.get("metrics") or {}
-    run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {}), **summary_of(history),
+    run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {}), **logged_at_end(history),
                    **{name: value for name, (value, _) in measured.items()}}
     if run is not None:  # what reached the store before the outage is not logged a second time
         run_metrics = {k: v for k, v in run_metrics.items() if k not in run.data.metrics}

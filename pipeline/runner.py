@@ -38,7 +38,7 @@ from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UN
                             PointJob, SweepResult, params_of, with_position)
 
 if TYPE_CHECKING:
-    from pipeline.compare import Comparison
+    from pipeline.compare import Comparison, CompareOptions
     from pipeline.data import Dataset
     from pipeline.records import RunRecord
     from pipeline.report import Reporter
@@ -358,15 +358,24 @@ def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, out
     builds it (the epochs this process logged, not read back), and the DONE runs of the rounds reached
     so far, so that a rerun reaches the rounds the first sweep did."""
     from pipeline.compare import HISTORIES, build
-    from pipeline.records import SweepRecord, histories_of, read_sweep
+    from pipeline.records import SweepRecord, read_sweep
+    from pipeline.timing import histories_of
 
     tracker = sweep.tracker
     done = [finished.record(o.run_id) for o in outcomes if o.status == DONE and o.run_id]
     if parent_id is None:  # every run so far was DONE: no parent yet
-        return build(SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done))
+        return build(SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done),
+                     _compare_options(spec))
     known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     children = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known)
-    return build(replace(children, children=children.children + done))
+    return build(replace(children, children=children.children + done), _compare_options(spec))
+
+
+def _compare_options(spec: GridSpec) -> "CompareOptions":
+    """How a sweep compares its own runs: against its grid's target and quality margin."""
+    from pipeline.compare import CompareOptions
+
+    return CompareOptions(target=str(spec.target) if spec.target else None, quality_margin=spec.quality_margin)
 
 
 def _log_rounds(tracker: "Tracker", parent_id: str, reporter: "Reporter", stopped: str, reached: int) -> None:
@@ -535,17 +544,18 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
 
 def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, outcomes):
     """The comparison table and charts as the parent run's artifacts (comparison/), and what the MLflow
-    UI opens on (view.py): saved view, descriptions. The epochs of `outcomes` as logged; the rest read back."""
+    UI opens on (view.py): saved view, descriptions. The charts' histories are the epochs of `outcomes`
+    as logged, never read back; each run's figures are the ones it logged at its end."""
     from pipeline import view
-    from pipeline.compare import HISTORIES, CompareOptions, build
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, build
     from pipeline.comparison_folder import write_report
-    from pipeline.records import histories_of, read_sweep
+    from pipeline.records import read_sweep
+    from pipeline.timing import histories_of
 
-    known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
-    options = CompareOptions(target=str(spec.target) if spec.target else None, quality_margin=spec.quality_margin)
+    known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
-        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known),
-                           options)
+        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known,
+                                      charted=CHART_HISTORIES), _compare_options(spec))
         if comparison.table.empty:
             return comparison
         with tempfile.TemporaryDirectory() as tmp:

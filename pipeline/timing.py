@@ -5,14 +5,22 @@ allocator growing, and on a GPU the first pinned buffers and kernel choices (the
 takes most of those, not all). With two or more epochs, speed is taken over the epochs after the
 first ("steady state": a run's median, a setting's median over its runs); a one-epoch run can only
 be timed cold, and says so.
+
+Each child works out its per-run figures here at its end and logs them (its summary and its end
+figures); the comparison works out the same figures, with the same functions, from the history of a
+run made before children logged them, so that old and new runs agree.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
+from pipeline.names import (FINAL_ACCURACY, FIRST_EPOCH, PEAK_MEMORY, STEADY_ENERGY, STEADY_EPOCH,
+                            STEADY_IMAGES, TIME_BUCKETS, TIME_SHARES, TRAINED_EPOCHS)
+
+# The per-epoch metrics a run's figures are worked out from: its summary's and its end figures'.
+FIGURE_HISTORIES = ("epoch_duration_s", "images_per_s", *TIME_BUCKETS, "peak_memory_mb", "energy_j")
 
 
 def steady(values: Sequence[float]) -> list[float]:
@@ -62,6 +70,54 @@ def summary_of(epochs: Sequence[Any]) -> dict[str, float]:
     """`summary` of a run's epochs (train.EpochStats, in order): what each child logs at its end."""
     return summary([e.epoch_duration_s for e in epochs], [e.images_per_s for e in epochs],
                    epochs[-1].test_accuracy if epochs else None)
+
+
+def end_figures(histories: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """A run's end figures (names.END_FIGURES) from its per-epoch metrics by name, in epoch order, as the
+    store holds them (an epoch that could not tell a value has none): how many epochs, the first one's
+    time, the share of the steady epochs' time each time bucket took, the
+    highest peak memory and the mean energy of the steady epochs. Unrounded; a figure that cannot be
+    told is left out."""
+    epochs = list(histories.get("epoch_duration_s", ()))
+    figures = {TRAINED_EPOCHS: float(len(epochs))}
+    if epochs:
+        figures[FIRST_EPOCH] = epochs[0]
+    total = sum(steady(epochs))
+    for bucket, share in zip(TIME_BUCKETS, TIME_SHARES):
+        spent = steady(histories.get(bucket, ()))
+        if spent and total > 0:
+            figures[share] = sum(spent) / total
+    if memory := histories.get("peak_memory_mb"):
+        figures[PEAK_MEMORY] = max(memory)
+    # A mean of 0 is kept: an energy counter that never moved in the steady epochs is the reader's to judge.
+    if joules := steady(histories.get("energy_j", ())):
+        figures[STEADY_ENERGY] = sum(joules) / len(joules)
+    return figures
+
+
+def has_end_figures(metrics: Mapping[str, float]) -> bool:
+    """Whether a run logged its end figures itself (every run that does has TRAINED_EPOCHS). One made
+    before children logged them has them worked out from its history instead."""
+    return TRAINED_EPOCHS in metrics
+
+
+def histories_of(epochs: Sequence[Any], names: Sequence[str]) -> dict[str, list[float]]:
+    """Per-epoch values of each metric in `names` of a run's epochs (train.EpochStats), as the store holds
+    them once logged (epoch order; a None, a value that cannot be told, was never logged)."""
+    ordered = sorted(epochs, key=lambda e: e.epoch)
+    return {name: [float(v) for e in ordered if (v := getattr(e, name)) is not None] for name in names}
+
+
+def run_figures(histories: Mapping[str, Sequence[float]], test_accuracy: float | None) -> dict[str, float]:
+    """A run's summary (`summary`) and end figures (`end_figures`) from its per-epoch metrics by name
+    (FIGURE_HISTORIES, as the store holds them) and its final test accuracy."""
+    return {**summary(histories.get("epoch_duration_s", ()), histories.get("images_per_s", ()), test_accuracy),
+            **end_figures(histories)}
+
+
+def logged_at_end(epochs: Sequence[Any]) -> dict[str, float]:
+    """Every figure a child logs at its end (run_figures), of its epochs (train.EpochStats, in order)."""
+    return run_figures(histories_of(epochs, FIGURE_HISTORIES), epochs[-1].test_accuracy if epochs else None)
 
 
 def summary_line(figures: dict[str, float]) -> str:

@@ -20,11 +20,12 @@ from conftest import isolated, new_store
 from synthetic_sweeps import Run, jittered, write_sweep
 from pipeline import charts, names
 from pipeline.cli import main
-from pipeline.compare import HISTORIES, CompareOptions, build, render
+from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, render
 from pipeline.config import load_grid
 from pipeline.report import Reporter
 from pipeline.runner import Options, run_grid
-from pipeline.records import histories_of, read_sweep
+from pipeline.records import read_sweep
+from pipeline.timing import histories_of
 
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -48,7 +49,7 @@ def _sweep_store(folder, data_dir, tracking_uri):
         "mlflow.parentRunId": result.parent_run_id, names.TAG_DEVICE: "cuda:0", names.TAG_HARDWARE: "Fake GPU"})
     params = {**cpu.data.params, "device": "cuda"}
     metrics = []
-    for name in HISTORIES + ("train_loss", "train_accuracy", "test_loss"):
+    for name in HISTORIES + CHART_HISTORIES + ("train_loss", "train_accuracy", "test_loss"):
         for m in client.get_metric_history(cpu.info.run_id, name):
             value = m.value * (10 if m.step == 1 else 1 / 4) if name in ("epoch_duration_s", *names.TIME_BUCKETS) else m.value
             metrics.append(Metric(name, value, m.timestamp, m.step))
@@ -91,15 +92,16 @@ def test_rows_speedups_and_shares(sweep_store):
 
 
 def test_the_histories_a_sweep_keeps_are_the_ones_its_store_holds(sweep_store):
-    """The sweep's comparison takes its runs' epochs from memory (histories_of), `pipeline compare`
-    reads them back: the same numbers, the same order, the same gaps (energy where none was told)."""
+    """The sweep's comparison takes its runs' epochs from memory (histories_of), `pipeline compare
+    --out` reads them back: the same numbers, the same order, the same gaps (energy where none was told)."""
     result, client, _ = sweep_store
+    every = HISTORIES + CHART_HISTORIES
     stored = {r.run_id: r.histories for r in read_sweep(client, parent_run_id=result.parent_run_id,
-                                                        histories=HISTORIES).children}
+                                                        charted=every).children}
     finished = [o for o in result.outcomes if o.status == "FINISHED"]
     assert len(finished) == 2
     for outcome in finished:
-        assert histories_of(outcome.epochs, HISTORIES) == stored[outcome.run_id]
+        assert histories_of(outcome.epochs, every) == stored[outcome.run_id]
 
 
 def test_formats_and_sort(sweep_store):

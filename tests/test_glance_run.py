@@ -42,14 +42,24 @@ def test_the_override_is_what_trained(sweep):
     assert {r.data.params["epochs"] for r in kids} == {"2"}
 
 
-def test_every_child_logs_the_summary_of_its_own_history(sweep):
+def test_every_child_logs_the_summary_and_end_figures_of_its_own_history(sweep):
+    """What a child logs at its end is what the comparison would work out from its stored history
+    (timing.run_figures), to the last bit: old and new runs compare alike."""
     client = sweep["client"]
     for run in sweep["children"]:
         rid = run.info.run_id
         expected = timing.summary(_history(client, rid, "epoch_duration_s"), _history(client, rid, "images_per_s"),
                                   _history(client, rid, "test_accuracy")[-1])
         assert set(expected) == {names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY}
+        expected = timing.run_figures({name: _history(client, rid, name) for name in timing.FIGURE_HISTORIES},
+                                      _history(client, rid, "test_accuracy")[-1])
+        # energy_j only where a counter is readable: then its steady mean too
+        told = {names.TRAINED_EPOCHS, names.FIRST_EPOCH, *names.TIME_SHARES,
+                names.PEAK_MEMORY, *([names.STEADY_ENERGY] if _history(client, rid, "energy_j") else [])}
+        assert set(expected) == {names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY, *told}
         assert {name: run.data.metrics[name] for name in expected} == expected
+        assert expected[names.TRAINED_EPOCHS] == 2
+        assert expected[names.FIRST_EPOCH] == _history(client, rid, "epoch_duration_s")[0]
         for name in expected:  # run-level, once
             assert [m.step for m in client.get_metric_history(rid, name)] == [0]
         assert len(_history(client, rid, "epoch_duration_s")) == 2  # the per-epoch history stays
@@ -129,7 +139,8 @@ def test_the_printed_ui_command_is_the_one_pipeline_ui_runs(sweep):
 
 
 def test_relog_logs_the_summary_of_a_line_without_one(tracking_uri, tmp_path):
-    """A results line written before the summary existed: relog works it out from the epochs."""
+    """A results line written before the summary and end figures existed: relog works them out from
+    the epochs."""
     from pipeline import results
 
     epochs = [{"epoch": n, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": acc,
@@ -143,6 +154,10 @@ def test_relog_logs_the_summary_of_a_line_without_one(tracking_uri, tmp_path):
     assert {k: metrics[k] for k in (names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY)} == \
         {names.STEADY_EPOCH: 1.25, names.STEADY_IMAGES: round(statistics_median([512.0, 512 / 1.5])),
          names.FINAL_ACCURACY: 0.7}
+    # No time buckets in the line: each bucket took none of the steady epochs (the defaults, 0 s).
+    assert {k: metrics[k] for k in names.END_FIGURES if k in metrics} == {
+        names.TRAINED_EPOCHS: 3, names.FIRST_EPOCH: 2.0,
+        **{share: 0.0 for share in names.TIME_SHARES}, names.PEAK_MEMORY: 300.0}
 
 
 def statistics_median(values: list[float]) -> float:

@@ -4,7 +4,9 @@ real sqlite store through the real client; and benchmarks/scale.py, which measur
 The 1,100-run sweep is one more page than MLflow's default (1000): before paging, it compared as 1000
 rows. It is built once for the module in a RAM-backed folder where there is one (see
 scale.store_folder: on this disk each of the ~7 commits per run written syncs, about 100 ms a run),
-with one metric and four params, the cheapest sweep the public client writes.
+with two per-epoch metrics, the end figures a child logs and four params, but without the datasets
+and model a real child records: about the cheapest sweep the public client writes. Its children
+logged their end figures, so comparing it reads no history.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def big_sweep(tmp_path_factory):
     scale = _scale()
     with tempfile.TemporaryDirectory(prefix="pipeline-test-scale-", dir=scale.store_folder()) as folder:
         with isolated(tmp_path_factory.mktemp("scale")):
-            yield scale.build_sweep(f"sqlite:///{Path(folder) / 'mlflow.db'}", BIG, metrics=("test_accuracy",),
+            yield scale.build_sweep(f"sqlite:///{Path(folder) / 'mlflow.db'}", BIG,
+                                    metrics=("epoch_duration_s", "test_accuracy"), inputs_and_model=False,
                                     point=lambda index: {**ONE_POINT, "seed": str(index)})
 
 
@@ -52,6 +55,14 @@ def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):
     assert len({row["run_ids"] for row in rows}) == BIG and {row["n"] for row in rows} == {1}
     assert [row["run_name"] for row in rows] == [f"point-{i}" for i in range(BIG)]  # start-time order
     assert rows[-1]["test_accuracy"] == pytest.approx(0.68 + 0.15 + (BIG - 1) % 10 * 0.001)  # the epoch-3 value
+
+
+def test_a_sweep_whose_children_logged_their_end_figures_is_read_without_histories(big_sweep):
+    from pipeline.compare import HISTORIES
+    from pipeline.records import read_sweep
+
+    sweep = read_sweep(big_sweep.client, parent_run_id=big_sweep.parent_run_id, histories=HISTORIES)
+    assert len(sweep.children) == BIG and all(child.histories == {} for child in sweep.children)
 
 
 def test_the_resume_lookup_finds_every_finished_run_past_one_page(big_sweep):
@@ -92,21 +103,24 @@ def test_paging_crosses_page_boundaries_without_losing_or_repeating_runs(trackin
 def test_the_scale_benchmark_writes_its_table(tmp_path, monkeypatch, capsys):
     scale = _scale()
     out = tmp_path / "scale.md"
-    monkeypatch.setattr(sys, "argv", ["benchmarks/scale.py", "--sizes", "20", "40", "--rounds", "1",
-                                      "--out", str(out)])
+    monkeypatch.setattr(sys, "argv", ["benchmarks/scale.py", "--sizes", "10", "20", "--rounds", "1",
+                                      "--old-runs-up-to", "10", "--out", str(out)])
     scale.main()
     text = out.read_text()
     assert text in capsys.readouterr().out
     lines = text.splitlines()
-    assert lines[0].startswith("# Store reads at scale (20")
+    assert lines[0].startswith("# Store reads at scale (20")  # the date
     assert "MLflow 3." in text
     assert " cores" in text
-    assert "Command: `python benchmarks/scale.py --sizes 20 40 --rounds 1 --out" in text
-    header = lines.index("| runs | measurement | seconds | ms per run | ms/run vs 20 runs |")
+    assert "Command: `python benchmarks/scale.py --sizes 10 20 --rounds 1 --old-runs-up-to 10 --out" in text
+    header = lines.index("| runs | measurement | seconds | ms per run | ms/run vs 10 runs |")
     rows = [line.split(" | ") for line in lines[header + 2:] if line.startswith("| ")]
+    every_size = ("comparison: read_sweep + compare.build", "of which read_sweep", "of which compare.build",
+                  "pipeline compare --format json (in process)")
     assert [(r[0], r[1]) for r in rows] == [
-        ("| 20", "comparison: read_sweep + compare.build"), ("| 40", "comparison: read_sweep + compare.build"),
-        ("| 20", "resume lookup: finished_by_key"), ("| 40", "resume lookup: finished_by_key"),
-        ("| 20", "building the sweep (one time, not a read)"), ("| 40", "building the sweep (one time, not a read)")]
-    assert all(r[4] == "1.00 |" for r in rows if r[0] == "| 20")  # the reference against itself
+        *((f"| {size}", what) for what in every_size for size in (10, 20)),
+        ("| 10", "comparison of runs without end figures"),  # 20 is past --old-runs-up-to
+        ("| 10", "resume lookup: finished_by_key"), ("| 20", "resume lookup: finished_by_key"),
+        ("| 10", "building the sweep (one time, not a read)"), ("| 20", "building the sweep (one time, not a read)")]
+    assert all(r[4] == "1.00 |" for r in rows if r[0] == "| 10")  # the reference against itself
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
