@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
@@ -134,34 +136,44 @@ class Comparison:
         each value gets its own bar in the charts."""
         return [k for k in self.varying if k in KEYS and KEYS[k].variant]
 
-    def timed_runs(self, row: pd.Series) -> list[str]:
+    @cached_property
+    def per_run(self) -> dict[str, dict[str, Any]]:
+        """The per-run columns the statistics read, as dicts by run id (a dict lookup per run, not a
+        pandas one: a sweep of 10,000 runs reads them tens of thousands of times)."""
+        columns = ("contended", STEADY_EPOCH, "time_to_target_s", FINAL_ACCURACY)
+        return {column: self.runs[column].to_dict() for column in columns} if not self.runs.empty else {}
+
+    def timed_runs(self, row: Mapping[str, Any]) -> list[str]:
         """The run ids of `row` that speed figures and claims count: contended runs left out unless asked."""
         ids = str(row["run_ids"]).split(",")
-        return [r for r in ids if self.include_contended or not self.runs.at[r, "contended"]]
+        contended = self.per_run["contended"]
+        return [r for r in ids if self.include_contended or not contended[r]]
 
-    def epochs(self, row: pd.Series) -> list[float]:
+    def epochs(self, row: Mapping[str, Any]) -> list[float]:
         """One value per timed run of `row`: its median steady-state epoch time (the summary it logged)."""
-        return [float(self.runs.at[r, STEADY_EPOCH]) for r in self.timed_runs(row)]
+        steady = self.per_run[STEADY_EPOCH]
+        return [float(steady[r]) for r in self.timed_runs(row)]
 
-    def to_target(self, row: pd.Series) -> list[float]:
+    def to_target(self, row: Mapping[str, Any]) -> list[float]:
         """The time to target of each timed run of `row` that reached it, one value per run; none unless
         the row ranks on time to target (at least half its timed runs reached it)."""
         if not ranks_on_target(row):
             return []
-        times = (self.runs.at[r, "time_to_target_s"] for r in self.timed_runs(row))
+        times = (self.per_run["time_to_target_s"][r] for r in self.timed_runs(row))
         return [float(t) for t in times if not math.isnan(t)]
 
-    def accuracies(self, row: pd.Series) -> list[float]:
+    def accuracies(self, row: Mapping[str, Any]) -> list[float]:
         """One value per run of `row` (contended or not: load does not change what is learnt): its
         final test accuracy."""
-        return [float(self.runs.at[r, FINAL_ACCURACY]) for r in str(row["run_ids"]).split(",")]
+        accuracy = self.per_run[FINAL_ACCURACY]
+        return [float(accuracy[r]) for r in str(row["run_ids"]).split(",")]
 
 
-def ranks_on_target(row: pd.Series) -> bool:
+def ranks_on_target(row: Mapping[str, Any]) -> bool:
     """Whether a row's time to target counts (ranks, headlines, speedups): at least half its timed runs
-    reached the target. A setting that rarely gets there shows "not reached (k/n)" instead."""
-    runs, reached = row.get("target_runs", 0), row.get("target_reached", 0)
-    return bool(runs) and reached > 0 and 2 * reached >= runs
+    reached the target (the table's `target_ranked`). A setting that rarely gets there shows "not
+    reached (k/n)" instead."""
+    return bool(row.get("target_ranked", False))
 
 
 def _number(text: str | None) -> float | int | str | None:
@@ -173,10 +185,6 @@ def _number(text: str | None) -> float | int | str | None:
         except ValueError:
             pass
     return text
-
-
-def _rounded(value: float, digits: int) -> float:
-    return value if math.isnan(value) else float(round(value, digits))
 
 
 def _run_row(run: "RunRecord") -> dict[str, Any]:
@@ -236,42 +244,46 @@ def run_summary(run: "RunRecord") -> dict[str, float]:
     return {**computed, **{name: run.metrics[name] for name in SUMMARY if name in run.metrics}}
 
 
-def _setting_row(group: pd.DataFrame, target: str | None, include_contended: bool) -> dict[str, Any]:
-    """One setting's row from its runs (the repeats), one value per run and figure: medians over the
-    runs, and the quartiles of their steady epoch times. Speed figures count the timed runs (contended
-    ones left out unless `include_contended`); a row with none has no speed figure (NaN: withheld)."""
-    first = group.iloc[0]
-    timed = group if include_contended else group[~group["contended"]]
-    row: dict[str, Any] = {"run_name": first["run_name"], **{k: first[k] for k in ROW_KEYS}}
-    row["n"], row["timed_runs"] = len(group), len(timed)
-    row["epoch_duration_s_q1"], row["epoch_duration_s"], row["epoch_duration_s_q3"] = \
-        stats.quartiles(timed[STEADY_EPOCH])
-    row["timed"] = first["timed"]
-    for column in SPEED_MEDIANS:
-        row[column] = timed[column].median()  # NaN where no timed run has it
-    for column in (*QUALITY_MEDIANS, *LOAD_MEDIANS):
-        row[column] = group[column].median()
-    # The summary a person reads, rounded as timing.summary rounds a run's: a one-run setting shows
-    # its run's own figures, a repeated one the medians over its runs.
-    if len(timed) == 1:
-        row.update({name: timed.iloc[0][name] for name in (STEADY_EPOCH, STEADY_IMAGES)})
-    else:
-        row[STEADY_EPOCH] = row["epoch_duration_s"] if math.isnan(row["epoch_duration_s"]) else \
-            significant(row["epoch_duration_s"], 4)
-        row[STEADY_IMAGES] = _rounded(timed[STEADY_IMAGES].median(), 0)
-    row[FINAL_ACCURACY] = first[FINAL_ACCURACY] if len(group) == 1 else _rounded(group[FINAL_ACCURACY].median(), 4)
-    row["energy_source"] = first["energy_source"]
-    row["requested_device"] = first["requested_device"]
-    row["host"] = ",".join(sorted(set(group["host"])))
-    row["contended"] = int(group["contended"].sum())
+def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -> pd.DataFrame:
+    """One row per setting from its runs (the repeats), one value per run and figure: medians over the
+    runs, and the quartiles of their steady epoch times, all settings at once (a sweep of 10,000
+    runs is a few group-wise reductions, not 10,000 small frames). Speed figures count the timed
+    runs (contended ones left out unless `include_contended`); a row with none has no speed figure
+    (NaN: withheld). The summary is rounded as timing.summary rounds a run's, so a one-run setting
+    shows its run's own figures."""
+    group = runs.groupby(list(ROW_KEYS), dropna=False, sort=False).ngroup().rename("group")
+    runs = runs.assign(group=group.values)
+    timed = runs if include_contended else runs[~runs["contended"]]
+    every, timed_groups = runs.groupby("group"), timed.groupby("group")
+    table = every[["run_name", *ROW_KEYS, "timed", "energy_source", "requested_device"]].first()
+    table["n"] = every.size()
+    table["timed_runs"] = timed_groups.size().reindex(table.index, fill_value=0)
+    quartiles = timed_groups[STEADY_EPOCH].quantile([0.25, 0.5, 0.75]).unstack().reindex(table.index)
+    table["epoch_duration_s_q1"], table["epoch_duration_s"], table["epoch_duration_s_q3"] = \
+        quartiles[0.25], quartiles[0.5], quartiles[0.75]
+    speed = timed_groups[[*SPEED_MEDIANS, STEADY_IMAGES]].median().reindex(table.index)
+    table[list(SPEED_MEDIANS)] = speed[list(SPEED_MEDIANS)]
+    table[[*QUALITY_MEDIANS, *LOAD_MEDIANS]] = every[[*QUALITY_MEDIANS, *LOAD_MEDIANS]].median()
+    table[STEADY_EPOCH] = table["epoch_duration_s"].map(lambda v: v if math.isnan(v) else significant(v, 4))
+    table[STEADY_IMAGES] = speed[STEADY_IMAGES].round(0)
+    table[FINAL_ACCURACY] = every[FINAL_ACCURACY].median().round(4)
+    # Strings joined per group in one plain pass (a Python function per group costs a pandas frame each).
+    ids: dict[int, list[str]] = {}
+    hosts: dict[int, set[str]] = {}
+    for number, run_id, host in zip(runs["group"], runs["run_id"], runs["host"]):
+        ids.setdefault(number, []).append(run_id)
+        hosts.setdefault(number, set()).add(host)
+    table["host"] = [",".join(sorted(hosts[number])) for number in table.index]
+    table["contended"] = every["contended"].sum().astype(int)
     if target is not None:
-        targeted = timed[timed["target"].notna()]
-        reached = targeted["time_to_target_s"].dropna()
-        row["target_runs"], row["target_reached"] = len(targeted), len(reached)
-        row["time_to_target_s"] = reached.median() if len(reached) else math.nan
-        row["wall_to_target_s"] = targeted["wall_to_target_s"].dropna().median() if len(reached) else math.nan
-    row["run_ids"] = ",".join(group["run_id"])
-    return row
+        targeted = timed[timed["target"].notna()].groupby("group")
+        table["target_runs"] = targeted.size().reindex(table.index, fill_value=0)
+        table["target_reached"] = targeted["time_to_target_s"].count().reindex(table.index, fill_value=0)
+        table["time_to_target_s"] = targeted["time_to_target_s"].median().reindex(table.index)
+        table["wall_to_target_s"] = targeted["wall_to_target_s"].median().reindex(table.index)
+        table["target_ranked"] = (table["target_reached"] > 0) & (2 * table["target_reached"] >= table["target_runs"])
+    table["run_ids"] = [",".join(ids[number]) for number in table.index]
+    return table.reset_index(drop=True)
 
 
 def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Comparison:
@@ -285,8 +297,7 @@ def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Compar
     runs = runs.set_index("run_id", drop=False)
     known = runs["target"].dropna()
     target = options.target or (known.iloc[0] if len(known) else None)
-    groups = runs.groupby(list(ROW_KEYS), dropna=False, sort=False)
-    table = pd.DataFrame([_setting_row(group, target, options.include_contended) for _, group in groups])
+    table = _settings(runs, target, options.include_contended)
     comparison = Comparison(sweep, table, [], [], runs, options.include_contended, target,
                             quality_margin=options.quality_margin)
     versus = comparison.versus = _versus(comparison, options.versus) if options.versus else None
@@ -343,11 +354,10 @@ class Pick:
 def fastest_first(table: pd.DataFrame, target: str | None) -> pd.Index:
     """The rows' index, fastest first: rows that rank on time to target (where the sweep has a target)
     by it, then the rest by steady epoch time; rows with no speed figure (withheld) last."""
-    ranked = [target is not None and ranks_on_target(row) for _, row in table.iterrows()]
-    keys = pd.DataFrame({"unranked": [not r for r in ranked],
-                         "time": [row["time_to_target_s"] if r else math.nan
-                                  for r, (_, row) in zip(ranked, table.iterrows())],
-                         "epoch": table[STEADY_EPOCH]}, index=table.index)
+    ranked = table["target_ranked"] if target is not None and "target_ranked" in table else \
+        pd.Series(False, index=table.index)
+    keys = pd.DataFrame({"unranked": ~ranked, "time": table["time_to_target_s"].where(ranked) if ranked.any()
+                         else math.nan, "epoch": table[STEADY_EPOCH]}, index=table.index)
     return keys.sort_values(["unranked", "time", "epoch"], na_position="last", kind="stable").index
 
 
@@ -361,17 +371,15 @@ def pick(comparison: Comparison, rule: str = BEST) -> Pick | None:
     t = comparison.table
     if t.empty:
         return None
-    order = fastest_first(t, comparison.target)
-    timed = [index for index in order if not math.isnan(t.at[index, STEADY_EPOCH])]
+    order = t.loc[fastest_first(t, comparison.target)]
     if rule == ACCURACY:
-        accurate = t[t[FINAL_ACCURACY] == t[FINAL_ACCURACY].max()].index
-        chosen = next((i for i in order if i in accurate), None)
+        candidates = order[order[FINAL_ACCURACY] == t[FINAL_ACCURACY].max()]
     else:
-        candidates = timed
+        candidates = order[order[STEADY_EPOCH].notna()]  # a speed figure: not withheld
         if rule == BEST:
             floor = t[FINAL_ACCURACY].max() - comparison.quality_margin
-            candidates = [i for i in timed if t.at[i, FINAL_ACCURACY] >= floor - 1e-12]
-        chosen = candidates[0] if candidates else None
+            candidates = candidates[candidates[FINAL_ACCURACY] >= floor - 1e-12]
+    chosen = candidates.index[0] if len(candidates) else None
     if chosen is None:
         return None
     row = t.loc[chosen]
@@ -390,11 +398,13 @@ def run_order(comparison: Comparison) -> list[str]:
     t = comparison.table
     if t.empty:
         return []
+    accuracy = comparison.per_run[FINAL_ACCURACY]
+    run_ids = t["run_ids"].to_dict()
     ordered = []
     for index in fastest_first(t, comparison.target):
-        ids = str(t.at[index, "run_ids"]).split(",")
-        accuracy = comparison.runs.loc[ids, FINAL_ACCURACY].fillna(-math.inf)
-        ordered += list(accuracy.sort_values(ascending=False, kind="stable").index)
+        ids = str(run_ids[index]).split(",")
+        # Most accurate first (a run without the figure last), the earliest of equals first.
+        ordered += sorted(ids, key=lambda r: -accuracy[r] if not math.isnan(accuracy[r]) else math.inf)
     best = pick(comparison, BEST)
     if best is not None:
         ordered.remove(best.run_id)
@@ -452,18 +462,31 @@ def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
     return key, value
 
 
-def _twins(comparison: Comparison, axis: str, reference_value: str):
+Row = dict[str, Any]  # one row of the comparison's table, as a plain dict (with its index under "index")
+
+
+def _twins(comparison: Comparison, axis: str, reference_value: str) -> Iterator[tuple[Row, list[Row]]]:
     """Each group of rows equal in everything but `axis` that has a row with `reference_value` there:
-    (the group's reference row, the other rows). Other devices are other hardware by nature: device
-    twins may differ in both."""
+    (the group's reference row, the other rows), in table order, as plain dicts. Other devices are
+    other hardware by nature: device twins may differ in both. One pass over the table (a dict of
+    groups), so a sweep of thousands of settings pairs in milliseconds."""
     table = comparison.table
     ignored = {axis, "hardware"} if axis == "device" else {axis}
     keys = [k for k in ROW_KEYS if k in table and k not in ignored]
-    for _, group in table.groupby(keys, dropna=False, sort=False):
-        matches = _same(group[axis], reference_value)
-        base, others = group[matches], group[~matches]
-        if not base.empty and not others.empty:
-            yield base.iloc[0], others
+    is_reference = _same(table[axis], reference_value).to_dict()
+    # The columns a speedup reads of a row (its settings, runs and figures), not the table's hundred.
+    needed = [c for c in (*ROW_KEYS, "run_ids", "timed", STEADY_EPOCH, "time_to_target_s", "target_ranked")
+              if c in table]
+    # As plain objects first: pandas' Arrow-backed strings are slow to iterate one by one.
+    rows = table[needed].astype(object).reset_index().to_dict("records")
+    groups: dict[tuple, list[Row]] = {}
+    for row, key in zip(rows, table[keys].astype(object).astype(str).itertuples(index=False, name=None)):
+        groups.setdefault(key, []).append(row)
+    for members in groups.values():
+        references = [row for row in members if is_reference[row["index"]]]
+        others = [row for row in members if not is_reference[row["index"]]]
+        if references and others:
+            yield references[0], others
 
 
 def axis_ratios(comparison: Comparison, axis: str, reference_value: str,
@@ -475,7 +498,7 @@ def axis_ratios(comparison: Comparison, axis: str, reference_value: str,
     samples = samples or comparison.epochs
     found = []
     for reference, others in _twins(comparison, axis, reference_value):
-        for _, row in others.iterrows():
+        for row in others:
             ratio = stats.ratio(samples(reference), samples(row))
             if not math.isnan(ratio.estimate):
                 found.append((comparison.label(row), ratio))
@@ -512,7 +535,8 @@ def _speedups(comparison: Comparison, axis: str, reference_value: str, column: s
     for reference, others in _twins(comparison, axis, reference_value):
         label = " ".join(f"{k}={format_value(reference[k])}" for k in varying) or "all settings equal"
         parts = []
-        for index, row in others.iterrows():
+        for row in others:
+            index = row["index"]
             ratio = stats.ratio(samples(reference), samples(row))
             if math.isnan(ratio.estimate):
                 continue
@@ -530,7 +554,7 @@ def _speedups(comparison: Comparison, axis: str, reference_value: str, column: s
                          f"({_figure(row, samples, what)})")
         if not parts:
             continue
-        speedup[reference.name] = 1.0
+        speedup[reference["index"]] = 1.0
         lines.append(f"{label}: {', '.join(parts)} vs {_value(axis, reference_value)} "
                      f"({_figure(reference, samples, what)}); {_basis(reference, what)}")
     table[column], table[f"{column}_low"], table[f"{column}_high"] = speedup, low, high
@@ -645,7 +669,7 @@ def withheld_line(comparison: Comparison) -> list[str]:
 def _target_lines(comparison: Comparison) -> list[str]:
     """The first to the target among the settings that rank on it, and the ones that rarely get there."""
     t = comparison.table
-    ranked = t[[ranks_on_target(row) for _, row in t.iterrows()]]
+    ranked = t[t["target_ranked"]]
     timed = t[t["target_runs"] > 0]
     lines = []
     if len(ranked):
@@ -654,7 +678,7 @@ def _target_lines(comparison: Comparison) -> list[str]:
                      f"({first['target_reached']}/{first['target_runs']} runs)")
     elif len(timed):
         lines.append(f"No setting reached {comparison.target} in at least half its runs")
-    rare = timed[[0 < row["target_reached"] and not ranks_on_target(row) for _, row in timed.iterrows()]]
+    rare = timed[(timed["target_reached"] > 0) & ~timed["target_ranked"]]
     if len(rare):
         names = ", ".join(f"{comparison.label(row)} ({row['target_reached']}/{row['target_runs']})"
                           for _, row in rare.head(5).iterrows())
@@ -713,11 +737,10 @@ def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = Fa
         worse = stats.Difference(change, row[f"{column}_accuracy_change_low"], row[f"{column}_accuracy_change_high"])
         worse = worse if less_accurate(worse, comparison.quality_margin) else None
     runs = None
-    if f"{column}_vs" in row and row[f"{column}_vs"]:
+    if row.get(f"{column}_vs"):
+        # The reference's runs: its run ids are in `_vs`; it ranked on the target, or there would be no speedup.
         samples = comparison.to_target if column == TARGET_SPEEDUP else comparison.epochs
-        reference = comparison.table[comparison.table["run_ids"] == row[f"{column}_vs"]]
-        if len(reference):
-            runs = (len(samples(reference.iloc[0])), len(samples(row)))
+        runs = (len(samples({"run_ids": row[f"{column}_vs"], "target_ranked": True})), len(samples(row)))
     return verdict(row[column], row[f"{column}_low"], row[f"{column}_high"], compact, worse, runs)
 
 

@@ -289,20 +289,23 @@ def _mark_children(client, comparison: "Comparison") -> None:
     (RUN_COLOR_TAG), its place in the verdict's order (names.RANK, which the view sorts by: the run
     the verdict names first), and its steady-state summary where the run did not log one (a run made
     before children logged it): the comparison's figures from its history (compare.run_summary), so
-    the columns, the sort and the bars are filled for old runs too."""
+    the columns, the sort and the bars are filled for old runs too. Only what differs is written."""
     from mlflow.entities import Metric, RunTag
 
     from pipeline.compare import SUMMARY, run_order
 
     now = int(time.time() * 1000)
-    metrics = {run.run_id: run.metrics for run in comparison.sweep.children}
+    children = {run.run_id: run for run in comparison.sweep.children}
     rank = {run_id: place for place, run_id in enumerate(run_order(comparison), start=1)}
-    for (_, row), shade in zip(comparison.table.iterrows(), colours(comparison)):
-        for run_id in str(row["run_ids"]).split(","):
-            logged = metrics.get(run_id, {})
-            figures = comparison.runs.loc[run_id, list(SUMMARY)]
-            to_log = [Metric(name, float(value), now, 0) for name, value in figures.items()
+    summaries = comparison.runs[list(SUMMARY)].to_dict("index")
+    for run_ids, shade in zip(comparison.table["run_ids"], colours(comparison)):
+        for run_id in str(run_ids).split(","):
+            logged, tags = children[run_id].metrics, children[run_id].tags
+            to_log = [Metric(name, float(value), now, 0) for name, value in summaries[run_id].items()
                       if name not in logged and value == value]
-            to_log.append(Metric(RANK, float(rank[run_id]), now, 0))
-            colour_tag = RunTag(RUN_COLOR_TAG, shade)  # internal: the UI's run colour (VERIFIED_UI)
-            client.log_batch(run_id, metrics=to_log, tags=[colour_tag])
+            if logged.get(RANK) != rank[run_id]:
+                to_log.append(Metric(RANK, float(rank[run_id]), now, 0))
+            # internal: the UI's run colour (VERIFIED_UI)
+            colour = [RunTag(RUN_COLOR_TAG, shade)] if tags.get(RUN_COLOR_TAG) != shade else []
+            if to_log or colour:  # a sweep compared again as it was writes nothing
+                client.log_batch(run_id, metrics=to_log, tags=colour)

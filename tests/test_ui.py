@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, invoke, service_output, start_service, stop_service, wait_for
+from conftest import free_port, invoke, isolated, service_output, start_service, stop_service, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NO_BROWSER = "needs Debian's chromium: sudo apt-get install chromium (make test installs it when run as root)"
@@ -34,7 +34,8 @@ def ui(tmp_path_factory, data_dir, _store_template):
     shutil.copy(_store_template, folder / "mlflow.db")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     (folder / "grid.yaml").write_text(GRID)
-    out = invoke("run", str(folder / "grid.yaml"), "--tracking-uri", uri, "--data-dir", str(data_dir))
+    with isolated(folder):  # as every test's runs: none counted contended, so the view has every figure
+        out = invoke("run", str(folder / "grid.yaml"), "--tracking-uri", uri, "--data-dir", str(data_dir))
     assert out.exit_code == 0, out.output
     link = re.search(r"http://127\.0\.0\.1:5000/(#/experiments/\S+)", " ".join(out.output.split())).group(1)
     port = free_port()
