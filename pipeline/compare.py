@@ -125,9 +125,10 @@ class Comparison:
 
         return " ".join([str(row["device"])] + [short(k, row[k]) for k in self.varying if k in KEYS])
 
-    @property
+    @cached_property
     def varying(self) -> list[str]:
-        """Settings (other than device) whose values differ between rows."""
+        """Settings (other than device) whose values differ between rows (read once: every label asks,
+        and the rows' settings never change after the comparison is built)."""
         return [k for k in TWIN_KEYS if k in self.table and self.table[k].nunique() > 1]
 
     @property
@@ -258,7 +259,9 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
     table = every[["run_name", *ROW_KEYS, "timed", "energy_source", "requested_device"]].first()
     table["n"] = every.size()
     table["timed_runs"] = timed_groups.size().reindex(table.index, fill_value=0)
-    quartiles = timed_groups[STEADY_EPOCH].quantile([0.25, 0.5, 0.75]).unstack().reindex(table.index)
+    levels = [0.25, 0.5, 0.75]
+    quartiles = (timed_groups[STEADY_EPOCH].quantile(levels).unstack() if len(timed) else pd.DataFrame())
+    quartiles = quartiles.reindex(index=table.index, columns=levels)  # every run contended: all NaN
     table["epoch_duration_s_q1"], table["epoch_duration_s"], table["epoch_duration_s_q3"] = \
         quartiles[0.25], quartiles[0.5], quartiles[0.75]
     speed = timed_groups[[*SPEED_MEDIANS, STEADY_IMAGES]].median().reindex(table.index)

@@ -26,7 +26,7 @@ LOAD_AVERAGE = "load_average"  # the 1-minute load average over the training, pe
 OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes took, 0-1
 # Each child's steady-state summary (run-level, step 0), rounded as a person reads them: the figures
 # the terminal, `pipeline compare`, the parent's description, the charts and the UI's view all show.
-STEADY_EPOCH = "steady_epoch_s"  # the median of the steady-state epochs' epoch_duration_s, to the ms
+STEADY_EPOCH = "steady_epoch_s"  # the median of the steady-state epochs' epoch_duration_s, 4 significant digits
 STEADY_IMAGES = "steady_images_per_s"  # the median of their images_per_s, whole images
 FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 digits
 # Each child of a sweep, once the sweep is compared (run-level, step 0): its place in the verdict's
