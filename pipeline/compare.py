@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -97,8 +97,6 @@ def sweep_options(parent, options: CompareOptions, quality_margin: float | None 
     """`options` with what the sweep's parent run recorded: its target (TAG_TARGET) and its grid's
     quality margin (the `quality_margin` param; 0.005 for sweeps made before it was recorded), unless
     `quality_margin` overrides it."""
-    from dataclasses import replace
-
     recorded = parent.data.params.get("quality_margin")
     margin = quality_margin if quality_margin is not None else float(recorded or DEFAULT_QUALITY_MARGIN)
     return replace(options, target=parent.data.tags.get(TAG_TARGET), quality_margin=margin)
@@ -380,8 +378,9 @@ def pick(comparison: Comparison, rule: str = BEST) -> Pick | None:
     else:
         candidates = order[order[STEADY_EPOCH].notna()]  # a speed figure: not withheld
         if rule == BEST:
-            floor = t[FINAL_ACCURACY].max() - comparison.quality_margin
-            candidates = candidates[candidates[FINAL_ACCURACY] >= floor - 1e-12]
+            top = t[FINAL_ACCURACY].max()
+            candidates = candidates[[not less_accurate(accuracy - top, comparison.quality_margin)
+                                     for accuracy in candidates[FINAL_ACCURACY]]]
     chosen = candidates.index[0] if len(candidates) else None
     if chosen is None:
         return None
@@ -513,10 +512,10 @@ def accuracy_change(comparison: Comparison, row: pd.Series, reference: pd.Series
     return stats.difference(comparison.accuracies(row), comparison.accuracies(reference))
 
 
-def less_accurate(change: stats.Difference, margin: float) -> bool:
-    """Whether a row is less accurate than its reference by more than the quality margin (estimated
-    over their runs; the interval says how sure that is)."""
-    return change.estimate < -margin - 1e-12
+def less_accurate(change: float, margin: float) -> bool:
+    """Whether an accuracy `change` (a row's minus its reference's, estimated over their runs) is a loss
+    beyond the quality margin: the one test for a speedup's win and for the best setting."""
+    return change < -margin - 1e-12
 
 
 def _speedups(comparison: Comparison, axis: str, reference_value: str, column: str,
@@ -549,7 +548,7 @@ def _speedups(comparison: Comparison, axis: str, reference_value: str, column: s
             if ratio.estimate > 1:  # faster: a win only if it learnt as well
                 accuracy = accuracy_change(comparison, row, reference)
                 change[index], change_low[index], change_high[index] = accuracy.estimate, accuracy.low, accuracy.high
-                worse = accuracy if less_accurate(accuracy, comparison.quality_margin) else None
+                worse = accuracy if less_accurate(accuracy.estimate, comparison.quality_margin) else None
                 win[index] = bool(ratio.significant) and worse is None
             else:
                 win[index] = False
@@ -738,7 +737,7 @@ def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = Fa
     worse = None
     if not math.isnan(change):
         worse = stats.Difference(change, row[f"{column}_accuracy_change_low"], row[f"{column}_accuracy_change_high"])
-        worse = worse if less_accurate(worse, comparison.quality_margin) else None
+        worse = worse if less_accurate(change, comparison.quality_margin) else None
     runs = None
     if row.get(f"{column}_vs"):
         # The reference's runs: its run ids are in `_vs`; it ranked on the target, or there would be no speedup.
