@@ -24,7 +24,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
+import stat
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -397,6 +399,11 @@ def _read_text(path: Path) -> str:
     """The grid file's text; UserError for what is no grid file: a folder, a huge or binary file,
     bytes that are not UTF-8. Reads at most MAX_GRID_FILE_BYTES + 1 bytes (/dev/zero ends too)."""
     try:
+        # Before opening: opening a FIFO waits for a writer forever, and a device is no grid file.
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise UserError(f"{path}: {_special_kind(mode)}, not a regular file; save the grid to a file "
+                            "and pass that, e.g. experiments/quickstart.yaml")
         with open(path, "rb") as handle:
             raw = handle.read(MAX_GRID_FILE_BYTES + 1)
     except FileNotFoundError:
@@ -419,6 +426,16 @@ def _read_text(path: Path) -> str:
         line = raw[:exc.start].count(b"\n") + 1
         raise UserError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); save the file "
                         "as UTF-8") from None
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
 
 
 def _read_yaml(path: Path) -> Any:

@@ -174,3 +174,31 @@ def test_a_prefetch_point_needs_a_cuda_device_and_the_host_data_path():
     both = GridSpec(Path("g.yaml"), "g", axes=(("prefetch", (True,)), ("data_on_device", (True,)),
                                                 ("device", ("cpu",))))
     assert "prefetch" in plan(expand(both))[0].reason  # skipped, whichever reason comes first
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "/dev/null", "/dev/stdin"])
+def test_a_grid_that_is_no_regular_file_is_refused_before_it_is_opened(tmp_path, special):
+    """A FIFO would block the open until a writer comes (forever); a device is no grid file."""
+    import os
+    import threading
+
+    path = tmp_path / "grid.yaml"
+    if special == "fifo":
+        os.mkfifo(path)
+    else:
+        path = special
+    result: list = []
+    # In a thread with a deadline: a test of a hang must not hang the suite.
+    worker = threading.Thread(target=lambda: result.append(_error_of(path)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert result, f"load_grid({path}) hung"
+    assert "not a regular file" in result[0] and str(path) in result[0], result[0]
+
+
+def _error_of(path) -> str:
+    try:
+        load_grid(path)
+    except UserError as exc:
+        return str(exc)
+    return "no error"
