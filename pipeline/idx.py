@@ -118,6 +118,9 @@ def _decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> 
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
         if images.ndim != 3 or images.shape[1:] != (28, 28):
             raise UserError(f"{dict(files)[f'{split}_images']}: images are {images.shape[1:]}, expected 28x28")
+        if len(images) == 0:  # training would divide by zero; refused before anything is created
+            raise UserError(f"{dict(files)[f'{split}_images']}: holds 0 images; a {split} split needs at least "
+                            f"one: get a complete copy ({HOW_TO_GET})")
         if len(images) != len(labels):
             raise UserError(f"{folder}: {split} has {len(images)} images but {len(labels)} labels")
         if len(labels) and labels.max() > 9:

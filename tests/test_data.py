@@ -196,3 +196,20 @@ def test_download_says_in_one_line_that_torchvision_cannot_be_imported(monkeypat
     assert len(lines) == 1, result.output
     assert lines[0].startswith("error: --download needs torchvision, which cannot be imported here")
     assert ("RuntimeError: operator torchvision::nms" if broken == "runtime" else "ModuleNotFoundError") in lines[0]
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_split_of_zero_images_is_refused_at_load(tmp_path, split):
+    """Zero images would reach training and divide by zero: refused when the files are read, naming the file."""
+    sizes = {"train": 0 if split == "train" else 10, "test": 0 if split == "test" else 10}
+    folder = make_idx(tmp_path / "d", sizes["train"], sizes["test"])
+    with pytest.raises(UserError, match=rf"{FILES[f'{split}_images']}\.gz: holds 0 images"):
+        load(folder)
+
+
+def test_a_subset_size_of_zero_is_refused_by_the_grid():
+    from pipeline.config import load_grid
+
+    for key in ("train_size", "test_size"):
+        with pytest.raises(UserError, match=f"{key}: got 0"):
+            load_grid({"data": {key: 0}, "grid": {"device": ["cpu"]}})
