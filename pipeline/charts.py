@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline.files import replacing
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -290,7 +292,8 @@ def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
         fig = figure(chart)
         # "tight" grows the image to take in legends placed outside the axes; no tight_layout before
         # it: the same fit again, a third of the drawing (0.96 s -> 0.61 s for the three charts).
-        fig.savefig(folder / name, dpi=DPI, bbox_inches="tight")
+        with replacing(folder / name) as temporary:  # a user's file of that name is replaced whole or not at all
+            fig.savefig(temporary, dpi=DPI, bbox_inches="tight", format="png")
         paths.append(folder / name)
     return paths
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pipeline import charts
 from pipeline.compare import Comparison, render
+from pipeline.files import atomic_write
 
 
 def write_report(comparison: Comparison, folder: Path) -> list[Path]:
@@ -15,8 +16,8 @@ def write_report(comparison: Comparison, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     # Charts compare rows; a one-row sweep has nothing to compare (and matplotlib costs ~1 s).
     paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
-    (folder / "results.csv").write_text(render(comparison, "csv"))
+    atomic_write(folder / "results.csv", render(comparison, "csv"))
     speedups = "".join(f"- {line}\n" for line in comparison.speedups + comparison.notes)
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
-    (folder / "results.md").write_text(title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
+    atomic_write(folder / "results.md", title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
     return [*paths, folder / "results.csv", folder / "results.md"]

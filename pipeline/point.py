@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline import contention, interrupts, names
+from pipeline.files import replacing
 from pipeline.grid import GridPoint, config_hash
 from pipeline.target import Target
 from pipeline.target import Timing as TargetTiming
@@ -365,9 +365,8 @@ class _PointHooks:
         import torch
 
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.checkpoint.with_suffix(".tmp")
-        torch.save({**state, "run_id": self.run_id}, temporary)
-        os.replace(temporary, self.checkpoint)  # an interrupted write never spoils the last good one
+        with replacing(self.checkpoint) as temporary:  # an interrupted write never spoils the last good one
+            torch.save({**state, "run_id": self.run_id}, temporary)
 
 
 def _load_checkpoint(path: Path | None) -> dict | None:

@@ -9,13 +9,13 @@ store and sweep the line names, closes what the outage left RUNNING, and marks t
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
+from pipeline.files import atomic_write, replacing
 from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION,
                             TAG_KILLED_REASON, TAG_RELOGGED, TAG_ROLE)
 
@@ -34,7 +34,8 @@ def append(state_dir: Path, line: dict[str, Any], model_state: dict | None = Non
         folder = state_dir / CHECKPOINT_DIR / MODELS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         model_file = folder / f"{line['run_key']}-{line['run_id'] or 'new'}.pt"
-        torch.save(model_state, model_file)
+        with replacing(model_file) as temporary:  # relog never finds half a model
+            torch.save(model_state, temporary)
         line = {**line, "model_file": str(model_file)}
     line = {"time": datetime.now().isoformat(timespec="seconds"), **line}
     with open(path_in(state_dir), "a", encoding="utf-8") as f:
@@ -173,10 +174,8 @@ def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]
                 parents[(uri, entry["parent_run_id"])] = tracker
     finally:  # what was written is marked, even when a later line fails; lines it could not read stay as they were
         if done:
-            temporary = results_file.with_suffix(".tmp")
-            temporary.write_bytes(b"".join((json.dumps(line.entry).encode() if line.entry is not None else line.raw)
-                                           + b"\n" for line in lines))
-            os.replace(temporary, results_file)
+            atomic_write(results_file, b"".join((json.dumps(line.entry).encode() if line.entry is not None
+                                                 else line.raw) + b"\n" for line in lines))
     for (_, parent_id), tracker in parents.items():
         _close_stale_parent(tracker, parent_id)
     return done

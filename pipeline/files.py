@@ -1,0 +1,75 @@
+"""Writing files without touching what is not ours: temporaries under unique names beside their
+target, renamed over it atomically (as git does), removed when the write fails; and folders checked
+for writing before any work that would end in writing there.
+
+A fixed temporary name (`X.tmp`) is a file a user may own: it is never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from pipeline.errors import UserError
+
+
+@contextlib.contextmanager
+def replacing(target: Path) -> Iterator[Path]:
+    """A new, uniquely named empty file beside `target` for the caller to write (torch.save,
+    savefig, ...); renamed over `target` when the block ends, removed when it raises."""
+    target = Path(target)
+    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(target: Path, data: bytes | str) -> None:
+    """`target` holds `data` (str as UTF-8) in full, or is left as it was: a reader never sees half."""
+    with replacing(target) as temporary:
+        temporary.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def check_writable(folder: Path, what: str, fix: str) -> None:
+    """UserError unless files can be created in `folder`, or, when it does not exist yet, in the
+    nearest folder above it that does (nothing on the way may be a file). os.access alone is not
+    enough: root passes it on a read-only file system, and where modes do not apply; so a uniquely
+    named file is created there and removed again. `what` names the folder for the user ("the
+    checkpoint folder", "--out"), `fix` says what to do."""
+    folder = Path(folder)
+    for existing in (folder, *folder.parents):
+        if existing.exists():
+            break
+    if not existing.is_dir():
+        where = "" if existing == folder else f" ({existing} is a file)"
+        raise UserError(f"{what} {folder}: not a folder{where}; {fix}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {folder}: cannot write in {existing} (permission denied); {fix}")
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".pipeline-probe-", suffix=".tmp")
+    except OSError as exc:
+        raise UserError(f"{what} {folder}: cannot write in {existing} ({exc.strerror or exc.__class__.__name__}); "
+                        f"{fix}") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def free_bytes(folder: Path) -> tuple[Path, int, int] | None:
+    """(the nearest existing folder at or above `folder`, its file system's device, its free bytes),
+    or None when that cannot be told."""
+    for existing in (Path(folder), *Path(folder).parents):
+        if existing.is_dir():
+            try:
+                return existing, os.stat(existing).st_dev, shutil.disk_usage(existing).free
+            except OSError:
+                return None
+    return None

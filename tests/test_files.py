@@ -1,0 +1,46 @@
+"""pipeline/files.py: unique temporaries beside their target, atomic renames, folders probed for writing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pipeline.errors import UserError
+from pipeline.files import atomic_write, check_writable, replacing
+
+
+def test_a_write_leaves_the_target_and_nothing_beside_it(tmp_path):
+    (tmp_path / "results.tmp").write_text("the user's own")  # the old fixed temporary name
+    target = tmp_path / "results.jsonl"
+    atomic_write(target, "one\n")
+    atomic_write(target, b"two\n")
+    assert target.read_text() == "two\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl", "results.tmp"]
+    assert (tmp_path / "results.tmp").read_text() == "the user's own"
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary(tmp_path):
+    target = tmp_path / "model.pt"
+    target.write_bytes(b"last good")
+    with pytest.raises(RuntimeError), replacing(target) as temporary:
+        temporary.write_bytes(b"half")
+        raise RuntimeError("killed mid-write")
+    assert target.read_bytes() == b"last good"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_a_folder_that_is_a_file_or_below_one_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(UserError, match=r"--out .*notes\.txt: not a folder; pass a folder"):
+        check_writable(tmp_path / "notes.txt", "--out", "pass a folder")
+    with pytest.raises(UserError, match=r"notes\.txt/charts: not a folder \(.*notes\.txt is a file\)"):
+        check_writable(tmp_path / "notes.txt" / "charts", "--out", "pass a folder")
+
+
+def test_a_folder_is_probed_not_only_asked(tmp_path):
+    """Root passes os.access almost everywhere; the probe file is what tells (/proc takes no files)."""
+    with pytest.raises(UserError, match="cannot write in /proc"):
+        check_writable(os.path.join("/proc", "charts"), "--out", "pass a folder")
+    check_writable(tmp_path / "new" / "deeper", "--out", "pass a folder")  # made later, below a writable one
+    assert list(tmp_path.iterdir()) == []  # the probe is gone, and nothing was created
