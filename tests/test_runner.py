@@ -235,3 +235,56 @@ def test_after_a_sticky_cuda_error_the_other_cuda_points_are_not_run(data_dir):
     outcomes = LocalExecutor(point_function=point).run(jobs, lambda job, o: seen.append(o.status) or "")
     assert ran == [1, 3] and seen == [FAILED, NOT_RUN, FINISHED, NOT_RUN]
     assert "CUDA became unusable in this process after #1 failed" in outcomes[1].reason
+
+
+def _store_folder(tracking_uri: str):
+    from pipeline.store import local_state_dir
+
+    return local_state_dir(tracking_uri)
+
+
+@pytest.mark.parametrize("fault", ["checkpoint folder a file", "results file a folder"])
+def test_a_folder_the_sweep_writes_in_is_checked_before_anything_exists(write_grid, data_dir, tracking_uri, fault):
+    """A checkpoint folder that is a file made every point train, then fail: refused before the
+    experiment, the parent or any run exists, and no point trains."""
+    from pipeline.errors import UserError
+    from pipeline.names import CHECKPOINT_DIR
+
+    if fault == "checkpoint folder a file":
+        (_store_folder(tracking_uri) / CHECKPOINT_DIR).write_text("a file of the user's")
+        expected = "the checkpoint folder .*: not a folder; move what is there away"
+    else:
+        results.path_in(_store_folder(tracking_uri)).mkdir()
+        expected = "the results file .*: not a file; move it away"
+    fake = FakePoint({})
+    with pytest.raises(UserError, match=expected):
+        sweep(write_grid, data_dir, tracking_uri, fake, checkpoint=True)
+    assert fake.jobs == []
+    assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("fake") is None
+
+
+def test_the_checkpoint_folder_is_checked_only_with_checkpoints(write_grid, data_dir, tracking_uri):
+    from pipeline.names import CHECKPOINT_DIR
+
+    (_store_folder(tracking_uri) / CHECKPOINT_DIR).write_text("a file of the user's")
+    fake = FakePoint({})
+    result, _ = sweep(write_grid, data_dir, tracking_uri, fake)
+    assert result.exit_code == 0 and len(fake.jobs) == 3
+
+
+def test_free_space_refuses_a_sweep_that_clearly_cannot_fit(tracking_uri, tmp_path):
+    """Real free space (shutil.disk_usage) against the measured cost of a run, times the runs."""
+    import shutil
+
+    from pipeline.errors import UserError
+    from pipeline.runner import ARTIFACT_BYTES_PER_RUN, STORE_BYTES_PER_RUN, _check_free_space
+
+    folder = _store_folder(tracking_uri)
+    free = shutil.disk_usage(folder).free
+    too_many = free // (ARTIFACT_BYTES_PER_RUN + STORE_BYTES_PER_RUN) + 1
+    with pytest.raises(UserError, match=rf"{folder}: {too_many} run\(s\) to train need about .* MB is free"):
+        _check_free_space(tracking_uri, (tmp_path / "mlruns").as_uri(), too_many)
+    # The same runs fit when the artifacts lie elsewhere: the store's own share is small.
+    _check_free_space(tracking_uri, "s3://bucket/artifacts", too_many)
+    _check_free_space(tracking_uri, str(tmp_path / "mlruns"), 10)
+    _check_free_space("http://127.0.0.1:1", None, too_many * 1000)  # a server: cannot be estimated, nothing said
