@@ -330,6 +330,10 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     if quality_margin is not None and not 0 <= quality_margin < 1:
         raise UserError(f"--quality-margin {quality_margin:g}: give a number >= 0 and below 1, e.g. 0.005 "
                         "(half a point of test accuracy)")
+    if out:  # before anything is printed: a table followed by a failed write reads as success
+        from pipeline.files import check_writable
+
+        check_writable(Path(out), "--out", "pass a folder you can write in (it is created when missing)")
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     # Per-epoch histories only where a chart draws them (--out), or for runs without end figures.
     sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=CHART_HISTORIES if out else ())
