@@ -65,6 +65,106 @@ def fresh(world, tmp_path: Path) -> dict:
 
 # --- 5. checks before the work -------------------------------------------------------------------------
 
+
+def _runs(uri: str) -> list[str]:
+    """Every run's id in the store at `uri`: a check before the work adds none."""
+    import mlflow
+    from mlflow.entities import ViewType
+
+    client = mlflow.MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    return sorted(r.info.run_id for r in client.search_runs(experiments, run_view_type=ViewType.ALL))
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_fifo_as_the_grid_is_refused_not_waited_on(world, tmp_path, command):
+    """Opening a FIFO waits for a writer forever: refused by its type before it is opened."""
+    import os
+
+    fifo = tmp_path / "grid.yaml"
+    os.mkfifo(fifo)
+    extra = ["--data-dir", str(world["data"]), "--tracking-uri", world["uri"]] if command == "run" else []
+    Command([command, str(fifo), *extra], 2, says=(f"error: {fifo}: a pipe (FIFO), not a regular file",),
+            stores=(world["uri"],), watched=(world["home"],), max_lines=1).check(world["home"])
+
+
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/zero"])
+def test_a_device_as_the_grid_is_refused_by_name(world, device):
+    Command(["validate", device], 2, says=(f"error: {device}: a device, not a regular file",),
+            watched=(world["home"],), max_lines=1).check(world["home"])
+
+
+@pytest.mark.parametrize("fault", ["checkpoint folder a file", "results file a folder"])
+def test_a_folder_the_sweep_writes_in_is_checked_before_any_run(world, tmp_path, fault):
+    """A checkpoint folder that is really a file made every point train, then fail: now one line,
+    exit 2, and no new run in the store (--rerun: the point would otherwise be DONE)."""
+    copy = fresh(world, tmp_path)
+    store = copy["home"] / "store"
+    if fault == "checkpoint folder a file":
+        (store / ".pipeline-checkpoints").write_text("the user's file\n")
+        says = ("error: the checkpoint folder", "not a folder", "--checkpoint")
+    else:
+        (store / "pipeline-results.jsonl").unlink(missing_ok=True)
+        (store / "pipeline-results.jsonl").mkdir()
+        says = ("error: the results file", "not a file; move it away")
+    before = _runs(copy["uri"])
+    Command(["run", str(copy["grid"]), "--checkpoint", "--rerun", "--data-dir", str(copy["data"]),
+             "--tracking-uri", copy["uri"]], 2, says=says, stores=(copy["uri"],), watched=(copy["home"],),
+            max_lines=1).check(copy["home"])
+    assert _runs(copy["uri"]) == before
+
+
+def test_compare_out_below_a_file_fails_before_printing(world):
+    """The table was printed, then a traceback: now the one line, and nothing before it."""
+    out = world["home"] / "notes.txt" / "charts"
+    result = Command(["compare", "--tracking-uri", world["uri"], "--out", str(out)], 2,
+                     says=("notes.txt is a file",), stores=(world["uri"],), watched=(world["home"],),
+                     max_lines=1).check(world["home"])
+    assert result.lines[0].startswith(f"error: --out {out}: not a folder"), result.output
+
+
+def test_zero_training_images_are_refused_before_any_run(world, tmp_path):
+    """Zero training images reached training and divided by zero."""
+    from idx_files import make_idx
+
+    empty = make_idx(tmp_path / "empty", n_train=0, n_test=16)
+    copy = fresh(world, tmp_path)
+    before = _runs(copy["uri"])
+    Command(["run", str(copy["grid"]), "--rerun", "--data-dir", str(empty), "--tracking-uri", copy["uri"]], 2,
+            says=("train-images-idx3-ubyte.gz: holds 0 images",), stores=(copy["uri"],), watched=(copy["home"],),
+            max_lines=1).check(copy["home"])
+    assert _runs(copy["uri"]) == before
+
+
+def test_relog_leaves_the_users_tmp_beside_the_results_file_alone(world, tmp_path):
+    """`relog results.jsonl` deleted the user's results.tmp (its temporary was with_suffix(".tmp")):
+    the rewrite now goes through a uniquely named temporary, renamed over the file, none left behind."""
+    import json
+
+    copy = fresh(world, tmp_path)
+    home = copy["home"]
+    epoch = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
+             "epoch_duration_s": 0.5, "images_per_s": 100.0}
+    results_file = home / "results.jsonl"
+    results_file.write_text(json.dumps({"logged": False, "tracking_uri": copy["uri"], "experiment": "relogged",
+                                        "name": "bs64", "run_key": "k64", "params": {"batch_size": 64},
+                                        "tags": {}, "run_duration_s": 1.0, "epochs": [epoch]}) + "\n")
+    Command(["relog", str(results_file)], 0, says=("logged 1 run(s)",), stores=(copy["uri"],), watched=(home,),
+            owned=(home / "store", results_file), max_lines=6).check(home)
+    assert json.loads(results_file.read_text())["logged"] is True
+    assert (home / "results.tmp").read_text() == "the user's own temporary file\n"
+
+
+def test_compare_out_leaves_no_temporary_beside_what_it_writes(world, tmp_path):
+    """A successful write: the folder holds the report's files and nothing else (no `.NAME.*.tmp`)."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "results.tmp").write_text("the user's\n")
+    result = pipeline(["compare", "--tracking-uri", world["uri"], "--out", str(out), "--format", "csv"], world["home"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.md", "results.tmp"]
+    assert (out / "results.tmp").read_text() == "the user's\n"
+
 # --- 6. diagnoses that are true ------------------------------------------------------------------------
 
 # --- 7. the Python API's types -------------------------------------------------------------------------
