@@ -112,6 +112,20 @@ class _Group(click.Group):
         except KeyboardInterrupt as exc:
             click.echo("interrupted: the current run and its parent are marked KILLED", err=True)
             ctx.exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
+        except Exception as exc:  # an MlflowException no caller mapped: one line, never a traceback
+            from mlflow.exceptions import MlflowException
+
+            from pipeline.store import TrackingUnavailable, short_cause, user_error
+
+            if isinstance(exc, TrackingUnavailable):
+                click.echo(f"error: the tracking store {exc}; run the command again once it answers", err=True)
+                ctx.exit(1)
+            if not isinstance(exc, MlflowException):
+                raise
+            mapped = user_error(exc, "MLflow refused the request")
+            click.echo(f"error: {mapped}" if mapped else f"error: the tracking store failed ({exc.error_code}: "
+                       f"{short_cause(exc)})", err=True)
+            ctx.exit(2 if mapped else 1)
 
 
 set_option = click.option(

@@ -558,10 +558,15 @@ def _repeat_settings(raw: dict, where: str) -> tuple[int, int | None, float | No
 
 
 def _experiment(value: Any, where: str) -> str:
+    from pipeline.store import experiment_name_problem
+
     try:
-        return _nonempty_string(value, "a non-empty name")
+        name = _nonempty_string(value, "a non-empty name")
     except ValueError:
         raise UserError(f"{where}experiment: got {value!r}; expected a non-empty name") from None
+    if experiment_name_problem(name):
+        raise UserError(f"{where}experiment: a name of {experiment_name_problem(name)}")
+    return name
 
 
 def _data_value(key: str, value: Any, where: str) -> Any:

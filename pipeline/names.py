@@ -67,6 +67,7 @@ TAG_OVERRIDES = "pipeline.overrides"  # a sweep's `--set KEY=VALUE` items, e.g. 
 TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
+TAG_CREATE_TOKEN = "pipeline.create_token"  # unique per created run: a retried create finds it
 TAG_HOST = "pipeline.host"  # the machine whose process ran the run (on Ray: the node's)
 TAG_RAY_NODE = "pipeline.ray_node_id"  # the Ray node a point's task ran on
 TAG_PID = "pipeline.pid"

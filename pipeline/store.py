@@ -7,12 +7,15 @@ a Ray worker, the entry of its own process) calls.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
+import sqlite3
 import sys
 import time
 import urllib.parse
+import uuid
 from pathlib import Path
 
 from pipeline.errors import UserError
@@ -21,8 +24,10 @@ from pipeline.interrupts import critical
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
 ANSWER_TIMEOUT_S = 3.0
 
-# MLflow's own HTTP retries (7, backoff 2, 120 s timeout) take minutes to give up; we retry ourselves.
-_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+# MLflow's own HTTP retries (7, backoff 2, 120 s timeout) take minutes to give up, and resend any
+# request, creates too (a lost answer after the server wrote makes a second run): we retry ourselves
+# (Retrying), only what is safe to repeat.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                   "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 _RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 # MLflow prints "View run ... / View experiment ..." to stdout after every run against a server;
@@ -35,18 +40,138 @@ class TrackingUnavailable(RuntimeError):
 
     @classmethod
     def of(cls, uri: str, exc: BaseException) -> "TrackingUnavailable":
+        if is_no_room(exc):  # the store cannot take another write: the sweep stops as for an outage
+            where = sqlite_path(uri)
+            return cls(f"{redact(uri)} could not write: disk full at "
+                       f"{where.resolve().parent if where is not None else 'the server'}")
         return cls(f"{redact(uri)} stopped answering ({short_cause(exc)})")
 
 
 def short_cause(exc: BaseException) -> str:
-    """The gist of a network or database error, not urllib3's whole retry story."""
-    text = f"{exc.__class__.__name__}: {exc}"
-    for phrase in ("Connection refused", "Connection reset", "Read timed out", "timed out", "database is locked",
-                   "Name or service not known", "No route to host"):
-        if phrase.lower() in text.lower():
-            return phrase.lower()
-    status = re.search(r"\b(429|500|502|503|504)\b", text)
-    return f"HTTP {status.group(1)}" if status else first_line(exc)[:120]
+    """The gist of a network or database error, by its type and code, not urllib3's whole retry story."""
+    import requests
+
+    code = sqlite_code(exc)
+    if code is not None and code in _SQLITE_CAUSES:
+        return _SQLITE_CAUSES[code]
+    number = os_errno(exc)
+    if number in _NO_ROOM:
+        return "disk full"
+    if number == errno.ECONNREFUSED or _in_chain(exc, ConnectionRefusedError):
+        return "connection refused"
+    if number == errno.ECONNRESET or _in_chain(exc, ConnectionResetError):
+        return "connection reset"
+    if _in_chain(exc, requests.exceptions.Timeout, TimeoutError):
+        return "timed out"
+    if _in_chain(exc, requests.exceptions.RetryError):
+        return "a server error status after MLflow's own retries"
+    if _in_chain(exc, requests.exceptions.ConnectionError, ConnectionError):
+        return "no connection"
+    status = http_status(exc)
+    if status is not None and status != 500:
+        return f"HTTP {status}"
+    return first_line(exc)[:120]
+
+
+# sqlite's primary result codes (https://sqlite.org/rescode.html): sqlite3.Error.sqlite_errorcode is
+# the extended code, whose low byte is the primary one.
+_SQLITE_CAUSES = {sqlite3.SQLITE_BUSY: "database is locked", sqlite3.SQLITE_LOCKED: "database is locked",
+                  sqlite3.SQLITE_FULL: "disk full", sqlite3.SQLITE_READONLY: "read-only",
+                  sqlite3.SQLITE_CANTOPEN: "cannot open the file", sqlite3.SQLITE_IOERR: "disk I/O error",
+                  sqlite3.SQLITE_NOTADB: "not a database", sqlite3.SQLITE_PERM: "permission denied"}
+# A full disk, a quota, or a file size limit (RLIMIT_FSIZE): no room to write either way.
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# Errors MLflow's codes mark as the user's to fix (a name, a value, a login, a permission), each
+# with what to do about it: printed as one line, never retried.
+USER_CAUSED = {
+    "INVALID_PARAMETER_VALUE": "check the value it names",
+    "RESOURCE_ALREADY_EXISTS": "choose another name, or use the existing one",
+    "RESOURCE_DOES_NOT_EXIST": "check the name or id (pipeline compare lists the sweeps of a store)",
+    "PERMISSION_DENIED": "ask the store's admin for permission",
+    "UNAUTHENTICATED": "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user of that server",
+    "CUSTOMER_UNAUTHORIZED": "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user of that server",
+    "INVALID_STATE": "check the run or model it names (it may be deleted or not finished)",
+    "ENDPOINT_NOT_FOUND": "check that --tracking-uri names an MLflow tracking server",
+}
+# HTTP answers that say "later": too many requests, a proxy or server not ready.
+_RETRIED_STATUSES = {429, 502, 503, 504}
+
+
+def _chain(exc: BaseException | None):
+    """`exc`, then what it was raised from or while handling, down to the root cause."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _in_chain(exc: BaseException, *types: type) -> bool:
+    return any(isinstance(link, types) for link in _chain(exc))
+
+
+def sqlite_code(exc: BaseException) -> int | None:
+    """sqlite's primary result code of the sqlite3 error under `exc` (SQLAlchemy and MLflow chain it
+    as the cause), or None."""
+    for link in _chain(exc):
+        if isinstance(link, sqlite3.Error) and getattr(link, "sqlite_errorcode", None) is not None:
+            return link.sqlite_errorcode & 0xFF
+    return None
+
+
+def os_errno(exc: BaseException) -> int | None:
+    for link in _chain(exc):
+        if isinstance(link, OSError) and link.errno is not None:
+            return link.errno
+    return None
+
+
+def error_code(exc: BaseException) -> str | None:
+    """MLflow's error code of the first MlflowException in the chain, or None."""
+    from mlflow.exceptions import MlflowException
+
+    for link in _chain(exc):
+        if isinstance(link, MlflowException):
+            return link.error_code
+    return None
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status MLflow's error code stands for (a server's answer, or the code a store gave).
+    MLflow reports a request that failed without an answer as a bare MlflowException (INTERNAL_ERROR,
+    so 500) with requests' error chained: callers look at that chain first."""
+    from mlflow.exceptions import MlflowException
+
+    for link in _chain(exc):
+        if isinstance(link, MlflowException):
+            return link.get_http_status_code()
+    return None
+
+
+def is_no_room(exc: BaseException) -> bool:
+    """A full disk (or quota, or file size limit) under the store: SQLITE_FULL, ENOSPC, EDQUOT, EFBIG."""
+    return sqlite_code(exc) == sqlite3.SQLITE_FULL or os_errno(exc) in _NO_ROOM
+
+
+def user_error(exc: BaseException, subject: str) -> UserError | None:
+    """The one-line UserError for an MLflow error its code marks as the user's to fix, or None."""
+    code = error_code(exc)
+    if code not in USER_CAUSED or sqlite_code(exc) is not None:
+        return None
+    return UserError(f"{subject}: {first_line(exc)[:300]} ({code}); {USER_CAUSED[code]}")
+
+
+# MLflow 3's limit on an experiment's name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH; a
+# test keeps the two equal), checked before anything is created: MLflow refuses it only at creation.
+MAX_EXPERIMENT_NAME_LENGTH = 500
+
+
+def experiment_name_problem(name: str) -> str | None:
+    """Why MLflow would refuse `name` as an experiment's name, or None."""
+    if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
+        return (f"{len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: "
+                "choose a shorter name")
+    return None
 
 
 def configure_process() -> None:
@@ -221,20 +346,28 @@ def _why(exc: Exception) -> str:
 def open_client(uri: str, must_exist: bool = False):
     """An MlflowClient on `uri` that retries transient failures, after a fast reachability check.
 
-    With `must_exist`, a local sqlite store that is not there is an error rather than created. A new
-    sqlite store is created under a file lock: processes creating the tables at once break it.
+    With `must_exist` (a read command), a local sqlite store must be there and be an MLflow store at
+    the current schema: nothing is created, migrated or locked. Otherwise a new sqlite store is
+    created under a file lock: processes creating the tables at once break it.
     """
     import mlflow
 
     check_reachable(uri)
     path = sqlite_path(uri)
-    if must_exist and path is not None and not path.exists():
-        raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
-    def lock():  # a fresh context manager for each attempt
-        return _file_lock(path.with_name(path.name + ".lock")) if path is not None else contextlib.nullcontext()
+    if must_exist and path is not None:
+        check_mlflow_store(uri, path)
 
+    def lock():  # a fresh context manager for each attempt; only a writer that may create the store locks
+        if path is None or must_exist:
+            return contextlib.nullcontext()
+        return _file_lock(path.with_name(path.name + ".lock"))
+
+    if path is not None and not must_exist:
+        check_writable_store(uri, path)
     # A store that is absent or was written in the last minute may be half made by another program.
-    new = path is not None and (not path.exists() or time.time() - path.stat().st_mtime < 60)
+    new = path is not None and not must_exist and (not path.exists() or time.time() - path.stat().st_mtime < 60)
+    if path is not None and not must_exist and not new:
+        refuse_foreign_sqlite(uri, path)
     try:
         for delay in (*(_CREATION_RETRY_DELAYS_S if new else ()), None):
             try:
@@ -248,18 +381,113 @@ def open_client(uri: str, must_exist: bool = False):
                 if delay is None or not _creation_race(exc):
                     raise
                 time.sleep(delay)
-    except Exception as exc:  # a bad scheme, a missing driver, a file store: say so in one line
-        hint = ""
-        if isinstance(exc, ModuleNotFoundError):
-            hint = f"; install the {exc.name} package for this store"
-        elif "MLFLOW_ALLOW_FILE_STORE" in str(exc):
-            hint = "; MLflow 3 retired file stores: use sqlite:///mlflow.db or a tracking server"
-        elif new and _creation_race(exc):  # both migrations failed half-way: alembic's copy is left behind
-            hint = (f"; another program created this new store at the same moment and left it half made: "
-                    f"delete {path} and run again")
-        raise UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
-                        f"{first_line(exc)[:300]}){hint}") from None
+    except Exception as exc:  # a bad scheme, a missing driver, a full disk: say so in one line
+        raise _open_error(uri, path, exc, new) from None
     return Retrying(mlflow.MlflowClient(uri))
+
+
+def _open_error(uri: str, path: Path | None, exc: Exception, new: bool) -> UserError:
+    where = path.resolve().parent if path is not None else None
+    if where is not None and is_no_room(exc):
+        return UserError(f"tracking store {uri}: disk full at {where} ({short_cause(exc)}); free some space "
+                         "there, or pass --tracking-uri sqlite:///OTHER/mlflow.db on a disk with room")
+    code = sqlite_code(exc) if path is not None else None
+    if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN) \
+            or (path is not None and os_errno(exc) in (errno.EACCES, errno.EPERM, errno.EROFS)):
+        return UserError(f"tracking store {uri}: {path} cannot be written ({short_cause(exc)}); make it and its "
+                         f"folder {where} writable, or pass --tracking-uri sqlite:///OTHER/mlflow.db")
+    hint = ""
+    if isinstance(exc, ModuleNotFoundError):
+        hint = f"; install the {exc.name} package for this store"
+    elif code is None and user_error(exc, "") is not None:
+        hint = f"; {USER_CAUSED[error_code(exc)]}"
+    elif new and _creation_race(exc):  # both migrations failed half-way: alembic's copy is left behind
+        hint = (f"; another program created this new store at the same moment and left it half made: "
+                f"delete {path} and run again")
+    return UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
+                     f"{first_line(exc)[:300]}){hint}")
+
+
+# MLflow's tables that every version of its schema has: a sqlite file without them is not a store.
+_MLFLOW_TABLES = {"alembic_version", "experiments", "runs"}
+
+
+def _tables(path: Path) -> tuple[set[str], str | None] | None:
+    """The table names and alembic revision of the sqlite file at `path`, read-only (no journal, no
+    lock file, nothing written), or None when it cannot be read as a database."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            names = {row[0] for row in db.execute("select name from sqlite_master where type = 'table'")}
+            revision = None
+            if "alembic_version" in names:
+                row = db.execute("select version_num from alembic_version").fetchone()
+                revision = row[0] if row else None
+            return names, revision
+    except sqlite3.Error:
+        return None
+
+
+def check_mlflow_store(uri: str, path: Path) -> None:
+    """For a read command: UserError unless `path` is an MLflow store at this MLflow's schema, read
+    without writing a byte (another program's database is never given MLflow's tables)."""
+    if not path.exists():
+        raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
+    found = _tables(path)
+    if found is None or not _MLFLOW_TABLES <= found[0]:
+        raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
+                        "pass the store's .db file")
+    head = _schema_head()
+    if head is not None and found[1] != head:
+        raise UserError(f"tracking store {path} has another MLflow schema ({found[1]}; this MLflow's is {head}); "
+                        f"upgrade it with `mlflow db upgrade {absolute_store_uri(uri)}` (back it up first), "
+                        "or let any `pipeline run` on it do so")
+
+
+def refuse_foreign_sqlite(uri: str, path: Path) -> None:
+    """For a writer: UserError when `path` is another program's sqlite database (tables, none of them
+    MLflow's): MLflow would add its own tables to it."""
+    found = _tables(path) if path.exists() and path.stat().st_size else None
+    if found is not None and found[0] and not found[0] & _MLFLOW_TABLES:
+        raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
+                        "pass the store's .db file, or a new file name to create one")
+
+
+def _schema_head() -> str | None:
+    """The newest schema revision of this MLflow's migrations (its alembic scripts), or None when
+    they cannot be read: then MLflow's own check at opening speaks."""
+    try:
+        import mlflow.store
+        from alembic.script import ScriptDirectory
+
+        heads = ScriptDirectory(str(Path(mlflow.store.__file__).parent / "db_migrations")).get_heads()
+    except Exception:
+        return None
+    return heads[0] if len(heads) == 1 else None
+
+
+def check_writable_store(uri: str, path: Path) -> None:
+    """For a writer: UserError at once when the store at `path` cannot be written, or created: its
+    folder (where sqlite puts its journal) or the file itself is read-only, or the disk is full.
+    sqlite would fail every write later, or answer "unable to open" to every attempt at creating it
+    (which looked like another program's half-made store)."""
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        return  # check_sqlite_file names a missing folder
+    fix = "or pass --tracking-uri sqlite:///OTHER/mlflow.db"
+    try:  # os.access answers yes to root, even on a read-only mount: try, with a unique name, and remove
+        probe = folder / f".{path.name}.{uuid.uuid4().hex}.probe"
+        probe.touch(exist_ok=False)
+        probe.unlink()
+        if path.is_file():
+            with open(path, "r+b"):  # opened for writing, not written
+                pass
+    except OSError as exc:
+        if exc.errno in _NO_ROOM:
+            raise UserError(f"tracking store {uri}: disk full at {folder}; free some space there, {fix} "
+                            "on a disk with room") from None
+        what = f"the store {path}" if exc.filename == str(path) else f"the folder {folder}"
+        raise UserError(f"tracking store {uri}: {what} cannot be written ({os.strerror(exc.errno or 0)}); "
+                        f"make it writable, {fix}") from None
 
 
 # Up to ~45 s: another program's migration of a new store takes seconds, tens of them on a busy machine.
@@ -268,12 +496,19 @@ _CREATION_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)
 
 def _creation_race(exc: BaseException) -> bool:
     """Whether an error opening a store that was new when we started is worth waiting out: another
-    program ran its migrations at the same time. Two migrations interleaved fail in many ways ("table
-    ... already exists", "duplicate column name", alembic missing its version row, "out-of-date
-    database schema" half-way); a missing driver or a retired file store is not one of them."""
-    text = str(exc)
-    return not isinstance(exc, ImportError) and "MLFLOW_ALLOW_FILE_STORE" not in text \
-        and "file is not a database" not in text
+    program ran its migrations at the same time. Two migrations interleaved fail in many ways (sqlite
+    errors on tables that already exist or are locked, constraint failures, alembic missing its
+    version row, MLflow's out-of-date schema check half-way); a missing driver, a code MLflow marks
+    as the user's, a full disk, or a file that cannot be opened, written or read as a database is
+    not one of them."""
+    if isinstance(exc, ImportError) or is_no_room(exc):
+        return False
+    if sqlite_code(exc) in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM,
+                            sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_IOERR):
+        return False
+    if os_errno(exc) in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR):
+        return False
+    return sqlite_code(exc) is not None or error_code(exc) not in USER_CAUSED
 
 
 @contextlib.contextmanager
@@ -289,22 +524,43 @@ def _file_lock(path: Path):
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Worth retrying: a busy sqlite file, a dropped connection, a 5xx or 429 from a server, and a
-    401 once the sweep has started: its login was checked before anything was created
+    """Worth retrying, by type and code: a busy or locked sqlite file; a refused, reset or timed-out
+    connection; HTTP 429, 502, 503 or 504; a server error status MLflow's own client already retried;
+    and a 401 once the sweep has started: its login was checked before anything was created
     (check_login), and MLflow's auth app answers 401 to every request whose login it cannot look
     up while its user database is down (a restart), once the login has left its cache.
 
-    Read from the message: MLflow's HTTP client reports a failed request as a bare MlflowException
-    holding the text of requests' error, with no cause chained and no error code to go by."""
-    text = f"{exc.__class__.__name__}: {exc}".lower()
-    return any(s in text for s in ("database is locked", "connection", "timed out", "timeout", "max retries",
-                                   "temporarily", "503", "502", "504", "429", "500 ", "error code 401"))
+    A full disk, a read-only file or a file that cannot be opened is not transient: retrying waits
+    for nothing."""
+    import requests
+
+    code = sqlite_code(exc)
+    if code is not None:  # MLflow reports every sqlite OperationalError as TEMPORARILY_UNAVAILABLE
+        return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    if is_no_room(exc):
+        return False
+    # requests' own error types, chained under MLflow's bare MlflowException; a ConnectTimeout is a
+    # ConnectionError too. A status in MLflow's retry list (408, 429, 500, 502, 503, 504) comes back
+    # as a RetryError once its retries are spent, without the status (urllib3 keeps only a message):
+    # it is retried, and creates are guarded by a dedupe key (Retrying).
+    if _in_chain(exc, requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                 requests.exceptions.RetryError, ConnectionError, TimeoutError):
+        return True
+    if error_code(exc) in ("UNAUTHENTICATED", "CUSTOMER_UNAUTHORIZED"):
+        return True
+    return http_status(exc) in _RETRIED_STATUSES
 
 
 class Retrying:
-    """Wraps an MlflowClient: each call retries transient failures with
-    backoff, then raises TrackingUnavailable. Everything else passes through unchanged. `once` is the
-    bare client: one attempt, for a second Ctrl-C or a store already known to be down."""
+    """Wraps an MlflowClient: each call retries transient failures with backoff (capped: the delays
+    below), then raises TrackingUnavailable. Everything else passes through unchanged. `once` is the
+    bare client: one attempt, for a second Ctrl-C or a store already known to be down.
+
+    Retried as they are: reads, and MLflow's writes that leave the same state when repeated
+    (log_batch of the same values, set_tag, set_terminated, log_artifacts, log_inputs). A create is
+    retried only with a dedupe key looked up before each retry: a run by a unique token tag, an
+    experiment by its unique name. Any other create_* is tried once: a lost answer after the server
+    wrote would otherwise make a second one."""
 
     def __init__(self, client) -> None:
         self.once = client
@@ -313,20 +569,72 @@ class Retrying:
         attribute = getattr(self.once, name)
         if not callable(attribute):
             return attribute
+        if name == "create_run":
+            return self._create_run
+        if name == "create_experiment":
+            return self._create_experiment
+        attempts = (None,) if name.startswith("create_") else (*_RETRY_DELAYS_S, None)
+        return lambda *args, **kwargs: self._call(attempts, lambda: attribute(*args, **kwargs))
 
-        def call(*args, **kwargs):
-            for delay in (*_RETRY_DELAYS_S, None):
-                try:
-                    with critical():  # a Ctrl-C waits for the call: never a half-done write
-                        return attribute(*args, **kwargs)
-                except Exception as exc:
-                    if not is_transient(exc):
-                        raise
-                    if delay is None:
-                        raise TrackingUnavailable.of(self.once.tracking_uri, exc) from exc
-                    time.sleep(delay)
+    def _call(self, delays, call, created=lambda: None):
+        for attempt, delay in enumerate(delays):
+            if attempt:
+                found = created()  # what the failed attempt may have made before its answer was lost
+                if found is not None:
+                    return found
+            try:
+                with critical():  # a Ctrl-C waits for the call: never a half-done write
+                    return call()
+            except Exception as exc:
+                if is_no_room(exc):  # no retry makes room; the caller keeps the results locally
+                    raise TrackingUnavailable.of(self.once.tracking_uri, exc) from exc
+                if not is_transient(exc):
+                    raise
+                if delay is None:
+                    raise TrackingUnavailable.of(self.once.tracking_uri, exc) from exc
+                time.sleep(delay)
+        raise AssertionError("unreachable: the last delay is None")
 
-        return call
+    def _create_run(self, experiment_id: str, start_time: int | None = None, tags: dict | None = None,
+                    run_name: str | None = None):
+        """MlflowClient.create_run, retried after a run with this call's token is looked up."""
+        from pipeline.names import TAG_CREATE_TOKEN
+
+        token = uuid.uuid4().hex
+        tags = {**(tags or {}), TAG_CREATE_TOKEN: token}
+        return self._call((*_RETRY_DELAYS_S, None),
+                          lambda: self.once.create_run(experiment_id, start_time=start_time, tags=tags,
+                                                       run_name=run_name),
+                          lambda: self._lookup(lambda: self._run_with_token(experiment_id, token)))
+
+    def _run_with_token(self, experiment_id: str, token: str):
+        from mlflow.entities import ViewType
+
+        from pipeline.names import TAG_CREATE_TOKEN
+
+        found = self.once.search_runs([experiment_id], f"tags.`{TAG_CREATE_TOKEN}` = '{token}'",
+                                      run_view_type=ViewType.ALL, max_results=1)
+        return found[0] if found else None
+
+    def _create_experiment(self, name: str, artifact_location: str | None = None, tags: dict | None = None):
+        """MlflowClient.create_experiment, retried after the experiment is looked up by its (unique) name."""
+        def existing():
+            found = self.once.get_experiment_by_name(name)
+            return found.experiment_id if found is not None else None
+
+        return self._call((*_RETRY_DELAYS_S, None),
+                          lambda: self.once.create_experiment(name, artifact_location=artifact_location, tags=tags),
+                          lambda: self._lookup(existing))
+
+    @staticmethod
+    def _lookup(find):
+        """`find()`, or None while the store still does not answer (the next attempt waits on)."""
+        try:
+            return find()
+        except Exception as exc:
+            if is_transient(exc):
+                return None
+            raise
 
 
 @contextlib.contextmanager

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import UserError
 from pipeline.liveness import process_tags
 from pipeline.names import EPOCH_METRICS, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
-from pipeline.store import TrackingUnavailable, first_line, fluent_target, is_transient, open_client, ui_hint
+from pipeline.store import (TrackingUnavailable, experiment_name_problem, first_line, fluent_target, is_transient,
+                            open_client, ui_hint, user_error)
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
@@ -42,6 +43,8 @@ class Tracker:
         experiment of the project run `project_run_id`. `client`: one already open on `uri`."""
         from mlflow.exceptions import MlflowException
 
+        if not project_run_id and experiment_name_problem(experiment):  # before the store is created
+            raise UserError(f"--experiment: a name of {experiment_name_problem(experiment)}")
         client = client or open_client(uri)
         try:
             if project_run_id:
@@ -50,7 +53,7 @@ class Tracker:
                 experiment_id = _experiment_id(client, uri, experiment)
             name = client.get_experiment(experiment_id).name
         except MlflowException as exc:
-            raise UserError(f"tracking store {uri}: {first_line(exc)}") from None
+            raise user_error(exc, f"tracking store {uri}") or UserError(f"tracking store {uri}: {first_line(exc)}") from None
         return cls(uri, client, experiment_id, name)
 
     @staticmethod
@@ -331,8 +334,10 @@ def _experiment_id(client, uri: str, name: str) -> str:
         return found.experiment_id
     try:
         return client.create_experiment(name)
-    except MlflowException:  # created by someone else meanwhile
-        return client.get_experiment_by_name(name).experiment_id
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(name).experiment_id  # created by someone else meanwhile
 
 
 def param_str(value: Any) -> str:
