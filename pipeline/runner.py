@@ -186,12 +186,14 @@ def _check_inputs(options: Options, data_root: str | None, train_size: int | Non
     Returns the store's URI, its client (None for sqlite: opened once the data is found) and the data."""
     from pipeline import data as data_mod
     from pipeline.contention import contended_share
-    from pipeline.store import absolute_store_uri, check_reachable, open_client, resolve_tracking_uri, sqlite_path
+    from pipeline.store import (absolute_store_uri, check_reachable, check_writable_store, open_client,
+                                resolve_tracking_uri, sqlite_path)
 
     contended_share()  # a bad $PIPELINE_CONTENDED_SHARE is one line before anything trains
     uri, client = absolute_store_uri(resolve_tracking_uri(options.tracking_uri)), None
     if sqlite_path(uri) is not None:
         check_reachable(uri)  # its folder exists; the file itself is only created once data is found
+        check_writable_store(uri, sqlite_path(uri))  # ... and can be: a read-only folder fails here, at once
     else:
         client = open_client(uri)
     _check_folders(uri, options.checkpoint)

@@ -272,6 +272,8 @@ def check_sqlite_file(uri: str, option: str = "--tracking-uri", label: str = "tr
                         f"e.g. {option} sqlite:///{path.resolve() / 'mlflow.db'}")
     if not path.parent.exists():
         raise UserError(f"{label} {uri}: folder {path.parent} does not exist; create it or pass another {option}")
+    if not path.parent.is_dir():
+        raise UserError(f"{label} {uri}: {path.parent} is a file, not a folder; pass another {option}")
     if not _empty_or_sqlite(path):
         raise UserError(f"{label} {uri}: {path} is not an SQLite database; pass the store's .db file, "
                         "or a new file name to create one")
