@@ -169,7 +169,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     Points whose device this machine lacks are skipped with the reason, and points that already
     have a FINISHED run in the experiment (same settings, data, host and hardware) are not trained
     again. Exit code: 0 when every run that could run finished, 1 when one failed, 2 for bad input,
-    130 on Ctrl-C (143 on SIGTERM).
+    130 on Ctrl-C (143 on SIGTERM, 129 on SIGHUP).
     """
     from pipeline.config import load_grid
     from pipeline.report import Reporter
