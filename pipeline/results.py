@@ -326,8 +326,8 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[s
         raise _LineProblem(f"its model file {model_file} is missing; the run's numbers are in the line, "
                            "its model is not: delete the line and run the grid again to train it") from None
     except Exception as exc:  # not a file torch saved, or another network's weights
-        raise _LineProblem(f"its model file {model_file} holds no model of this pipeline "
-                           f"({exc.__class__.__name__}); restore it, or delete the line and run the grid again") from None
+        raise _LineProblem(f"its model file {model_file} holds no model of this pipeline ({exc.__class__.__name__}); "
+                           "restore it, or delete the line and run the grid again") from None
     tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params)
     model_file.unlink(missing_ok=True)
 

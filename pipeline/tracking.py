@@ -222,8 +222,9 @@ SYSTEM_METRICS_INTERVAL_S = 2.0  # MLflow's default is 10 s: most runs here are 
 
 @contextlib.contextmanager
 def _active(run_id: str):
-    """Run `run_id` as MLflow's active run for the block: its fluent calls (log_model) log to it. MLflow marks the run ended when the block ends; the caller's end_run
-    then sets the status the pipeline decides (FINISHED, FAILED or KILLED)."""
+    """Run `run_id` as MLflow's active run for the block: its fluent calls (log_model) log to it.
+    MLflow marks the run ended when the block ends; the caller's end_run then sets the status the
+    pipeline decides (FINISHED, FAILED or KILLED)."""
     import mlflow
 
     with mlflow.start_run(run_id=run_id):
