@@ -183,7 +183,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     Points whose device this machine lacks are skipped with the reason, and points that already
     have a FINISHED run in the experiment (same settings, data, host and hardware) are not trained
     again. Exit code: 0 when every run that could run finished, 1 when one failed, 2 for bad input,
-    130 on Ctrl-C (143 on SIGTERM).
+    130 on Ctrl-C (143 on SIGTERM, 129 on SIGHUP).
     """
     from pipeline.config import load_grid
     from pipeline.report import Reporter
@@ -516,20 +516,30 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     and close the runs the outage left RUNNING. --tracking-uri sends them all to another store.
 
     A line that is not a results line (cut short, not JSON, not text) is named (FILE:LINE) and left
-    as it is; the other lines are relogged, and the exit code is 2 (bad input)."""
+    as it is; the other lines are relogged, and the exit code is 2 (bad input). A line whose run the
+    store refuses (or whose model file is gone) marks that run FAILED with the reason and stays for
+    a relog after the fix; the other lines are relogged, and the exit code is 1."""
     from pipeline import results
     from pipeline.store import local_state_dir, resolve_tracking_uri
 
     path = results_file or results.path_in(local_state_dir(resolve_tracking_uri(tracking_uri)))
     done = results.relog(path, override_uri=tracking_uri)
-    click.echo(f"logged {len(done)} run(s) from {path}")
-    for run in done:
+    logged, failed = [run for run in done if not run.error], [run for run in done if run.error]
+    click.echo(f"logged {len(logged)} run(s) from {path}")
+    for run in logged:
         click.echo(f"  {run.name}: run {run.run_id} in {run.tracking_uri}")
+    if failed:  # one line for them all: the first, and how many more
+        first, more = failed[0], f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        marked = f"run {first.run_id} FAILED: " if first.run_id else ""
+        click.echo(f"error: {path}:{first.line}: {marked}{first.error}{more}; fix or delete the line, then run "
+                   "`pipeline relog` again", err=True)
     bad = results.bad_lines(path)
     if bad:  # bad input (exit 2), named once the good lines are in
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise UserError(f"{bad[0]}{more}; left as it is, the other lines were relogged; fix or delete it, "
                         "then run `pipeline relog` again")
+    if failed:
+        sys.exit(1)
 
 
 @main.command()

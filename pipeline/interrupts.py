@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM that leave an honest store behind.
+"""Ctrl-C, SIGTERM and SIGHUP that leave an honest store behind.
 
 A signal becomes an `Interrupted` exception so that whoever opened a run can mark it KILLED. It
 is never raised inside a tracking call: an exception thrown into the middle of a database write
@@ -16,12 +16,16 @@ import threading
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM during a sweep; exit code 128 + the signal number (130 for Ctrl-C)."""
+    """SIGINT, SIGTERM or SIGHUP during a sweep; exit code 128 + the signal number (130 for Ctrl-C,
+    143 for SIGTERM, 129 for SIGHUP: a closed terminal or a dropped ssh connection)."""
 
     def __init__(self, signum: int = signal.SIGINT) -> None:
         super().__init__(signal.Signals(signum).name)
         self.exit_code = 128 + signum
 
+
+# SIGHUP (a terminal closed, an ssh connection dropped) ends a sweep as SIGTERM does.
+HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 _state = threading.local()
 _last_resorts: list = []  # what a second signal does before exiting, newest last
@@ -57,7 +61,7 @@ def critical():
 
 @contextlib.contextmanager
 def handled():
-    """Turn SIGINT/SIGTERM into Interrupted for the duration; only the main thread can do this."""
+    """Turn SIGINT/SIGTERM/SIGHUP into Interrupted for the duration; only the main thread can do this."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -74,7 +78,7 @@ def handled():
             return
         raise Interrupted(signum)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in HANDLED}
     try:
         yield
     finally:

@@ -75,6 +75,8 @@ TAG_PROCESS_START = "pipeline.process_start"  # with the pid, tells a live proce
 TAG_RESUMED_FROM = "pipeline.resumed_from_epoch"
 TAG_RESUMED_FROM_RUN = "pipeline.resumed_from_run"
 TAG_KILLED_REASON = "pipeline.killed_reason"
+# Set last, once a run's summary and model are logged: only such a run is done (records.finished_by_key).
+TAG_COMPLETE = "pipeline.complete"
 TAG_RELOGGED = "pipeline.relogged_from"  # the results file a run's numbers were restored from
 TAG_TARGET = "pipeline.target"  # the target a run was timed against, e.g. "test_accuracy >= 0.85"
 TAG_TARGET_STATUS = "pipeline.target_status"  # "reached at epoch 2" or "not reached in 3 epochs"

@@ -184,17 +184,19 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     hooks = _PointHooks(tracker, run_id, job, dataset, outcome, progress, checkpoint, run_params)
     with interrupts.last_resort(lambda: tracker.end_run(run_id, KILLED, quick=True)):
         try:
+            # One active run from training to the model: MLflow ends it when the block ends, and a run
+            # must never be FINISHED before its summary and model are logged.
             with tracker.system_metrics(run_id, job.system_metrics):
                 started, cpu = time.time(), contention.sample()
                 result = fit(job.point.config, dataset, device, hooks, resume=resume, stop_at=job.stop_at)
                 load, outcome.span = contention.since(cpu), (started, time.time())
-            outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
-            timing = _measured(outcome, job.target, load)
-            if job.stop_at is not None and timing is not None and timing.epoch is not None \
-                    and timing.epoch < job.point.config.epochs:
-                progress.note(f"{timing.target} {timing.status}: stopped there (stop_at_target)")
-            if hooks.tracking_error is None:
-                _record_result(tracker, run_id, result, dataset, hooks)
+                outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
+                timing = _measured(outcome, job.target, load)
+                if job.stop_at is not None and timing is not None and timing.epoch is not None \
+                        and timing.epoch < job.point.config.epochs:
+                    progress.note(f"{timing.target} {timing.status}: stopped there (stop_at_target)")
+                if hooks.tracking_error is None:
+                    _record_result(tracker, run_id, result, dataset, hooks)
             if hooks.tracking_error is None:
                 outcome.status = FINISHED
             else:  # trained, but not recorded: the results file keeps it for `pipeline relog`
@@ -292,6 +294,7 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
         tracker.log_epochs(run_id, [], run_metrics=run_metrics, tags=tags, steps=steps)
         tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch,
                           params=hooks.run_params)
+        tracker.log_tags(run_id, {names.TAG_COMPLETE: "true"})  # last: only now is the run done (resume)
         tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
         hooks.tracking_error = exc

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.names import TAG_ROLE, TAG_RUN_KEY
+from pipeline.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
 from pipeline.store import first_line
 from pipeline.timing import has_end_figures
 
@@ -85,12 +85,22 @@ def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[f
 
 
 def finished_by_key(client, experiment_id: str | None) -> dict[str, object]:
-    """FINISHED runs of an experiment by run key (the newest per key); none when it does not exist yet."""
+    """Complete runs of an experiment by run key (the newest per key): FINISHED with their summary and
+    model logged (`complete`); none when the experiment does not exist yet."""
     if experiment_id is None:
         return {}
     runs = all_runs(client, [experiment_id], f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
                     order_by=["attributes.start_time ASC"])
-    return {run.data.tags[TAG_RUN_KEY]: run for run in runs}  # oldest first, so the newest per key stays
+    return {run.data.tags[TAG_RUN_KEY]: run for run in runs if complete(run)}  # oldest first: the newest per key stays
+
+
+def complete(run) -> bool:
+    """Whether a FINISHED run is done: it carries the completion tag, set once its summary and model
+    were logged, or (a run written before that tag) it has a logged model. A run that ended in
+    between (MLflow's FINISHED before the model) is trained again."""
+    if run.data.tags.get(TAG_COMPLETE) == "true":
+        return True
+    return bool(run.outputs and run.outputs.model_outputs)
 
 
 def experiment_id_of(client, name: str) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 from pipeline.errors import UserError
 from pipeline.files import atomic_write, replacing
 from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION,
-                            TAG_KILLED_REASON, TAG_RELOGGED, TAG_ROLE)
+                            TAG_COMPLETE, TAG_KILLED_REASON, TAG_RELOGGED, TAG_ROLE)
 
 MODELS_DIR = "unlogged-models"  # under CHECKPOINT_DIR: weights of points trained during an outage
 
@@ -100,14 +100,39 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
 
     from pipeline.train import EpochStats
 
-    known = {f.name for f in fields(EpochStats)}
     for epoch in entry["epochs"]:
-        if not isinstance(epoch, dict) or "epoch" not in epoch or not set(epoch) <= known:
+        if not _is_epoch(epoch, fields(EpochStats)):
             return None, f"an epoch that is not one ({str(epoch)[:60]})"
+    if not entry["experiment"].strip():
+        return None, "'experiment' is empty"
+    for name, value in (entry.get("tags") or {}).items():
+        if not isinstance(value, (str, int, float)):
+            return None, f"tag {name!r} is {str(value)[:60]!r}, not a text or a number"
+    for name, value in (entry.get("one_off") or {}).items():
+        if not _is_number(value):
+            return None, f"one_off {name!r} is {str(value)[:60]!r}, not a number"
     for name, value in (entry.get("metrics") or {}).items():
         if not _is_measured(value):
             return None, f"metric {name!r} is {str(value)[:60]!r}, not [value, step]"
     return entry, ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_epoch(epoch: Any, known) -> bool:
+    """An epoch as the sweep writes it (EpochStats): every field without a default there, no other,
+    an integer epoch and numbers (None where the field may be None)."""
+    from dataclasses import MISSING
+
+    if not isinstance(epoch, dict) or not set(epoch) <= {f.name for f in known}:
+        return False
+    if any(f.name not in epoch for f in known if f.default is MISSING):
+        return False
+    nullable = {f.name for f in known if f.default is None}
+    return isinstance(epoch["epoch"], int) and not isinstance(epoch["epoch"], bool) and all(
+        _is_number(value) or (value is None and name in nullable) for name, value in epoch.items())
 
 
 def _is_measured(value: Any) -> bool:
@@ -142,16 +167,22 @@ def unlogged_keys(state_dir: Path, tracking_uri: str) -> set[str]:
 
 @dataclass(frozen=True)
 class Relogged:
-    run_id: str
+    run_id: str  # "" when the line failed before it had a run
     tracking_uri: str
     name: str
+    error: str = ""  # why the line's run is FAILED (the line stays unlogged, naming the run, for a retry)
+    line: int = 0  # its line in the results file, from 1
 
 
 def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]:
     """Write every unlogged line into its store (or `override_uri`) as the FINISHED child of its
     sweep, with the params, per-epoch metrics, tags and model a normal run has; close the sweeps
     the outage left RUNNING; mark the lines logged. Returns the runs written. Lines that are not
-    results lines are skipped and kept as they are (`bad_lines` names them)."""
+    results lines are skipped and kept as they are (`bad_lines` names them). A line whose relog
+    fails (MLflow refuses a name, its model file is missing or no model) marks its run FAILED with
+    the reason, is returned with its `error`, and stays unlogged, naming that run, so that a relog
+    after the fix completes the same run; the other lines go on."""
+    from pipeline.store import TrackingUnavailable
     from pipeline.tracking import Tracker
 
     lines = read_lines(results_file)
@@ -159,26 +190,58 @@ def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]
     trackers: dict[tuple[str, str], Tracker] = {}
     parents: dict[tuple[str, str], Tracker] = {}
     try:
-        for entry in (line.entry for line in lines if line.entry is not None):
+        for number, entry in ((line.number, line.entry) for line in lines if line.entry is not None):
             if entry.get("logged", True):
                 continue
             uri = override_uri or entry["tracking_uri"]
             key = (uri, entry["experiment"])
-            if key not in trackers:
-                trackers[key] = Tracker.open(uri, entry["experiment"])
-            tracker = trackers[key]
-            run_id = _restore(tracker, entry)
+            try:
+                if key not in trackers:
+                    trackers[key] = Tracker.open(uri, entry["experiment"])
+                tracker = trackers[key]
+                run_id = _restore(tracker, entry)
+            except TrackingUnavailable:
+                raise  # the store went away: every later line would fail the same way
+            except Exception as exc:  # this line's failure: its run FAILED, the other lines go on
+                done.append(Relogged(entry.get("run_id") or "", uri, entry["name"],
+                                     error=_failed(trackers.get(key), entry, exc), line=number))
+                continue
             entry["logged"], entry["relogged_as"] = True, run_id
-            done.append(Relogged(run_id, uri, entry["name"]))
+            done.append(Relogged(run_id, uri, entry["name"], line=number))
             if entry.get("parent_run_id"):
                 parents[(uri, entry["parent_run_id"])] = tracker
     finally:  # what was written is marked, even when a later line fails; lines it could not read stay as they were
         if done:
             atomic_write(results_file, b"".join((json.dumps(line.entry).encode() if line.entry is not None
                                                  else line.raw) + b"\n" for line in lines))
-    for (_, parent_id), tracker in parents.items():
+    for (_, parent_id), tracker in parents.items():  # parents of the lines relogged (not of failed ones)
         _close_stale_parent(tracker, parent_id)
     return done
+
+
+class _LineProblem(Exception):
+    """What is wrong with one line that only relogging it shows (its model file): the reason as is."""
+
+
+def _failed(tracker, entry: dict[str, Any], exc: Exception) -> str:
+    """Mark the line's run (when it has one in `tracker`'s store) FAILED with the reason; the reason."""
+    import contextlib
+
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.store import first_line
+
+    if isinstance(exc, (_LineProblem, UserError)):
+        reason = str(exc)
+    elif isinstance(exc, MlflowException):
+        reason = f"MLflow refused it: {first_line(exc)[:300]}"
+    else:
+        reason = f"{exc.__class__.__name__}: {first_line(exc)[:300]}"
+    if tracker is not None and entry.get("run_id"):
+        with contextlib.suppress(Exception):  # a run of another store, or one that cannot be written
+            tracker.log_failure(entry["run_id"], exc, reason)
+        tracker.end_run(entry["run_id"], FAILED, quick=True)
+    return reason
 
 
 def _existing_run(tracker, entry: dict[str, Any]):
@@ -215,6 +278,7 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
             TAG_RELOGGED: str(entry.get("results_file", "results file"))}
     if run is None:
         run_id = tracker.start_run(entry["name"], _parent_in(tracker, entry.get("parent_run_id")), tags)
+        entry["run_id"] = run_id  # should a later step fail, the run is FAILED, and a retry completes it
         logged_steps: set[int] = set()
     else:
         run_id = run.info.run_id
@@ -233,9 +297,13 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     if run is not None:  # what reached the store before the outage is not logged a second time
         run_metrics = {k: v for k, v in run_metrics.items() if k not in run.data.metrics}
     tracker.log_epochs(run_id, epochs, run_metrics, steps={name: step for name, (_, step) in measured.items()})
-    if entry.get("model_file") and Path(entry["model_file"]).exists() and not _has_model(run):
+    has_model = _has_model(run)
+    if entry.get("model_file") and not has_model:
         step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
         _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"])
+        has_model = True
+    if has_model:  # complete: its summary and model are in the store (point.run_point sets the same, last)
+        tracker.log_tags(run_id, {TAG_COMPLETE: "true"})
     tracker.end_run(run_id, FINISHED)
     return run_id
 
@@ -251,7 +319,14 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[s
     from pipeline.model import Network
 
     network = Network()
-    network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
+    try:
+        network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
+    except FileNotFoundError:
+        raise _LineProblem(f"its model file {model_file} is missing; the run's numbers are in the line, "
+                           "its model is not: delete the line and run the grid again to train it") from None
+    except Exception as exc:  # not a file torch saved, or another network's weights
+        raise _LineProblem(f"its model file {model_file} holds no model of this pipeline ({exc.__class__.__name__}); "
+                           "restore it, or delete the line and run the grid again") from None
     tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params)
     model_file.unlink(missing_ok=True)
 

@@ -8,7 +8,7 @@ MIN_RUNS rounds are planned so, and after them one round at a time until rounds.
 clear (or there is nothing to judge, or max_repeats). Each point is a `PointJob` that an executor runs
 through `point.run_point`; what happens inside one run is that function's concern.
 Every trained point is also appended to the local results file, so a tracking outage loses no
-training. Ctrl-C or SIGTERM marks the current run and the parent KILLED; a second one exits at once.
+training. Ctrl-C, SIGTERM or SIGHUP marks the current run and the parent KILLED; a second one exits at once.
 """
 
 from __future__ import annotations

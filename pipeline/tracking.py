@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import UserError
 from pipeline.liveness import process_tags
-from pipeline.names import EPOCH_METRICS, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
+from pipeline.names import EPOCH_METRICS, FAILED, FINISHED, KILLED, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
 from pipeline.store import (TrackingUnavailable, experiment_name_problem, first_line, fluent_target, is_transient,
                             open_client, ui_hint, user_error)
 
@@ -162,8 +162,14 @@ class Tracker:
                   params: dict[str, Any] | None = None) -> str:
         """Log a CPU copy of `model` as the run's model `model` with `mlflow.pytorch.log_model`, as
         the output of `step` (the final epoch: MLflow links that epoch's metrics to the model), with
-        `params` copied onto it. Returns the model's URI."""
+        `params` copied onto it. Returns the model's URI. Inside `system_metrics`' block the run is
+        MLflow's active run already, and stays so."""
+        import mlflow
+
         try:
+            active = mlflow.active_run()
+            if active is not None and active.info.run_id == run_id:
+                return log_network(model, example, step, params or {})
             with fluent_target(self.uri, self.experiment_id), _active(run_id):
                 return log_network(model, example, step, params or {})
         except Exception as exc:
@@ -174,7 +180,12 @@ class Tracker:
     @contextlib.contextmanager
     def system_metrics(self, run_id: str, enabled: bool):
         """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling of one run for the
-        block, every SYSTEM_METRICS_INTERVAL_S seconds: MLflow samples the run it makes active."""
+        block, every SYSTEM_METRICS_INTERVAL_S seconds: MLflow samples the run it makes active.
+
+        MLflow ends its active run when the block ends (FINISHED, or FAILED on an exception), so the
+        block must span everything the run logs, its summary and model included (point.run_point):
+        a run is never FINISHED before its model exists. The caller's end_run then sets the status
+        the pipeline decides; a store that stopped answering by then is the caller's to tell."""
         if not enabled:
             yield
             return
@@ -185,8 +196,17 @@ class Tracker:
         if not chosen:
             mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL_S)
         try:
-            with fluent_target(self.uri, self.experiment_id), _active(run_id, log_system_metrics=True):
-                yield
+            with fluent_target(self.uri, self.experiment_id):
+                mlflow.start_run(run_id=run_id, log_system_metrics=True)
+                try:
+                    yield
+                except KeyboardInterrupt:
+                    _end_active(KILLED)
+                    raise
+                except BaseException:
+                    _end_active(FAILED)
+                    raise
+                _end_active(FINISHED)
         finally:
             if not chosen:
                 mlflow.set_system_metrics_sampling_interval(None)
@@ -204,14 +224,26 @@ SYSTEM_METRICS_INTERVAL_S = 2.0  # MLflow's default is 10 s: most runs here are 
 
 
 @contextlib.contextmanager
-def _active(run_id: str, log_system_metrics: bool = False):
-    """Run `run_id` as MLflow's active run for the block: its fluent calls (log_model, the system
-    metrics monitor) log to it. MLflow marks the run ended when the block ends; the caller's end_run
-    then sets the status the pipeline decides (FINISHED, FAILED or KILLED)."""
+def _active(run_id: str):
+    """Run `run_id` as MLflow's active run for the block: its fluent calls (log_model) log to it.
+    MLflow marks the run ended when the block ends; the caller's end_run then sets the status the
+    pipeline decides (FINISHED, FAILED or KILLED)."""
     import mlflow
 
-    with mlflow.start_run(run_id=run_id, log_system_metrics=log_system_metrics):
+    with mlflow.start_run(run_id=run_id):
         yield
+
+
+def _end_active(status: str) -> None:
+    """End MLflow's active run (and its system metrics monitor). A store that stopped answering is not
+    raised here: the run's own end (Tracker.end_run, or the results file) is what tells it."""
+    import mlflow
+
+    try:
+        mlflow.end_run(status)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
 
 
 DATASET_CONTEXTS = {"train": "training", "test": "testing"}  # MLflow's context tag for each split

@@ -169,6 +169,53 @@ def _mount(args: list[str]) -> bool:
 
 # --- 4. honest states however a process ends ----------------------------------------------------------
 
+EPOCH = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
+         "epoch_duration_s": 0.5, "images_per_s": 100.0}
+# Results lines that are JSON but that crashed relog (a traceback, the run left RUNNING): how each is
+# told (exit 1: its run FAILED with the reason; exit 2: a bad line, no run made), and what it says.
+RELOG_CRASHES = {
+    "an epoch without its numbers": ({"epochs": [{"epoch": 1}]}, 2, ":1: an epoch that is not one"),
+    "a non-numeric epoch figure": ({"epochs": [{**EPOCH, "train_loss": "low"}]}, 2, ":1: an epoch that is not one"),
+    "a param name MLflow refuses": ({"params": {"batch size!": 64}}, 1, "MLflow refused it"),
+    "a model file that is no model": ({"model_file": "{home}/unlogged.pt"}, 1, "holds no model of this pipeline"),
+}
+
+
+@pytest.mark.parametrize("case", list(RELOG_CRASHES))
+def test_a_results_line_that_crashed_relog_fails_alone(world, tmp_path, case):
+    """The bad line first, a good one after it: relog goes on with the good one, the bad one's run (if
+    it made one) is FAILED with the reason, one line says so, and no run stays RUNNING."""
+    import json
+
+    import mlflow
+
+    from pipeline import names
+
+    change, code, says = RELOG_CRASHES[case]
+    copy = fresh(world, tmp_path)
+    home = copy["home"]
+    (home / "unlogged.pt").write_bytes(b"the user's weights, damaged")
+
+    def line(name: str, **extra) -> str:
+        entry = {"logged": False, "tracking_uri": copy["uri"], "experiment": "relogged", "name": name,
+                 "run_key": name, "params": {"batch_size": 64}, "tags": {}, "run_duration_s": 1.0, "epochs": [EPOCH]}
+        return json.dumps({**entry, **{k: v.format(home=home) if isinstance(v, str) else v for k, v in extra.items()}})
+
+    results_file = home / names.RESULTS_FILE  # (its temporary file is named after it: not the user's results.tmp)
+    results_file.write_text(line("bad", **change) + "\n" + line("good") + "\n")
+    Command(["relog", str(results_file)], code, says=(says, "logged 1 run(s)"), stores=(copy["uri"],),
+            watched=(home,), owned=(home / "store", home / "mlruns", results_file)).check(home)  # mlruns: the store's
+    client = mlflow.MlflowClient(copy["uri"])
+    runs = {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name("relogged").experiment_id])}
+    assert runs["good"].info.status == "FINISHED"
+    kept = [json.loads(text) for text in results_file.read_text().splitlines()]
+    assert [entry["logged"] for entry in kept] == [False, True]  # the bad line stays, for a relog after the fix
+    if code == 1:
+        assert runs["bad"].info.status == "FAILED" and says in runs["bad"].data.tags[names.TAG_ERROR]
+        assert kept[0]["run_id"] == runs["bad"].info.run_id  # a relog after the fix completes that run
+    else:
+        assert "bad" not in runs
+
 # --- 5. checks before the work -------------------------------------------------------------------------
 
 

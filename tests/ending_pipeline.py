@@ -1,0 +1,45 @@
+"""`python tests/ending_pipeline.py ARGS`: the pipeline CLI, except that the grid point whose
+batch_size is $END_BATCH_SIZE ends at a known moment, $END_AT: `epoch` (at its first training step)
+or `model` (training done, just before its model is logged), the way $END_HOW says: SIGKILL,
+SIGTERM, SIGHUP sent to itself, or `exception` (a RuntimeError). Events, not guessed delays: the
+end comes from inside the pipeline's own functions, wrapped here."""
+
+import os
+import signal
+import sys
+
+import pipeline.point
+import pipeline.tracking
+from pipeline.cli import main
+
+TARGET, AT, HOW = os.environ["END_BATCH_SIZE"], os.environ["END_AT"], os.environ["END_HOW"]
+
+
+def end() -> None:
+    print(f"ENDING at {AT} by {HOW}", flush=True)
+    if HOW == "exception":
+        raise RuntimeError(f"injected at {AT}")
+    os.kill(os.getpid(), getattr(signal, HOW))
+
+
+real_step = pipeline.point._PointHooks.step
+
+
+def step(self) -> None:
+    if AT == "epoch" and str(self.job.point.config.batch_size) == TARGET:
+        end()
+    real_step(self)
+
+
+real_log_network = pipeline.tracking.log_network
+
+
+def log_network(model, example, step, params):
+    if AT == "model" and params.get("batch_size") == TARGET:
+        end()
+    return real_log_network(model, example, step, params)
+
+
+pipeline.point._PointHooks.step = step
+pipeline.tracking.log_network = log_network
+sys.exit(main(sys.argv[1:], prog_name="pipeline"))
