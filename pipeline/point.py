@@ -88,6 +88,7 @@ class Outcome:
     stored_figures: dict[str, float] | None = None  # DONE runs: their steady-state summary as stored
     model_state: dict | None = None  # UNLOGGED only: the trained weights, for the results file
     store_down: bool = False  # the tracking store stopped answering: the sweep stops here
+    no_room: bool = False  # ... because the disk under it is full
     device_lost: bool = False  # a sticky CUDA error: this process cannot use CUDA any more
     tags: dict[str, str] = field(default_factory=dict)  # the run's tags, for the results file
     # Run-level metrics measured over the training, name → (value, step): the machine's load
@@ -163,7 +164,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     """Train and record one point. Exceptions become a FAILED run; Ctrl-C a KILLED one (re-raised)."""
     import torch
 
-    from pipeline.store import TrackingUnavailable
+    from pipeline.store import TrackingUnavailable, is_no_room
     from pipeline.tracking import Tracker
     from pipeline.train import EpochStats, fit
 
@@ -175,7 +176,8 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     try:
         run_id, tags, run_params = _open_run(tracker, job, dataset, device, resume)
     except TrackingUnavailable as exc:
-        return Outcome(job.point, NOT_RUN, device=job.device, reason=str(exc), store_down=True)
+        return Outcome(job.point, NOT_RUN, device=job.device, reason=str(exc), store_down=True,
+                       no_room=is_no_room(exc))
     outcome = Outcome(job.point, FAILED, device=job.device, run_id=run_id, tags=tags)
     progress.run_start(job.point, job.device, *job.position)
     if resume is not None:
@@ -201,9 +203,9 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
                 outcome.status = FINISHED
             else:  # trained, but not recorded: the results file keeps it for `pipeline relog`
                 outcome.status, outcome.reason = UNLOGGED, f"kept in the results file: {hooks.tracking_error}"
-                outcome.store_down = True
+                outcome.store_down, outcome.no_room = True, is_no_room(hooks.tracking_error)
                 outcome.model_state = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
-                tracker.end_run(run_id, FAILED, quick=True)
+                tracker.end_run(run_id, FAILED, quick=True, reason=str(hooks.tracking_error))
         except KeyboardInterrupt:
             outcome.status, outcome.reason = KILLED, "interrupted"
             progress.epoch_done()

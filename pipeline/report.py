@@ -186,7 +186,14 @@ class Reporter:
         self.console.print(f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: "
                            f"{_status(outcome.status)} {result}")
 
-    def tracking_down(self, results_file: "Path") -> None:
+    def tracking_down(self, results_file: "Path", reason: str = "", no_room: bool = False) -> None:
+        """The sweep stopped because the store could not be written: why, where the results are,
+        and how to go on."""
+        if no_room:
+            self.console.print(f"[red]The sweep stopped: the disk is full.[/] {reason}")
+            self.console.print(f"Free some space; then `pipeline relog` logs what {results_file} kept, and running "
+                               "the same grid again trains only what is missing.")
+            return
         self.console.print(f"[red]The tracking store stopped answering.[/] Trained results are kept in {results_file}")
         self.console.print("When the store is back, `pipeline relog` logs them; running the same grid again then "
                            "trains only what is missing.")

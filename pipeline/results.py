@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.files import atomic_write, replacing
+from pipeline.files import atomic_write
 from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION,
                             TAG_COMPLETE, TAG_KILLED_REASON, TAG_RELOGGED, TAG_ROLE)
 
@@ -29,17 +29,27 @@ def path_in(state_dir: Path) -> Path:
 def append(state_dir: Path, line: dict[str, Any], model_state: dict | None = None) -> None:
     """Add one point's line; with `model_state`, keep the trained weights for relog as well."""
     if model_state is not None:
+        import io
+
         import torch
 
         folder = state_dir / CHECKPOINT_DIR / MODELS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         model_file = folder / f"{line['run_key']}-{line['run_id'] or 'new'}.pt"
-        with replacing(model_file) as temporary:  # relog never finds half a model
-            torch.save(model_state, temporary)
+        # Serialised in memory first: torch.save into a full disk raises a RuntimeError without an
+        # errno, a plain write an OSError that says ENOSPC. Relog never finds half a model.
+        weights = io.BytesIO()
+        torch.save(model_state, weights)
+        atomic_write(model_file, weights.getvalue())
         line = {**line, "model_file": str(model_file)}
     line = {"time": datetime.now().isoformat(timespec="seconds"), **line}
-    with open(path_in(state_dir), "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+    with open(path_in(state_dir), "ab", buffering=0) as f:  # unbuffered: a write that fails fails here
+        kept = f.tell()
+        try:
+            f.write((json.dumps(line) + "\n").encode("utf-8"))
+        except OSError:  # a full disk: no half line left behind; the lines before it stay as they were
+            f.truncate(kept)
+            raise
 
 
 @dataclass(frozen=True)

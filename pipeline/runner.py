@@ -36,6 +36,7 @@ from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FIN
                             TAG_OVERRIDES, TAG_REPEATS_STOPPED, TAG_ROLE, TAG_TARGET)
 from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
                             PointJob, SweepResult, params_of, with_position)
+from pipeline.store import NO_ROOM_ERRNOS
 
 if TYPE_CHECKING:
     from pipeline.compare import Comparison, CompareOptions
@@ -312,7 +313,8 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     result = SweepResult(outcomes, tracker.experiment_id, parent_id, tracker.uri, stopped=stopped)
     store_down = any(o.store_down for o in outcomes)
     if store_down:
-        reporter.tracking_down(results.path_in(sweep.state_dir))
+        reporter.tracking_down(results.path_in(sweep.state_dir), next(o.reason for o in outcomes if o.store_down),
+                               any(o.no_room for o in outcomes))
     comparison = None
     if parent_id and not store_down:
         if stopped:
@@ -409,7 +411,9 @@ def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: l
     from pipeline import rounds
 
     if any(o.store_down for o in latest):
-        return rounds.stopped(reached, "the tracking store stopped answering")
+        full = any(o.no_room for o in latest)
+        return rounds.stopped(reached, "the tracking store's disk is full" if full else
+                              "the tracking store stopped answering")
     halted = next((o.reason for o in latest if o.status == NOT_RUN), "")
     if halted:
         return rounds.stopped(reached, halted)
@@ -574,7 +578,26 @@ def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter",
 def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
     """After each outcome: its line in the results file; returns why the sweep stops ('' to go on)."""
     if outcome.trained:
-        results.append(sweep.state_dir, {
+        try:
+            _append_result(sweep, job, outcome)
+        except OSError as exc:  # a full disk: no line at all (never half of one), and the sweep stops here
+            where, full = results.path_in(sweep.state_dir), exc.errno in NO_ROOM_ERRNOS
+            why = "disk full" if full else exc.strerror or str(exc)
+            if outcome.status == UNLOGGED:  # in neither place: lost, and said so
+                outcome.status = FAILED
+                outcome.reason = f"{why}: not recorded, neither the store nor {where} could be written"
+            outcome.store_down, outcome.no_room = True, outcome.no_room or full
+            return f"the results file could not be written ({why})"
+    if outcome.store_down:
+        return "the tracking store's disk is full" if outcome.no_room else "the tracking store stopped answering"
+    if outcome.status == FAILED and sweep.options.fail_fast:
+        return f"--fail-fast after #{job.point.index} failed"
+    return ""
+
+
+def _append_result(sweep: _Sweep, job: PointJob, outcome: Outcome) -> None:
+    """The point's line in the results file (and, for a run the store could not take, its weights)."""
+    results.append(sweep.state_dir, {
             "logged": outcome.status == FINISHED, "tracking_uri": job.tracking_uri,
             "experiment": job.experiment_name, "parent_run_id": job.parent_run_id, "run_id": outcome.run_id,
             "name": job.point.name, "run_key": job.run_key, "device": outcome.device,
@@ -583,11 +606,6 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
             "metrics": {name: [value, step] for name, (value, step) in outcome.measured.items()},
             "epochs": [asdict(e) for e in outcome.epochs],
         }, model_state=outcome.model_state)
-    if outcome.store_down:
-        return "the tracking store stopped answering"
-    if outcome.status == FAILED and sweep.options.fail_fast:
-        return f"--fail-fast after #{job.point.index} failed"
-    return ""
 
 
 def _dry_run(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options) -> SweepResult:

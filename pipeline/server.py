@@ -79,7 +79,10 @@ def run_mlflow(args: list[str], host: str, port: int, env: dict[str, str] | None
            "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS), **(env or {})}
     process = subprocess.Popen([sys.executable, "-m", "mlflow", *args], env=env)
 
+    stopped: list[int] = []  # the signals that asked it to stop (it may stop before our poll saw it listen)
+
     def forward(signum: int, frame: object) -> None:
+        stopped.append(signum)
         if signum == signal.SIGINT and _terminal_sent_it():
             return  # the terminal's Ctrl-C went to the whole process group, the server included
         with contextlib.suppress(ProcessLookupError):
@@ -98,7 +101,7 @@ def run_mlflow(args: list[str], host: str, port: int, env: dict[str, str] | None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if not listening:
+    if not listening and not stopped:
         print(f"error: the MLflow server stopped before it listened on {host}:{port} (exit code {code}); "
               "its messages above say why", file=sys.stderr)
         return 1

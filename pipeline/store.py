@@ -55,7 +55,7 @@ def short_cause(exc: BaseException) -> str:
     if code is not None and code in _SQLITE_CAUSES:
         return _SQLITE_CAUSES[code]
     number = os_errno(exc)
-    if number in _NO_ROOM:
+    if number in NO_ROOM_ERRNOS:
         return "disk full"
     if number == errno.ECONNREFUSED or _in_chain(exc, ConnectionRefusedError):
         return "connection refused"
@@ -80,7 +80,7 @@ _SQLITE_CAUSES = {sqlite3.SQLITE_BUSY: "database is locked", sqlite3.SQLITE_LOCK
                   sqlite3.SQLITE_CANTOPEN: "cannot open the file", sqlite3.SQLITE_IOERR: "disk I/O error",
                   sqlite3.SQLITE_NOTADB: "not a database", sqlite3.SQLITE_PERM: "permission denied"}
 # A full disk, a quota, or a file size limit (RLIMIT_FSIZE): no room to write either way.
-_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+NO_ROOM_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 # Errors MLflow's codes mark as the user's to fix (a name, a value, a login, a permission), each
 # with what to do about it: printed as one line, never retried.
 USER_CAUSED = {
@@ -150,7 +150,7 @@ def http_status(exc: BaseException) -> int | None:
 
 def is_no_room(exc: BaseException) -> bool:
     """A full disk (or quota, or file size limit) under the store: SQLITE_FULL, ENOSPC, EDQUOT, EFBIG."""
-    return sqlite_code(exc) == sqlite3.SQLITE_FULL or os_errno(exc) in _NO_ROOM
+    return sqlite_code(exc) == sqlite3.SQLITE_FULL or os_errno(exc) in NO_ROOM_ERRNOS
 
 
 def user_error(exc: BaseException, subject: str) -> UserError | None:
@@ -183,7 +183,8 @@ def configure_process() -> None:
     for name in ("alembic", "mlflow.tracking._tracking_service.client", "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # ... nor a page per retry while a database store is unreachable: the error says it in one line.
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.ERROR)
+    # (MLflow logs each failed database call at ERROR with its traceback before raising it to us.)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     logging.getLogger("mlflow.pytorch").addFilter(_DropPickleWarning())
     # Ray announces on every start that token authentication is on when a token exists: not news.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
@@ -484,7 +485,7 @@ def check_writable_store(uri: str, path: Path) -> None:
             with open(path, "r+b"):  # opened for writing, not written
                 pass
     except OSError as exc:
-        if exc.errno in _NO_ROOM:
+        if exc.errno in NO_ROOM_ERRNOS:
             raise UserError(f"tracking store {uri}: disk full at {folder}; free some space there, {fix} "
                             "on a disk with room") from None
         what = f"the store {path}" if exc.filename == str(path) else f"the folder {folder}"

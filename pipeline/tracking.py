@@ -81,12 +81,15 @@ class Tracker:
         self.log_tags(run_id, {**process_tags(), **tags, MLFLOW_RUN_NAME: name})
         return run_id
 
-    def end_run(self, run_id: str, status: str, quick: bool = False) -> None:
+    def end_run(self, run_id: str, status: str, quick: bool = False, reason: str = "") -> None:
         """FINISHED, FAILED or KILLED. `quick`: one attempt, no retries, errors ignored (for a second
-        Ctrl-C, or a store already known to be down)."""
+        Ctrl-C, or a store already known to be down), with the `reason` tagged first where given."""
         if not quick:
             self.client.set_terminated(run_id, status)
             return
+        if reason:
+            with contextlib.suppress(Exception):
+                self.client.once.set_tag(run_id, TAG_ERROR, reason)
         with contextlib.suppress(Exception):
             self.client.once.set_terminated(run_id, status)
 

@@ -1,8 +1,9 @@
 """`python tests/ending_pipeline.py ARGS`: the pipeline CLI, except that the grid point whose
 batch_size is $END_BATCH_SIZE ends at a known moment, $END_AT: `epoch` (at its first training step)
 or `model` (training done, just before its model is logged), the way $END_HOW says: SIGKILL,
-SIGTERM, SIGHUP sent to itself, or `exception` (a RuntimeError). Events, not guessed delays: the
-end comes from inside the pipeline's own functions, wrapped here."""
+SIGTERM, SIGHUP sent to itself, `exception` (a RuntimeError), or `fill`: the disk under the folder
+$FILL_FOLDER is filled up (a file written until ENOSPC), and the pipeline meets a full disk. Events,
+not guessed delays: the end comes from inside the pipeline's own functions, wrapped here."""
 
 import os
 import signal
@@ -16,10 +17,31 @@ TARGET, AT, HOW = os.environ["END_BATCH_SIZE"], os.environ["END_AT"], os.environ
 
 
 def end() -> None:
+    if HOW == "fill":
+        fill(os.environ["FILL_FOLDER"])
+        return
     print(f"ENDING at {AT} by {HOW}", flush=True)
     if HOW == "exception":
         raise RuntimeError(f"injected at {AT}")
     os.kill(os.getpid(), getattr(signal, HOW))
+
+
+def fill(folder: str) -> None:
+    """Once: write zeros into FOLDER/filler until the disk refuses another byte."""
+    if os.path.exists(os.path.join(folder, "filler")):
+        return
+    print(f"ENDING at {AT} by {HOW}", flush=True)
+    with open(os.path.join(folder, "filler"), "wb", buffering=0) as filler:
+        try:
+            while True:
+                filler.write(bytes(64 * 1024))
+        except OSError:
+            pass
+        try:
+            while True:
+                filler.write(b"\0")
+        except OSError:
+            pass
 
 
 real_step = pipeline.point._PointHooks.step

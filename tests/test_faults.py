@@ -318,6 +318,47 @@ def test_compare_out_leaves_no_temporary_beside_what_it_writes(world, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.md", "results.tmp"]
     assert (out / "results.tmp").read_text() == "the user's\n"
 
+def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_path):
+    """The store, its artifacts and the results file on a 16 MB disk that fills up during the second
+    point (tests/ending_pipeline.py writes a filler until ENOSPC): the sweep stops with the reason,
+    no traceback; the results file holds only whole lines; the lost point is FAILED with "disk full"
+    in the sweep's words; once the filler is gone, the same grid trains only that point and no run is
+    left RUNNING."""
+    import json
+    import subprocess
+    import sys
+
+    from faults import Result, assert_clean, running_runs
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or not _mount(["-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)]):
+        pytest.skip("a small disk needs `mount -t tmpfs` (root in this container); not available here")
+    try:
+        shutil.copy(world["home"] / "store" / "mlflow.db", disk / "mlflow.db")
+        (disk / "grid.yaml").write_text("experiment: full\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+        uri = f"sqlite:///{disk / 'mlflow.db'}"
+        args = ["run", str(disk / "grid.yaml"), "--data-dir", str(world["data"]), "--tracking-uri", uri]
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}, "PYTHONUNBUFFERED": "1",
+               "END_BATCH_SIZE": "256", "END_AT": "epoch", "END_HOW": "fill", "FILL_FOLDER": str(disk)}
+        filled = subprocess.run([sys.executable, str(Path(__file__).with_name("ending_pipeline.py")), *args],
+                                cwd=disk, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                timeout=300)
+        shown = filled.stdout
+        assert "ENDING at epoch by fill" in shown and filled.returncode == 1, shown
+        assert "Traceback" not in shown and "The sweep stopped: the disk is full." in shown, shown
+        assert "disk full" in shown and len(shown.splitlines()) < 30, shown
+        lines = (disk / "pipeline-results.jsonl").read_bytes().splitlines()
+        assert [json.loads(line)["name"] for line in lines] == ["cpu bs128"]  # whole lines only
+        (disk / "filler").unlink()
+        again = pipeline(args, disk)
+        assert_clean(Result(args, again.exit_code, again.output), 0, says=("1 of 2 points already",),
+                     stores=(uri,), max_lines=40)
+        assert not running_runs(uri)
+    finally:
+        _mount(["-u", str(disk)])
+
+
 # --- 6. diagnoses that are true ------------------------------------------------------------------------
 
 # --- 7. the Python API's types -------------------------------------------------------------------------
