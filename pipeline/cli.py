@@ -190,6 +190,10 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     from pipeline.runner import Options, run_grid
 
     spec = load_grid(grid, overrides)
+    if register_name:  # refused now, not after the sweep
+        from pipeline import registry
+
+        registry.check_name(register_name, "--register")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
                       rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
@@ -446,6 +450,7 @@ def register(run_id: str | None, experiment: str | None, parent_run: str | None,
     if run_id and (rule or metric):
         raise UserError(f"--run-id names the run; drop {'--by' if rule else '--metric'}")
     registry.check_alias(alias)
+    registry.check_name(name)
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     if run_id:
         run = registry.finished_run(client, run_id)

@@ -52,10 +52,25 @@ class Registration:
         return f"models:/{self.name}@{self.alias}"
 
 
+# MLflow 3.17's limits on a registered model's alias (mlflow/utils/validation.py), checked up front.
+MAX_ALIAS_LENGTH = 255
+
+
 def check_alias(alias: str) -> None:
     """MLflow refuses 'latest' and 'v<digits>' (version references) as aliases; say so up front."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", alias) or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
         raise UserError(f"--alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>'; e.g. champion")
+    if len(alias) > MAX_ALIAS_LENGTH:
+        raise UserError(f"--alias: {len(alias)} characters, more than MLflow's {MAX_ALIAS_LENGTH}; use a shorter alias")
+
+
+def check_name(name: str, option: str = "--name") -> None:
+    """What MLflow refuses in a registered model's name, before a model or version is created: '/'
+    and ':' (they separate a models:/ URI's parts)."""
+    bad = sorted({c for c in name if c in "/:"})
+    if bad:
+        raise UserError(f"{option} {name!r}: a registered model's name may not hold {' or '.join(map(repr, bad))}; "
+                        "e.g. fashion-cnn")
 
 
 def picked_run(client, *, experiment: str | None = None, parent_run_id: str | None = None,
