@@ -104,10 +104,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            click.echo(f"error: {exc}", err=True)
-            from pipeline.store import tell_project_run
+            from pipeline.store import redact, tell_project_run
 
-            tell_project_run(str(exc))
+            click.echo(f"error: {redact(str(exc))}", err=True)  # a password in any URI it names is masked
+            tell_project_run(redact(str(exc)))
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             click.echo("interrupted: the current run and its parent are marked KILLED", err=True)
@@ -189,7 +189,9 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
             _print_registration(registry.register_best(result.tracking_uri, result.parent_run_id,
                                                        result.experiment_id, register_name))
         except UserError as exc:  # the sweep is done and recorded; only the registration failed
-            click.echo(f"--register {register_name}: {exc}", err=True)
+            from pipeline.store import redact
+
+            click.echo(f"--register {register_name}: {redact(str(exc))}", err=True)
             sys.exit(max(result.exit_code, 1))
     sys.exit(result.exit_code)
 
@@ -237,7 +239,9 @@ def validate(grid: str, overrides: tuple[str, ...]) -> None:
         console.print(target_line(spec))
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
-        console.print(f"data: root={data.root or 'search'} train_size={data.train_size or 'all'} "
+        from pipeline.store import redact
+
+        console.print(f"data: root={redact(str(data.root)) if data.root else 'search'} train_size={data.train_size or 'all'} "
                       f"test_size={data.test_size or 'all'}")
     console.print(f"ok: {sweep_size(spec)}")
 
@@ -369,11 +373,11 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
     from pipeline.records import latest_experiment_id
     from pipeline.server import check_port, run_mlflow
-    from pipeline.store import UI_OPTIONS, absolute_store_uri, open_client, resolve_tracking_uri
+    from pipeline.store import UI_OPTIONS, absolute_store_uri, open_client, redact, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
-        click.echo(f"{uri} is a tracking server; its UI is at {uri}")
+        click.echo(f"{redact(uri)} is a tracking server: its UI is at that address")
         return
     from pipeline import view
     from pipeline.store import RUNS_PAGE
@@ -389,7 +393,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
                    "this machine is on", err=True)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
-    click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
+    click.echo(f"MLflow UI for {redact(store)}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
     sys.exit(run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), *UI_OPTIONS],
                         host, port))
 
@@ -500,13 +504,13 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     A line that is not a results line (cut short, not JSON, not text) is named (FILE:LINE) and left
     as it is; the other lines are relogged, and the exit code is 2 (bad input)."""
     from pipeline import results
-    from pipeline.store import local_state_dir, resolve_tracking_uri
+    from pipeline.store import local_state_dir, redact, resolve_tracking_uri
 
     path = results_file or results.path_in(local_state_dir(resolve_tracking_uri(tracking_uri)))
     done = results.relog(path, override_uri=tracking_uri)
     click.echo(f"logged {len(done)} run(s) from {path}")
     for run in done:
-        click.echo(f"  {run.name}: run {run.run_id} in {run.tracking_uri}")
+        click.echo(f"  {run.name}: run {run.run_id} in {redact(run.tracking_uri)}")
     bad = results.bad_lines(path)
     if bad:  # bad input (exit 2), named once the good lines are in
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""

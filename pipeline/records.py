@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.names import TAG_ROLE, TAG_RUN_KEY
-from pipeline.store import first_line
+from pipeline.store import first_line, redact
 from pipeline.timing import has_end_figures
 
 
@@ -122,7 +122,7 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
         children = [record(client, run, histories, (known or {}).get(run.info.run_id), charted) for run in runs]
         experiment_name = client.get_experiment(parent.info.experiment_id).name
     except MlflowException as exc:
-        raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None
+        raise UserError(f"{redact(client.tracking_uri)}: {first_line(exc)}") from None
     return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
 
 
@@ -132,7 +132,7 @@ def _latest_sweep(client, experiment: str | None):
         if found is None:
             names = [e.name for e in every(client.search_experiments)]
             more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
-            raise UserError(f"no experiment {experiment!r} in {client.tracking_uri}; "
+            raise UserError(f"no experiment {experiment!r} in {redact(client.tracking_uri)}; "
                             f"experiments there: {', '.join(names[:NAMES_SHOWN]) or 'none'}{more}")
         experiment_ids = [found.experiment_id]
     else:
@@ -140,7 +140,7 @@ def _latest_sweep(client, experiment: str | None):
     sweeps = client.search_runs(experiment_ids, f"tags.{TAG_ROLE} = 'sweep'",
                                 order_by=["attributes.start_time DESC"], max_results=1)
     if not sweeps:
-        where = f"experiment {experiment!r}" if experiment else client.tracking_uri
+        where = f"experiment {experiment!r}" if experiment else redact(client.tracking_uri)
         raise UserError(f"no sweep (a `pipeline run` parent run) in {where}; run a grid first")
     return sweeps[0]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import UserError
 from pipeline.liveness import process_tags
 from pipeline.names import EPOCH_METRICS, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
-from pipeline.store import TrackingUnavailable, first_line, fluent_target, is_transient, open_client, ui_hint
+from pipeline.store import TrackingUnavailable, first_line, fluent_target, is_transient, open_client, redact, ui_hint
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
@@ -50,7 +50,7 @@ class Tracker:
                 experiment_id = _experiment_id(client, uri, experiment)
             name = client.get_experiment(experiment_id).name
         except MlflowException as exc:
-            raise UserError(f"tracking store {uri}: {first_line(exc)}") from None
+            raise UserError(f"tracking store {redact(uri)}: {first_line(exc)}") from None
         return cls(uri, client, experiment_id, name)
 
     @staticmethod
@@ -110,7 +110,7 @@ class Tracker:
         from mlflow.entities import RunTag
 
         metrics = as_metrics(epochs, run_metrics or {}, steps or {})
-        run_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        run_tags = [RunTag(k, redact(str(v))) for k, v in (tags or {}).items()]  # no password in a tag
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
 
@@ -152,7 +152,7 @@ class Tracker:
         """The reason as a tag (error class and message, or a hint), the traceback as an artifact."""
         reason = (reason or f"{exc.__class__.__name__}: {exc}")[:5000]
         self.log_tags(run_id, {TAG_ERROR: reason})
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        text = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         self.log_files(run_id, {ARTIFACT_TRACEBACK: text})
 
     def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *,
@@ -193,8 +193,8 @@ class Tracker:
         view when `parent_run_id` has one, else the experiment's runs."""
         from pipeline import view
 
-        command, url = ui_hint(self.uri, self.experiment_id)
-        return command, view.page(url, parent_run_id) if parent_run_id else url
+        command, url = ui_hint(self.uri, self.experiment_id)  # printed: masked
+        return redact(command), redact(view.page(url, parent_run_id) if parent_run_id else url)
 
 
 SYSTEM_METRICS_INTERVAL_S = 2.0  # MLflow's default is 10 s: most runs here are shorter

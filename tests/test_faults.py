@@ -61,6 +61,105 @@ def fresh(world, tmp_path: Path) -> dict:
 
 # --- 3. no secret in any output ------------------------------------------------------------------------
 
+PASSWORD = "Sup3r-Secret-77"
+
+
+def _secret_stores() -> dict[str, str]:
+    """URIs that hold PASSWORD: a tracking server nobody listens on, and a PostgreSQL database on port 1."""
+    from conftest import free_port
+
+    return {"http": f"http://alice:{PASSWORD}@127.0.0.1:{free_port()}",
+            "postgresql": f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:1/mlflow",
+            "postgresql-query": f"postgresql+psycopg://alice@127.0.0.1:1/mlflow?password={PASSWORD}"}
+
+
+def _relog_file(home: Path, uri: str) -> Path:
+    """A results line kept during an outage: it names the real store URI, password and all (the
+    user's own file), and relog reads the store from it."""
+    import json
+
+    path = home / "pipeline-results.jsonl"
+    path.write_text(json.dumps({"run_key": "k1", "logged": False, "tracking_uri": uri, "experiment": "existing",
+                                "name": "cpu bs256", "params": {"batch_size": 256}, "epochs": []}) + "\n")
+    return path
+
+
+# command: (its arguments with URI for the store holding the password, exit code, most lines)
+SECRET_CASES = {
+    "run": (["run", "grid.yaml", "--tracking-uri", "URI"], 2, 3),
+    "train": (["train", "--epochs", "1", "--tracking-uri", "URI"], 2, 3),
+    "compare": (["compare", "--tracking-uri", "URI"], 2, 3),
+    "register": (["register", "--experiment", "existing", "--name", "m", "--tracking-uri", "URI"], 2, 3),
+    "predict": (["predict", "--model", "models:/m@champion", "--tracking-uri", "URI"], 2, 3),
+    "relog": (["relog", "RESULTS"], 2, 3),
+    "relog --tracking-uri": (["relog", "--tracking-uri", "URI"], 2, 3),
+    "server": (["server", "--backend-store-uri", "URI", "--port", "PORT"], 2, 3),
+}
+
+
+@pytest.mark.parametrize("scheme", ["http", "postgresql"])
+@pytest.mark.parametrize("command", sorted(SECRET_CASES))
+def test_no_command_prints_the_password_of_a_store(world, tmp_path, command, scheme):
+    """Every command that reaches a store, given one whose URI holds a password (on the command line,
+    or in a results file's line), names the store with the password masked: one line, exit 2."""
+    from conftest import free_port
+
+    uri = _secret_stores()[scheme]
+    home = tmp_path / "user"
+    home.mkdir()
+    (home / "grid.yaml").write_text(GRID)
+    args, exit_code, lines = SECRET_CASES[command]
+    given = {"URI": uri, "RESULTS": str(_relog_file(home, uri)), "PORT": str(free_port())}
+    args = [given.get(a, a) for a in args]
+    result = Command(args, exit_code, says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), watched=(home,),
+                     max_lines=lines).check(home)
+    assert result.output.startswith("error: "), result.output
+
+
+@pytest.mark.parametrize("scheme", ["http", "postgresql", "postgresql-query"])
+def test_ui_never_prints_the_password(tmp_path, scheme):
+    """`pipeline ui` on a tracking server names it once, masked (it printed the password twice); on a
+    database it cannot reach, one masked error line, whether the password is in the user part or
+    in the query (?password=)."""
+    uri = _secret_stores()[scheme]
+    exit_code = 0 if scheme == "http" else 2
+    masked = "password=***" if scheme == "postgresql-query" else "alice:***@127.0.0.1"
+    Command(["ui", "--tracking-uri", uri], exit_code, says=(masked,), secrets=(PASSWORD,),
+            watched=(tmp_path,)).check(tmp_path)
+
+
+def test_commands_without_a_store_never_print_a_password_from_the_environment_or_a_path(world, tmp_path):
+    """validate, data and devices: a URI with a password in $MLFLOW_TRACKING_URI is never printed,
+    nor one given where a folder was expected (it comes back as a normalised path, http:/alice:...)."""
+    uri = _secret_stores()["http"]
+    env = {"MLFLOW_TRACKING_URI": uri}
+    (tmp_path / "grid.yaml").write_text(GRID)
+    Command(["validate", "grid.yaml", "--set", f"data.root={uri}/data"], 0, says=("alice:***@",),
+            secrets=(PASSWORD,), watched=(tmp_path,), env=env, max_lines=12).check(tmp_path)
+    Command(["data", "--data-dir", f"{uri}/data"], 2, says=("alice:***@",), secrets=(PASSWORD,),
+            watched=(tmp_path,), env=env).check(tmp_path)
+    Command(["devices"], 0, secrets=(PASSWORD,), watched=(tmp_path,), env=env, max_lines=40).check(tmp_path)
+
+
+def test_a_sweep_on_a_server_named_with_its_password_prints_and_tags_none(tracking_server, data_dir, tmp_path):
+    """A sweep that trains and is compared prints its store and the UI link (the printed UI address
+    for a server); with user:password in the server's URI none of those lines, nor any tag, holds it."""
+    import mlflow
+
+    uri = tracking_server.replace("http://", f"http://alice:{PASSWORD}@")
+    (tmp_path / "grid.yaml").write_text(GRID.replace("existing", "secret-sweep"))
+    ran = Command(["run", "grid.yaml", "--data-dir", str(data_dir), "--tracking-uri", uri], 0,
+                  says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), max_lines=40).check(tmp_path)
+    compared = Command(["compare", "--experiment", "secret-sweep", "--tracking-uri", uri], 0,
+                       says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), max_lines=60).check(tmp_path)
+    assert "In the MLflow UI: http://alice:***@127.0.0.1" in compared.output, ran.output + compared.output
+    client = mlflow.MlflowClient(tracking_server)
+    experiment = client.get_experiment_by_name("secret-sweep")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 2
+    assert not [(r.info.run_id, k) for r in runs for k, v in r.data.tags.items() if PASSWORD in v]
+
+
 # --- 4. honest states however a process ends ----------------------------------------------------------
 
 # --- 5. checks before the work -------------------------------------------------------------------------
