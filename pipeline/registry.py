@@ -20,7 +20,7 @@ from typing import Any
 from pipeline.config import KEYS
 from pipeline.errors import UserError
 from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TAG_DEVICE, TAG_HARDWARE, TAG_ROLE
-from pipeline.records import all_runs, every
+from pipeline.records import all_runs, deleted_experiment, every, sweep_parent
 from pipeline.store import first_line, fluent_target, redact
 
 TAG_SOURCE_RUN = "pipeline.source_run"
@@ -92,7 +92,7 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
 
     try:
         if parent_run_id:
-            parent = client.get_run(parent_run_id)
+            parent = sweep_parent(client, parent_run_id)
             experiment_ids = [parent.info.experiment_id]
             where = f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'"
             scope = f"sweep {parent_run_id}"
@@ -100,6 +100,8 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
             found = client.get_experiment_by_name(experiment)
             if found is None:
                 raise UserError(f"no experiment {experiment!r} in {redact(client.tracking_uri)}; check --experiment")
+            if found.lifecycle_stage == "deleted":
+                raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
             experiment_ids = [found.experiment_id]
             where = f"tags.`{TAG_ROLE}` != 'sweep'"
             scope = f"experiment {experiment!r}"

@@ -324,10 +324,9 @@ def _experiment_id(client, uri: str, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage == "deleted":
-            raise UserError(
-                f"experiment {name!r} is deleted in {uri}; restore it "
-                f"(mlflow experiments restore --experiment-id {found.experiment_id}) or choose another name"
-            )
+            from pipeline.records import deleted_experiment
+
+            raise deleted_experiment(uri, name, found.experiment_id)
         return found.experiment_id
     try:
         return client.create_experiment(name)
