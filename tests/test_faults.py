@@ -166,6 +166,101 @@ def test_a_sweep_on_a_server_named_with_its_password_prints_and_tags_none(tracki
 
 # --- 6. diagnoses that are true ------------------------------------------------------------------------
 
+
+def _sweep_and_point(uri: str) -> tuple[str, str]:
+    """The world's sweep (parent run id) and one of its grid points (a child run id)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    return child.data.tags["mlflow.parentRunId"], child.info.run_id
+
+
+@pytest.mark.parametrize("option", ["--parent-run", "--baseline"])
+def test_a_grid_point_given_for_a_sweep_is_named_with_its_sweep(world, option):
+    """compare --parent-run CHILD (or --baseline CHILD) said the sweep had "no FINISHED runs"; it is a
+    grid point, and the error names its sweep and the id to pass instead."""
+    parent, child = _sweep_and_point(world["uri"])
+    Command(["compare", option, child, "--tracking-uri", world["uri"]], 2,
+            says=(f"run {child} is a grid point of sweep ", f"({parent}); pass {option} {parent}"),
+            stores=(world["uri"],), watched=(world["home"],)).check(world["home"])
+
+
+def test_register_given_a_grid_point_for_a_sweep_names_its_sweep(world):
+    parent, child = _sweep_and_point(world["uri"])
+    Command(["register", "--parent-run", child, "--name", "fashion", "--tracking-uri", world["uri"]], 2,
+            says=(f"run {child} is a grid point of sweep ", f"pass --parent-run {parent}"),
+            watched=(world["home"],)).check(world["home"])
+
+
+def test_a_deleted_experiment_is_named_deleted_and_the_printed_restore_works(world, tmp_path):
+    """An experiment deleted in the UI (or client.delete_experiment) was told to "run a grid first",
+    which `run` refuses. Every command names it deleted, with the restore command; that command,
+    run as printed, brings the sweep back."""
+    import shlex
+    import subprocess
+    import sys
+
+    import mlflow
+
+    copy = fresh(world, tmp_path)
+    uri, home = copy["uri"], copy["home"]
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("existing")
+    parent, child = _sweep_and_point(uri)
+    client.delete_experiment(experiment.experiment_id)
+    deleted = (f"experiment 'existing' (id {experiment.experiment_id}) is deleted in {uri}",
+               f"mlflow experiments restore --experiment-id {experiment.experiment_id}`")
+    for args in (["compare", "--experiment", "existing"], ["compare", "--parent-run", parent],
+                 ["register", "--experiment", "existing", "--name", "fashion"],
+                 ["register", "--experiment", "existing", "--name", "fashion", "--metric", "test_accuracy"],
+                 ["run", str(copy["grid"]), "--data-dir", str(copy["data"])]):
+        result = Command([*args, "--tracking-uri", uri], 2, says=deleted, stores=(uri,),
+                         watched=(home,)).check(home)
+    # A deleted run's model is still there: predict reads it, and says nothing untrue.
+    Command(["predict", "--model", f"runs:/{child}/model", "--data-dir", str(copy["data"]), "--limit", "10",
+             "--tracking-uri", uri], 0, says=("accuracy ",), watched=(home,), max_lines=20).check(home)
+    restore = result.output.split("restore it with `")[1].split("`")[0]
+    variable, command = restore.split(" ", 1)
+    name, value = variable.split("=", 1)
+    mlflow_cli = [str(Path(sys.executable).with_name("mlflow")), *shlex.split(command)[1:]]
+    subprocess.run(mlflow_cli, env={**_clean_env(), name: value}, check=True, capture_output=True, timeout=120)
+    Command(["compare", "--experiment", "existing", "--tracking-uri", uri], 0, max_lines=40).check(home)
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+
+@pytest.mark.parametrize("uri, module, package", [
+    ("s3://bucket/models/fashion", "boto3", "boto3"),
+    ("gs://bucket/models/fashion", "google.cloud.storage", "google-cloud-storage"),
+    ("abfss://models@account.dfs.core.windows.net/fashion", "azure.storage.filedatalake",
+     "azure-storage-file-datalake"),
+    ("hdfs://127.0.0.1:1/models/fashion", "HADOOP_HOME", "pyarrow (pip install pyarrow) with a Hadoop client"),
+])
+def test_a_remote_model_without_its_client_library_names_the_package(world, uri, module, package):
+    """predict --model s3://... without boto3 printed a traceback, hdfs://... 89 lines of JVM loader
+    noise: the scheme is checked first, and the package to install named in one line."""
+    import importlib.util
+    import os
+
+    if module == "HADOOP_HOME":
+        if os.environ.get("HADOOP_HOME") or os.environ.get("ARROW_LIBHDFS_DIR"):
+            pytest.skip("a Hadoop client is configured here")
+    else:
+        try:
+            if importlib.util.find_spec(module) is not None:
+                pytest.skip(f"{module} is installed here")
+        except ModuleNotFoundError:
+            pass
+    Command(["predict", "--model", uri, "--data-dir", str(world["data"]), "--limit", "10"], 2,
+            says=(f"--model {uri}: reading {uri.split(':')[0]}:// needs {package}",),
+            watched=(world["home"],)).check(world["home"])
+
 # --- 7. the Python API's types -------------------------------------------------------------------------
 
 
