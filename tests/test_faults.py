@@ -264,6 +264,39 @@ def test_a_remote_model_without_its_client_library_names_the_package(world, uri,
 # --- 7. the Python API's types -------------------------------------------------------------------------
 
 
+def test_numpy_values_through_the_api_are_the_points_the_cli_ran(world, tmp_path):
+    """np.int64(256) was refused ("got np.int64(256); expected a positive integer"): it is the
+    same point as the CLI's 256, so the world's finished sweep makes it DONE, with nothing trained."""
+    import numpy as np
+
+    from pipeline import api
+
+    copy = fresh(world, tmp_path)
+    grid = {"experiment": "existing", "grid": {"batch_size": [np.int64(256)], "device": [np.str_("cpu")],
+                                               "shuffle": np.bool_(True), "lr": [np.float32(0.01)]}}
+    sweep = api.run(grid, tracking_uri=copy["uri"], data_dir=str(copy["data"]), repeats=np.int64(1))
+    assert [o.status for o in sweep.outcomes] == ["DONE"]
+    assert sweep.exit_code == 0 and sweep.parent_run_id is None
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ("epochs=2", "overrides: got a string 'epochs=2'; pass a list, e.g. overrides=['epochs=2']"),
+    ({"epochs": 2}, "overrides: got dict {'epochs': 2}; pass a list"),
+    (["epochs=2", 3], "overrides[1]: got 3; each item is a \"KEY=VALUE\" string"),
+])
+def test_overrides_that_are_not_a_list_of_strings_are_refused_by_name(world, overrides, says):
+    """overrides="epochs=2" was read one character at a time ("e", "p", ...); it is refused by name,
+    before the store is opened: nothing in the user's folder changes."""
+    from pipeline import api
+    from pipeline.errors import UserError
+
+    before = tree(world["home"])
+    with pytest.raises(UserError) as raised:
+        api.run(str(world["grid"]), tracking_uri=world["uri"], data_dir=str(world["data"]), overrides=overrides)
+    assert str(raised.value).startswith(says)
+    assert tree(world["home"]) == before
+
+
 def test_the_harness_sees_a_changed_file(world, tmp_path):
     """The checksum walk is what every case rests on: a file changed, added or removed is seen."""
     copy = fresh(world, tmp_path)
