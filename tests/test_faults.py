@@ -99,7 +99,7 @@ SECRET_CASES = {
 
 @pytest.mark.parametrize("scheme", ["http", "postgresql"])
 @pytest.mark.parametrize("command", sorted(SECRET_CASES))
-def test_no_command_prints_the_password_of_a_store(world, tmp_path, command, scheme):
+def test_no_command_prints_the_password_of_a_store(tmp_path, command, scheme):
     """Every command that reaches a store, given one whose URI holds a password (on the command line,
     or in a results file's line), names the store with the password masked: one line, exit 2."""
     from conftest import free_port
@@ -128,7 +128,7 @@ def test_ui_never_prints_the_password(tmp_path, scheme):
             watched=(tmp_path,)).check(tmp_path)
 
 
-def test_commands_without_a_store_never_print_a_password_from_the_environment_or_a_path(world, tmp_path):
+def test_commands_without_a_store_never_print_a_password_from_the_environment_or_a_path(tmp_path):
     """validate, data and devices: a URI with a password in $MLFLOW_TRACKING_URI is never printed,
     nor one given where a folder was expected (it comes back as a normalised path, http:/alice:...)."""
     uri = _secret_stores()["http"]
