@@ -48,6 +48,7 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_grid
 
+    _check_overrides(overrides)
     spec = load_grid(grid, overrides, name=experiment or "notebook")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir, rerun=rerun,
                       checkpoint=checkpoint, fail_fast=fail_fast, system_metrics=system_metrics,
@@ -57,6 +58,22 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
         else _empty()
     return SweepRun(result.parent_run_id, result.experiment_id, result.tracking_uri, result.outcomes,
                     comparison, result.exit_code, result.stopped)
+
+
+def _check_overrides(overrides: Any) -> None:
+    """`overrides` is a list or tuple of "KEY=VALUE" strings: a bare string would be read one
+    character at a time, so it is refused by name (UserError), like any other type."""
+    from pipeline.errors import UserError
+
+    if isinstance(overrides, (str, bytes)):
+        text = overrides.decode(errors="replace") if isinstance(overrides, bytes) else overrides
+        raise UserError(f"overrides: got a string {text!r}; pass a list, e.g. overrides=[{text!r}]")
+    if not isinstance(overrides, (list, tuple)):
+        raise UserError(f"overrides: got {type(overrides).__name__} {overrides!r}; pass a list of \"KEY=VALUE\" "
+                        "strings, e.g. overrides=['epochs=2']")
+    for index, item in enumerate(overrides):
+        if not isinstance(item, str):
+            raise UserError(f"overrides[{index}]: got {item!r}; each item is a \"KEY=VALUE\" string, e.g. 'epochs=2'")
 
 
 def compare(experiment: str | None = None, parent_run: str | None = None,

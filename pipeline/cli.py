@@ -104,10 +104,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            click.echo(f"error: {exc}", err=True)
-            from pipeline.store import tell_project_run
+            from pipeline.store import redact, tell_project_run
 
-            tell_project_run(str(exc))
+            click.echo(f"error: {redact(str(exc))}", err=True)  # a password in any URI it names is masked
+            tell_project_run(redact(str(exc)))
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             click.echo("interrupted: the current run and its parent are marked KILLED", err=True)
@@ -115,16 +115,16 @@ class _Group(click.Group):
         except Exception as exc:  # an MlflowException no caller mapped: one line, never a traceback
             from mlflow.exceptions import MlflowException
 
-            from pipeline.store import TrackingUnavailable, short_cause, user_error
+            from pipeline.store import TrackingUnavailable, redact, short_cause, user_error
 
             if isinstance(exc, TrackingUnavailable):
-                click.echo(f"error: the tracking store {exc}; run the command again once it answers", err=True)
+                click.echo(redact(f"error: the tracking store {exc}; run the command again once it answers"), err=True)
                 ctx.exit(1)
             if not isinstance(exc, MlflowException):
                 raise
             mapped = user_error(exc, "MLflow refused the request")
-            click.echo(f"error: {mapped}" if mapped else f"error: the tracking store failed ({exc.error_code}: "
-                       f"{short_cause(exc)})", err=True)
+            click.echo(redact(f"error: {mapped}" if mapped else f"error: the tracking store failed ({exc.error_code}: "
+                              f"{short_cause(exc)})"), err=True)
             ctx.exit(2 if mapped else 1)
 
 
@@ -207,7 +207,9 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
             _print_registration(registry.register_best(result.tracking_uri, result.parent_run_id,
                                                        result.experiment_id, register_name))
         except UserError as exc:  # the sweep is done and recorded; only the registration failed
-            click.echo(f"--register {register_name}: {exc}", err=True)
+            from pipeline.store import redact
+
+            click.echo(f"--register {register_name}: {redact(str(exc))}", err=True)
             sys.exit(max(result.exit_code, 1))
     sys.exit(result.exit_code)
 
@@ -255,7 +257,9 @@ def validate(grid: str, overrides: tuple[str, ...]) -> None:
         console.print(target_line(spec))
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
-        console.print(f"data: root={data.root or 'search'} train_size={data.train_size or 'all'} "
+        from pipeline.store import redact
+
+        console.print(f"data: root={redact(str(data.root)) if data.root else 'search'} train_size={data.train_size or 'all'} "
                       f"test_size={data.test_size or 'all'}")
     console.print(f"ok: {sweep_size(spec)}")
 
@@ -391,11 +395,11 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
     from pipeline.records import latest_experiment_id
     from pipeline.server import check_port, run_mlflow
-    from pipeline.store import UI_OPTIONS, absolute_store_uri, open_client, resolve_tracking_uri
+    from pipeline.store import UI_OPTIONS, absolute_store_uri, open_client, redact, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
-        click.echo(f"{uri} is a tracking server; its UI is at {uri}")
+        click.echo(f"{redact(uri)} is a tracking server: its UI is at that address")
         return
     from pipeline import view
     from pipeline.store import RUNS_PAGE
@@ -411,7 +415,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
                    "this machine is on", err=True)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
-    click.echo(f"MLflow UI for {store}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
+    click.echo(f"MLflow UI for {redact(store)}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
     sys.exit(run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), *UI_OPTIONS],
                         host, port))
 
@@ -525,14 +529,14 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     store refuses (or whose model file is gone) marks that run FAILED with the reason and stays for
     a relog after the fix; the other lines are relogged, and the exit code is 1."""
     from pipeline import results
-    from pipeline.store import local_state_dir, resolve_tracking_uri
+    from pipeline.store import local_state_dir, redact, resolve_tracking_uri
 
     path = results_file or results.path_in(local_state_dir(resolve_tracking_uri(tracking_uri)))
     done = results.relog(path, override_uri=tracking_uri)
     logged, failed = [run for run in done if not run.error], [run for run in done if run.error]
     click.echo(f"logged {len(logged)} run(s) from {path}")
     for run in logged:
-        click.echo(f"  {run.name}: run {run.run_id} in {run.tracking_uri}")
+        click.echo(f"  {run.name}: run {run.run_id} in {redact(run.tracking_uri)}")
     if failed:  # one line for them all: the first, and how many more
         first, more = failed[0], f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         marked = f"run {first.run_id} FAILED: " if first.run_id else ""

@@ -25,6 +25,7 @@ import dataclasses
 import difflib
 import math
 import os
+import numbers
 import re
 import stat
 from collections.abc import Hashable, Mapping, Sequence
@@ -90,11 +91,26 @@ class GridSpec:
 # short description of what is allowed.
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar (np.int64(100), np.float32(0.01), np.bool_(True): what a DataFrame, np.arange or
+    np.logspace hands the Python API) as the Python value it holds; anything else as it is. numpy is
+    not imported here (nor needed): a numpy value names its module, and `.item()` is its own."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        plain = value.item()
+        if isinstance(plain, float) and getattr(value, "itemsize", 8) < 8:
+            # np.float32(0.01).item() is 0.009999999776...: the float32's shortest decimal (0.01) is
+            # what the user wrote, and what run names and run keys should hold.
+            return float(str(value))
+        return plain
+    return value
+
+
 def _number(value: Any) -> float:
     # YAML 1.1 reads `1e-3` as a string and `yes`/`no` as booleans: coerce numbers deliberately.
+    value = _plain(value)
     if isinstance(value, bool):
         raise ValueError
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real):  # int, float, and any registered number type
         return float(value)
     if isinstance(value, str):
         return float(value.strip())
@@ -132,8 +148,9 @@ def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:
     allowed = f"{lower} up to {maximum:,}".replace(",", "_")
 
     def check(value: Any) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            number: float | int = value  # exact: a float would round 2**63 and beyond
+        value = _plain(value)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            number: float | int = int(value)  # exact: a float would round 2**63 and beyond
         else:
             try:
                 number = _number(value)
@@ -162,6 +179,7 @@ def _precision(value: Any) -> str:
 
 
 def _boolean(value: Any) -> bool:
+    value = _plain(value)
     if not isinstance(value, bool):
         raise ValueError("true or false")
     return value
@@ -278,6 +296,7 @@ _margin = _float_check("a number >= 0 and below 1, e.g. 0.005 (half a point of a
 
 
 def _nonempty_string(value: Any, allowed: str) -> str:
+    value = _plain(value)
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
         raise ValueError(allowed)
     return str(value).strip()
@@ -589,6 +608,7 @@ def _axis(key: str, values: Any, where: str) -> tuple[Any, ...]:
 
 
 def _boolean_setting(key: str, value: Any, where: str) -> bool:
+    value = _plain(value)
     if not isinstance(value, bool):
         raise UserError(f"{where}{key}: got {value!r}; expected true or false")
     return value

@@ -158,12 +158,12 @@ class RayExecutor:
                                 "start it with `ray start --head` or drop --ray-address") from None
         self.nodes = len([n for n in ray.nodes() if n.get("Alive")])
         self.resources = ray.cluster_resources()
-        from pipeline.store import sqlite_path
+        from pipeline.store import redact, sqlite_path
 
         if sqlite_path(tracking_uri) is not None and self.nodes > 1:
             self.close()
             raise UserError(
-                f"tracking store {tracking_uri} is a local sqlite file, which the {self.nodes} nodes of this Ray "
+                f"tracking store {redact(tracking_uri)} is a local sqlite file, which the {self.nodes} nodes of this Ray "
                 "cluster cannot share; start a tracking server (`pipeline server`) and pass --tracking-uri http://HOST:5000"
             )
 

@@ -145,7 +145,8 @@ def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: "
 
     by_id = bool(_RUN_ID.fullmatch(baseline))
     try:
-        sweep = read_sweep(client, None if by_id else baseline, baseline if by_id else None, histories=histories)
+        sweep = read_sweep(client, None if by_id else baseline, baseline if by_id else None, histories=histories,
+                           option="--baseline")
     except UserError as exc:
         raise UserError(f"--baseline {baseline}: {exc}") from None
     if sweep.run_id == current.run_id:

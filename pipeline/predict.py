@@ -7,6 +7,9 @@ are inverted), scaled to [0, 1].
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import torch
 
 from pipeline.errors import UserError
 from pipeline.model import CLASSES
-from pipeline.store import first_line
+from pipeline.store import first_line, redact
 
 SIDE = 28
 # Larger images are refused before they are decoded: 8000x8000 is past any photo of a garment, and a
@@ -42,9 +45,45 @@ def check_inputs(device: str, images: tuple[Path, ...], split_options: bool) -> 
     return target
 
 
+# A model in remote storage is read by that storage's client library, which MLflow imports only when it
+# downloads: without it, a traceback (s3, gs, azure) or a page of JVM loader lines (hdfs).
+REMOTE_CLIENTS = {  # scheme: (the module MLflow imports, what to install)
+    "s3": ("boto3", "boto3 (pip install boto3)"),
+    "gs": ("google.cloud.storage", "google-cloud-storage (pip install google-cloud-storage)"),
+    "wasbs": ("azure.storage.filedatalake", "azure-storage-file-datalake (pip install azure-storage-file-datalake "
+                                             "azure-identity)"),
+    "abfss": ("azure.storage.filedatalake", "azure-storage-file-datalake (pip install azure-storage-file-datalake "
+                                             "azure-identity)"),
+    "hdfs": ("pyarrow", "pyarrow (pip install pyarrow) with a Hadoop client (HADOOP_HOME, JAVA_HOME, and "
+                        "CLASSPATH=$(hadoop classpath --glob))"),
+    "viewfs": ("pyarrow", "pyarrow (pip install pyarrow) with a Hadoop client (HADOOP_HOME, JAVA_HOME, and "
+                          "CLASSPATH=$(hadoop classpath --glob))"),
+}
+
+
+def check_remote_client(model_uri: str) -> None:
+    """A model URI in remote storage (s3://, gs://, wasbs://, abfss://, hdfs://) needs that storage's
+    client library: name the package to install (UserError) before anything is loaded."""
+    scheme = urllib.parse.urlparse(model_uri).scheme.lower()
+    if scheme not in REMOTE_CLIENTS:
+        return
+    module, package = REMOTE_CLIENTS[scheme]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package (google.cloud, azure.storage) is missing too
+        found = False
+    if module == "pyarrow":  # libhdfs is found through HADOOP_HOME (or ARROW_LIBHDFS_DIR), else the JVM search
+        found = found and bool(os.environ.get("HADOOP_HOME") or os.environ.get("ARROW_LIBHDFS_DIR"))
+    if not found:
+        raise UserError(f"--model {redact(model_uri)}: reading {scheme}:// needs {package}; install it, or copy "
+                        "the model to a local folder and pass that path")
+
+
 def check_store(model_uri: str, tracking_uri: str) -> None:
     """A registered or logged model is read through the tracking store: fail in seconds (UserError)
-    when it is absent (MLflow would create an empty one) or does not answer (MLflow retries for minutes)."""
+    when it is absent (MLflow would create an empty one) or does not answer (MLflow retries for minutes).
+    A model in remote storage needs its client library (check_remote_client)."""
+    check_remote_client(model_uri)
     if model_uri.startswith(("models:/", "runs:/")):
         from pipeline.store import open_client
 
@@ -60,9 +99,9 @@ def load(uri: str, device: torch.device) -> torch.nn.Module:
         model = mlflow.pytorch.load_model(uri, map_location=device)
     except MlflowException as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UserError(f"--model {uri}: {first}") from None
+        raise UserError(f"--model {redact(uri)}: {redact(first)}") from None
     except OSError as exc:
-        raise UserError(f"--model {uri}: {exc}") from None
+        raise UserError(f"--model {redact(uri)}: {redact(str(exc))}") from None
     return model.to(device).eval()
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
-from pipeline.store import first_line
+from pipeline.store import first_line, redact
 from pipeline.timing import has_end_figures
 
 
@@ -109,9 +109,34 @@ def experiment_id_of(client, name: str) -> str | None:
     return found.experiment_id if found is not None and found.lifecycle_stage != "deleted" else None
 
 
+def deleted_experiment(uri: str, name: str, experiment_id: str) -> UserError:
+    """The error for an experiment that was deleted (client.delete_experiment, the UI's delete): its
+    runs are hidden, not gone, so say how to restore it rather than to run a grid first."""
+    return UserError(f"experiment {name!r} (id {experiment_id}) is deleted in {redact(uri)}; restore it with "
+                     f"`MLFLOW_TRACKING_URI={redact(uri)} mlflow experiments restore --experiment-id {experiment_id}`,"
+                     " or use another experiment name")
+
+
+def sweep_parent(client, run_id: str, option: str = "--parent-run"):
+    """The run `run_id`, which should be a sweep's parent run; UserError naming the sweep when it is
+    one of a sweep's grid points (a child run), with the id to pass to `option` instead."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    run = client.get_run(run_id)
+    parent_id = run.data.tags.get(MLFLOW_PARENT_RUN_ID)
+    if parent_id and run.data.tags.get(TAG_ROLE) != "sweep":
+        try:
+            name = repr(client.get_run(parent_id).info.run_name) + " "
+        except MlflowException:  # the parent was deleted for good: its id is still the one to name
+            name = ""
+        raise UserError(f"run {run_id} is a grid point of sweep {name}({parent_id}); pass {option} {parent_id}")
+    return run
+
+
 def read_sweep(client, experiment: str | None = None, parent_run_id: str | None = None,
                histories: tuple[str, ...] = (), known: dict[str, dict[str, list[float]]] | None = None,
-               charted: tuple[str, ...] = ()) -> SweepRecord:
+               charted: tuple[str, ...] = (), option: str = "--parent-run") -> SweepRecord:
     """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
 
     The children come from paged searches, each with the last value of every metric: the figures a
@@ -119,20 +144,24 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
     only as `record` says: `charted` for every child, `histories` for a child without end figures.
     `known`: histories by run id that the caller logged itself, not read back (a sweep's own runs).
 
-    Raises UserError when there is nothing to read.
+    Raises UserError when there is nothing to read, when `parent_run_id` is a grid point (naming its
+    sweep, and `option` as the way to pass it) and when the sweep's experiment is deleted.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
     try:
-        parent = client.get_run(parent_run_id) if parent_run_id else _latest_sweep(client, experiment)
+        parent = sweep_parent(client, parent_run_id, option) if parent_run_id else _latest_sweep(client, experiment)
+        found = client.get_experiment(parent.info.experiment_id)
+        if found.lifecycle_stage == "deleted":
+            raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
         runs = all_runs(client, [parent.info.experiment_id],
                         f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
                         order_by=["attributes.start_time ASC"])
         children = [record(client, run, histories, (known or {}).get(run.info.run_id), charted) for run in runs]
-        experiment_name = client.get_experiment(parent.info.experiment_id).name
+        experiment_name = found.name
     except MlflowException as exc:
-        raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None
+        raise UserError(f"{redact(client.tracking_uri)}: {first_line(exc)}") from None
     return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
 
 
@@ -142,15 +171,17 @@ def _latest_sweep(client, experiment: str | None):
         if found is None:
             names = [e.name for e in every(client.search_experiments)]
             more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
-            raise UserError(f"no experiment {experiment!r} in {client.tracking_uri}; "
+            raise UserError(f"no experiment {experiment!r} in {redact(client.tracking_uri)}; "
                             f"experiments there: {', '.join(names[:NAMES_SHOWN]) or 'none'}{more}")
+        if found.lifecycle_stage == "deleted":
+            raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
         experiment_ids = [found.experiment_id]
     else:
         experiment_ids = [e.experiment_id for e in every(client.search_experiments)]
     sweeps = client.search_runs(experiment_ids, f"tags.{TAG_ROLE} = 'sweep'",
                                 order_by=["attributes.start_time DESC"], max_results=1)
     if not sweeps:
-        where = f"experiment {experiment!r}" if experiment else client.tracking_uri
+        where = f"experiment {experiment!r}" if experiment else redact(client.tracking_uri)
         raise UserError(f"no sweep (a `pipeline run` parent run) in {where}; run a grid first")
     return sweeps[0]
 

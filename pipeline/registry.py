@@ -20,8 +20,8 @@ from typing import Any
 from pipeline.config import KEYS
 from pipeline.errors import UserError
 from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TAG_DEVICE, TAG_HARDWARE, TAG_ROLE
-from pipeline.records import all_runs, every
-from pipeline.store import first_line, fluent_target
+from pipeline.records import all_runs, deleted_experiment, every, sweep_parent
+from pipeline.store import first_line, fluent_target, redact
 
 TAG_SOURCE_RUN = "pipeline.source_run"
 TAG_METRIC = "pipeline.metric"  # a version picked by --metric: which metric
@@ -107,20 +107,22 @@ def best_run(client, *, experiment: str | None = None, parent_run_id: str | None
 
     try:
         if parent_run_id:
-            parent = client.get_run(parent_run_id)
+            parent = sweep_parent(client, parent_run_id)
             experiment_ids = [parent.info.experiment_id]
             where = f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'"
             scope = f"sweep {parent_run_id}"
         else:
             found = client.get_experiment_by_name(experiment)
             if found is None:
-                raise UserError(f"no experiment {experiment!r} in {client.tracking_uri}; check --experiment")
+                raise UserError(f"no experiment {experiment!r} in {redact(client.tracking_uri)}; check --experiment")
+            if found.lifecycle_stage == "deleted":
+                raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
             experiment_ids = [found.experiment_id]
             where = f"tags.`{TAG_ROLE}` != 'sweep'"
             scope = f"experiment {experiment!r}"
         runs = all_runs(client, experiment_ids, f"{where} and attributes.status = 'FINISHED'")
     except MlflowException as exc:
-        raise UserError(f"{client.tracking_uri}: {first_line(exc)}") from None
+        raise UserError(f"{redact(client.tracking_uri)}: {first_line(exc)}") from None
     if not runs:
         raise UserError(f"{scope} has no FINISHED training runs to register; train a grid first")
     scored = [r for r in runs if metric in r.data.metrics and not math.isnan(r.data.metrics[metric])]
@@ -138,7 +140,7 @@ def finished_run(client, run_id: str):
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        raise UserError(f"--run-id {run_id}: no such run in {client.tracking_uri}") from None
+        raise UserError(f"--run-id {run_id}: no such run in {redact(client.tracking_uri)}") from None
     if run.info.status != "FINISHED":
         raise UserError(f"--run-id {run_id}: the run is {run.info.status}, not FINISHED; register a finished run")
     return run

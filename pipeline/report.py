@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pipeline.grid import SHOWN_POINTS, format_value, grid_size, run_count
+from pipeline.store import redact
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -137,7 +138,7 @@ class Reporter:
     def sweep_start(self, tracker: "Tracker", parent_id: str, spec: "GridSpec") -> None:
         self.console.print(
             f"experiment {tracker.experiment_name!r} (id {tracker.experiment_id}), parent run {parent_id}, "
-            f"{sweep_size(spec)}, store {tracker.uri}"
+            f"{sweep_size(spec)}, store {redact(tracker.uri)}"
         )
 
     # --- during training ------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ class Reporter:
         """A point finished on a Ray worker."""
         final = outcome.final
         result = (f"test acc {final.test_accuracy:.4f}, {outcome.mean_epoch_s:.2f} s/epoch on {outcome.device}"
-                  if final and outcome.status == "FINISHED" else outcome.reason)
+                  if final and outcome.status == "FINISHED" else redact(outcome.reason))
         self.console.print(f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: "
                            f"{_status(outcome.status)} {result}")
 
@@ -202,7 +203,7 @@ class Reporter:
         if outcome.status == "FINISHED":
             return
         colour = "red" if outcome.status == "FAILED" else "yellow"
-        self.console.print(f"  [{colour}]{outcome.status}[/]: {outcome.reason}")
+        self.console.print(f"  [{colour}]{outcome.status}[/]: {redact(outcome.reason)}")
 
     # --- after training ------------------------------------------------------------------------------
 
@@ -250,7 +251,7 @@ class Reporter:
             if o.status in ("SKIPPED", "FAILED", "KILLED", "NOT RUN", "UNLOGGED"):
                 grouped.setdefault((o.status, o.reason), []).append(f"#{o.point.index}")
         for (status, reason), where in grouped.items():
-            self.console.print(f"  {status.lower()} {', '.join(where)}: {reason}")
+            self.console.print(f"  {status.lower()} {', '.join(where)}: {redact(reason)}")
         if comparison is not None and not comparison.table.empty:
             self.speedups(comparison)
             self.console.print("Charts and tables: the parent run's comparison/ artifacts; "

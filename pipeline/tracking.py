@@ -24,7 +24,7 @@ from pipeline.errors import UserError
 from pipeline.liveness import process_tags
 from pipeline.names import EPOCH_METRICS, FAILED, FINISHED, KILLED, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
 from pipeline.store import (TrackingUnavailable, experiment_name_problem, first_line, fluent_target, is_transient,
-                            open_client, ui_hint, user_error)
+                            open_client, redact, ui_hint, user_error)
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
@@ -53,7 +53,7 @@ class Tracker:
                 experiment_id = _experiment_id(client, uri, experiment)
             name = client.get_experiment(experiment_id).name
         except MlflowException as exc:
-            raise user_error(exc, f"tracking store {uri}") or UserError(f"tracking store {uri}: {first_line(exc)}") from None
+            raise user_error(exc, f"tracking store {redact(uri)}") or UserError(f"tracking store {redact(uri)}: {first_line(exc)}") from None
         return cls(uri, client, experiment_id, name)
 
     @staticmethod
@@ -116,7 +116,7 @@ class Tracker:
         from mlflow.entities import RunTag
 
         metrics = as_metrics(epochs, run_metrics or {}, steps or {})
-        run_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        run_tags = [RunTag(k, redact(str(v))) for k, v in (tags or {}).items()]  # no password in a tag
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
 
@@ -158,7 +158,7 @@ class Tracker:
         """The reason as a tag (error class and message, or a hint), the traceback as an artifact."""
         reason = (reason or f"{exc.__class__.__name__}: {exc}")[:5000]
         self.log_tags(run_id, {TAG_ERROR: reason})
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        text = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         self.log_files(run_id, {ARTIFACT_TRACEBACK: text})
 
     def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *,
@@ -219,8 +219,8 @@ class Tracker:
         view when `parent_run_id` has one, else the experiment's runs."""
         from pipeline import view
 
-        command, url = ui_hint(self.uri, self.experiment_id)
-        return command, view.page(url, parent_run_id) if parent_run_id else url
+        command, url = ui_hint(self.uri, self.experiment_id)  # printed: masked
+        return redact(command), redact(view.page(url, parent_run_id) if parent_run_id else url)
 
 
 SYSTEM_METRICS_INTERVAL_S = 2.0  # MLflow's default is 10 s: most runs here are shorter
@@ -362,10 +362,9 @@ def _experiment_id(client, uri: str, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage == "deleted":
-            raise UserError(
-                f"experiment {name!r} is deleted in {uri}; restore it "
-                f"(mlflow experiments restore --experiment-id {found.experiment_id}) or choose another name"
-            )
+            from pipeline.records import deleted_experiment
+
+            raise deleted_experiment(uri, name, found.experiment_id)
         return found.experiment_id
     try:
         return client.create_experiment(name)

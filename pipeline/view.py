@@ -241,7 +241,7 @@ def experiment_note(grid_file: str, axes: list[tuple[str, tuple]], view_link: st
 def link(client, comparison: "Comparison") -> str:
     """The sweep's link, its view written (or rewritten) now so that older sweeps have one too;
     with the command that starts the UI on a local store."""
-    from pipeline.store import ui_hint
+    from pipeline.store import redact, ui_hint
 
     try:
         publish(client, comparison)
@@ -249,7 +249,8 @@ def link(client, comparison: "Comparison") -> str:
         return f"(no saved view: {exc.__class__.__name__}: {str(exc).splitlines()[0][:120]})"
     command, url = ui_hint(client.tracking_uri, comparison.sweep.experiment_id)
     note = "" if supported() else f"  ({unverified_note()})"
-    return page(url, comparison.sweep.run_id) + (f"  (start the UI with: {command})" if command else "") + note
+    shown = page(url, comparison.sweep.run_id) + (f"  (start the UI with: {command})" if command else "") + note
+    return redact(shown)  # printed: a password in the store's URI is masked
 
 
 def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]] | None" = None) -> None:

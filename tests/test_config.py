@@ -202,3 +202,42 @@ def _error_of(path) -> str:
     except UserError as exc:
         return str(exc)
     return "no error"
+
+
+def test_numpy_scalars_are_their_python_values():
+    """The Python API is handed numpy scalars (a DataFrame's column, np.arange, np.logspace): each is
+    taken as the Python value it holds, so the point, its name and its run key are the plain grid's."""
+    np = pytest.importorskip("numpy")
+    plain = load_grid({"grid": {"batch_size": [100, 1000], "lr": 0.01, "shuffle": False, "epochs": [2],
+                                "device": ["cpu"]}, "repeats": 3})
+    numpy = load_grid({"grid": {"batch_size": list(np.array([100, 1000])), "lr": np.float32(0.01),
+                                "shuffle": np.bool_(False), "epochs": [np.uint8(2)], "device": [np.str_("cpu")]},
+                       "repeats": np.int64(3)})
+    assert numpy.axes == plain.axes and numpy.repeats == 3
+    assert [type(v) for _, values in numpy.axes for v in values] == [type(v) for _, values in plain.axes for v in values]
+    assert [config_hash(p.config) for p in expand(numpy)] == [config_hash(p.config) for p in expand(plain)]
+    assert [p.name for p in expand(numpy)] == [p.name for p in expand(plain)]
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("batch_size", "np.float64(1.5)", "batch_size: got np.float64(1.5); expected a positive integer"),
+    ("batch_size", "np.int64(0)", "batch_size: got np.int64(0); expected a positive integer"),
+    ("batch_size", "np.bool_(True)", "batch_size: got np.True_; expected a positive integer"),
+    ("shuffle", "np.int64(1)", "shuffle: got np.int64(1); expected true or false"),
+    ("lr", "np.float32('nan')", "lr: got np.float32(nan); expected a positive number"),
+])
+def test_numpy_scalars_are_checked_like_their_python_values(key, value, expected):
+    np = pytest.importorskip("numpy")
+    with pytest.raises(UserError) as raised:
+        load_grid({"grid": {key: [eval(value, {"np": np})]}})
+    assert expected in str(raised.value)
+
+
+def test_config_takes_numpy_values_without_importing_numpy():
+    """numpy stays optional for the grid modules: they know a numpy scalar by its type's module."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import pipeline.config, pipeline.grid; "
+            "assert 'numpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -49,17 +49,31 @@ def _spin(seconds: float) -> str:
     return f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
 
 
+# Burns CHILD_CPU_S of its own CPU time (not wall time: a loaded machine stretches that, not this),
+# says so, and waits alive until its stdin closes.
+_BURN_THEN_WAIT = ("import sys, time\nwhile time.process_time() < {seconds}: pass\n"
+                   "print('burnt', flush=True)\nsys.stdin.read()\n")
+CHILD_CPU_S = 0.4
+
+
 def test_cpu_time_of_our_children_is_our_own():
     """A child process (a DataLoader worker, say) burning CPU counts as this process's time, not as
-    another process's: its seconds appear in the own_s of a sample."""
+    another process's: its seconds appear in the own_s of a sample, while it lives and once reaped.
+    Synchronised on what the child reports (its own CPU time spent), never on a sleep: a busy machine
+    makes it slower, not wrong (it failed under load when it slept 0.4 s and hoped)."""
     before = contention.sample()
-    child = subprocess.Popen([sys.executable, "-c", _spin(0.6)])
-    time.sleep(0.4)
-    during = contention.sample()  # the child alive: counted through children(recursive=True)
-    child.wait(timeout=30)
+    child = subprocess.Popen([sys.executable, "-c", _BURN_THEN_WAIT.format(seconds=CHILD_CPU_S)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "burnt"  # blocks until the child has burnt its seconds
+        during = contention.sample()  # the child alive: counted through children(recursive=True)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
     after = contention.sample()  # reaped: in children_user / children_system
-    assert during.own_s - before.own_s > 0.1
-    assert after.own_s - before.own_s > 0.3
+    tick = 0.05  # the kernel counts CPU time in 10 ms ticks, per process and per counter
+    assert during.own_s - before.own_s >= CHILD_CPU_S - tick
+    assert after.own_s - before.own_s >= CHILD_CPU_S - tick
     assert after.busy_s - before.busy_s >= (after.own_s - before.own_s) * 0.5
 
 

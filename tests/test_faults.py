@@ -167,6 +167,105 @@ def _mount(args: list[str]) -> bool:
 
 # --- 3. no secret in any output ------------------------------------------------------------------------
 
+PASSWORD = "Sup3r-Secret-77"
+
+
+def _secret_stores() -> dict[str, str]:
+    """URIs that hold PASSWORD: a tracking server nobody listens on, and a PostgreSQL database on port 1."""
+    from conftest import free_port
+
+    return {"http": f"http://alice:{PASSWORD}@127.0.0.1:{free_port()}",
+            "postgresql": f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:1/mlflow",
+            "postgresql-query": f"postgresql+psycopg://alice@127.0.0.1:1/mlflow?password={PASSWORD}"}
+
+
+def _relog_file(home: Path, uri: str) -> Path:
+    """A results line kept during an outage: it names the real store URI, password and all (the
+    user's own file), and relog reads the store from it."""
+    import json
+
+    path = home / "pipeline-results.jsonl"
+    path.write_text(json.dumps({"run_key": "k1", "logged": False, "tracking_uri": uri, "experiment": "existing",
+                                "name": "cpu bs256", "params": {"batch_size": 256}, "epochs": []}) + "\n")
+    return path
+
+
+# command: (its arguments with URI for the store holding the password, exit code, most lines)
+SECRET_CASES = {
+    "run": (["run", "grid.yaml", "--tracking-uri", "URI"], 2, 3),
+    "train": (["train", "--epochs", "1", "--tracking-uri", "URI"], 2, 3),
+    "compare": (["compare", "--tracking-uri", "URI"], 2, 3),
+    "register": (["register", "--experiment", "existing", "--name", "m", "--tracking-uri", "URI"], 2, 3),
+    "predict": (["predict", "--model", "models:/m@champion", "--tracking-uri", "URI"], 2, 3),
+    "relog": (["relog", "RESULTS"], 2, 3),
+    "relog --tracking-uri": (["relog", "--tracking-uri", "URI"], 2, 3),
+    "server": (["server", "--backend-store-uri", "URI", "--port", "PORT"], 2, 3),
+}
+
+
+@pytest.mark.parametrize("scheme", ["http", "postgresql"])
+@pytest.mark.parametrize("command", sorted(SECRET_CASES))
+def test_no_command_prints_the_password_of_a_store(tmp_path, command, scheme):
+    """Every command that reaches a store, given one whose URI holds a password (on the command line,
+    or in a results file's line), names the store with the password masked: one line, exit 2."""
+    from conftest import free_port
+
+    uri = _secret_stores()[scheme]
+    home = tmp_path / "user"
+    home.mkdir()
+    (home / "grid.yaml").write_text(GRID)
+    args, exit_code, lines = SECRET_CASES[command]
+    given = {"URI": uri, "RESULTS": str(_relog_file(home, uri)), "PORT": str(free_port())}
+    args = [given.get(a, a) for a in args]
+    result = Command(args, exit_code, says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), watched=(home,),
+                     max_lines=lines).check(home)
+    assert result.output.startswith("error: "), result.output
+
+
+@pytest.mark.parametrize("scheme", ["http", "postgresql", "postgresql-query"])
+def test_ui_never_prints_the_password(tmp_path, scheme):
+    """`pipeline ui` on a tracking server names it once, masked (it printed the password twice); on a
+    database it cannot reach, one masked error line, whether the password is in the user part or
+    in the query (?password=)."""
+    uri = _secret_stores()[scheme]
+    exit_code = 0 if scheme == "http" else 2
+    masked = "password=***" if scheme == "postgresql-query" else "alice:***@127.0.0.1"
+    Command(["ui", "--tracking-uri", uri], exit_code, says=(masked,), secrets=(PASSWORD,),
+            watched=(tmp_path,)).check(tmp_path)
+
+
+def test_commands_without_a_store_never_print_a_password_from_the_environment_or_a_path(tmp_path):
+    """validate, data and devices: a URI with a password in $MLFLOW_TRACKING_URI is never printed,
+    nor one given where a folder was expected (it comes back as a normalised path, http:/alice:...)."""
+    uri = _secret_stores()["http"]
+    env = {"MLFLOW_TRACKING_URI": uri}
+    (tmp_path / "grid.yaml").write_text(GRID)
+    Command(["validate", "grid.yaml", "--set", f"data.root={uri}/data"], 0, says=("alice:***@",),
+            secrets=(PASSWORD,), watched=(tmp_path,), env=env, max_lines=12).check(tmp_path)
+    Command(["data", "--data-dir", f"{uri}/data"], 2, says=("alice:***@",), secrets=(PASSWORD,),
+            watched=(tmp_path,), env=env).check(tmp_path)
+    Command(["devices"], 0, secrets=(PASSWORD,), watched=(tmp_path,), env=env, max_lines=40).check(tmp_path)
+
+
+def test_a_sweep_on_a_server_named_with_its_password_prints_and_tags_none(tracking_server, data_dir, tmp_path):
+    """A sweep that trains and is compared prints its store and the UI link (the printed UI address
+    for a server); with user:password in the server's URI none of those lines, nor any tag, holds it."""
+    import mlflow
+
+    uri = tracking_server.replace("http://", f"http://alice:{PASSWORD}@")
+    (tmp_path / "grid.yaml").write_text(GRID.replace("existing", "secret-sweep"))
+    ran = Command(["run", "grid.yaml", "--data-dir", str(data_dir), "--tracking-uri", uri], 0,
+                  says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), max_lines=40).check(tmp_path)
+    compared = Command(["compare", "--experiment", "secret-sweep", "--tracking-uri", uri], 0,
+                       says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), max_lines=60).check(tmp_path)
+    assert "In the MLflow UI: http://alice:***@127.0.0.1" in compared.output, ran.output + compared.output
+    client = mlflow.MlflowClient(tracking_server)
+    experiment = client.get_experiment_by_name("secret-sweep")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 2
+    assert not [(r.info.run_id, k) for r in runs for k, v in r.data.tags.items() if PASSWORD in v]
+
+
 # --- 4. honest states however a process ends ----------------------------------------------------------
 
 EPOCH = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
@@ -361,7 +460,135 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
 
 # --- 6. diagnoses that are true ------------------------------------------------------------------------
 
+
+def _sweep_and_point(uri: str) -> tuple[str, str]:
+    """The world's sweep (parent run id) and one of its grid points (a child run id)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    return child.data.tags["mlflow.parentRunId"], child.info.run_id
+
+
+@pytest.mark.parametrize("option", ["--parent-run", "--baseline"])
+def test_a_grid_point_given_for_a_sweep_is_named_with_its_sweep(world, option):
+    """compare --parent-run CHILD (or --baseline CHILD) said the sweep had "no FINISHED runs"; it is a
+    grid point, and the error names its sweep and the id to pass instead."""
+    parent, child = _sweep_and_point(world["uri"])
+    Command(["compare", option, child, "--tracking-uri", world["uri"]], 2,
+            says=(f"run {child} is a grid point of sweep ", f"({parent}); pass {option} {parent}"),
+            stores=(world["uri"],), watched=(world["home"],)).check(world["home"])
+
+
+def test_register_given_a_grid_point_for_a_sweep_names_its_sweep(world):
+    parent, child = _sweep_and_point(world["uri"])
+    Command(["register", "--parent-run", child, "--name", "fashion", "--tracking-uri", world["uri"]], 2,
+            says=(f"run {child} is a grid point of sweep ", f"pass --parent-run {parent}"),
+            watched=(world["home"],)).check(world["home"])
+
+
+def test_a_deleted_experiment_is_named_deleted_and_the_printed_restore_works(world, tmp_path):
+    """An experiment deleted in the UI (or client.delete_experiment) was told to "run a grid first",
+    which `run` refuses. Every command names it deleted, with the restore command; that command,
+    run as printed, brings the sweep back."""
+    import shlex
+    import subprocess
+    import sys
+
+    import mlflow
+
+    copy = fresh(world, tmp_path)
+    uri, home = copy["uri"], copy["home"]
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("existing")
+    parent, child = _sweep_and_point(uri)
+    client.delete_experiment(experiment.experiment_id)
+    deleted = (f"experiment 'existing' (id {experiment.experiment_id}) is deleted in {uri}",
+               f"mlflow experiments restore --experiment-id {experiment.experiment_id}`")
+    for args in (["compare", "--experiment", "existing"], ["compare", "--parent-run", parent],
+                 ["register", "--experiment", "existing", "--name", "fashion"],
+                 ["register", "--experiment", "existing", "--name", "fashion", "--metric", "test_accuracy"],
+                 ["run", str(copy["grid"]), "--data-dir", str(copy["data"])]):
+        result = Command([*args, "--tracking-uri", uri], 2, says=deleted, stores=(uri,),
+                         watched=(home,)).check(home)
+    # A deleted run's model is still there: predict reads it, and says nothing untrue.
+    Command(["predict", "--model", f"runs:/{child}/model", "--data-dir", str(copy["data"]), "--limit", "10",
+             "--tracking-uri", uri], 0, says=("accuracy ",), watched=(home,), max_lines=20).check(home)
+    restore = result.output.split("restore it with `")[1].split("`")[0]
+    variable, command = restore.split(" ", 1)
+    name, value = variable.split("=", 1)
+    mlflow_cli = [str(Path(sys.executable).with_name("mlflow")), *shlex.split(command)[1:]]
+    subprocess.run(mlflow_cli, env={**_clean_env(), name: value}, check=True, capture_output=True, timeout=120)
+    Command(["compare", "--experiment", "existing", "--tracking-uri", uri], 0, max_lines=40).check(home)
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+
+@pytest.mark.parametrize("uri, module, package", [
+    ("s3://bucket/models/fashion", "boto3", "boto3"),
+    ("gs://bucket/models/fashion", "google.cloud.storage", "google-cloud-storage"),
+    ("abfss://models@account.dfs.core.windows.net/fashion", "azure.storage.filedatalake",
+     "azure-storage-file-datalake"),
+    ("hdfs://127.0.0.1:1/models/fashion", "HADOOP_HOME", "pyarrow (pip install pyarrow) with a Hadoop client"),
+])
+def test_a_remote_model_without_its_client_library_names_the_package(world, uri, module, package):
+    """predict --model s3://... without boto3 printed a traceback, hdfs://... 89 lines of JVM loader
+    noise: the scheme is checked first, and the package to install named in one line."""
+    import importlib.util
+    import os
+
+    if module == "HADOOP_HOME":
+        if os.environ.get("HADOOP_HOME") or os.environ.get("ARROW_LIBHDFS_DIR"):
+            pytest.skip("a Hadoop client is configured here")
+    else:
+        try:
+            if importlib.util.find_spec(module) is not None:
+                pytest.skip(f"{module} is installed here")
+        except ModuleNotFoundError:
+            pass
+    Command(["predict", "--model", uri, "--data-dir", str(world["data"]), "--limit", "10"], 2,
+            says=(f"--model {uri}: reading {uri.split(':')[0]}:// needs {package}",),
+            watched=(world["home"],)).check(world["home"])
+
 # --- 7. the Python API's types -------------------------------------------------------------------------
+
+
+def test_numpy_values_through_the_api_are_the_points_the_cli_ran(world, tmp_path):
+    """np.int64(256) was refused ("got np.int64(256); expected a positive integer"): it is the
+    same point as the CLI's 256, so the world's finished sweep makes it DONE, with nothing trained."""
+    import numpy as np
+
+    from pipeline import api
+
+    copy = fresh(world, tmp_path)
+    grid = {"experiment": "existing", "grid": {"batch_size": [np.int64(256)], "device": [np.str_("cpu")],
+                                               "shuffle": np.bool_(True), "lr": [np.float32(0.01)]}}
+    sweep = api.run(grid, tracking_uri=copy["uri"], data_dir=str(copy["data"]), repeats=np.int64(1))
+    assert [o.status for o in sweep.outcomes] == ["DONE"]
+    assert sweep.exit_code == 0 and sweep.parent_run_id is None
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ("epochs=2", "overrides: got a string 'epochs=2'; pass a list, e.g. overrides=['epochs=2']"),
+    ({"epochs": 2}, "overrides: got dict {'epochs': 2}; pass a list"),
+    (["epochs=2", 3], "overrides[1]: got 3; each item is a \"KEY=VALUE\" string"),
+])
+def test_overrides_that_are_not_a_list_of_strings_are_refused_by_name(world, overrides, says):
+    """overrides="epochs=2" was read one character at a time ("e", "p", ...); it is refused by name,
+    before the store is opened: nothing in the user's folder changes."""
+    from pipeline import api
+    from pipeline.errors import UserError
+
+    before = tree(world["home"])
+    with pytest.raises(UserError) as raised:
+        api.run(str(world["grid"]), tracking_uri=world["uri"], data_dir=str(world["data"]), overrides=overrides)
+    assert str(raised.value).startswith(says)
+    assert tree(world["home"]) == before
 
 
 def test_the_harness_sees_a_changed_file(world, tmp_path):

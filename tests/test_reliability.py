@@ -83,8 +83,14 @@ def test_kill_9_leaves_an_orphan_that_is_reaped_and_a_checkpoint_that_resumes(wr
     grid = write_grid("experiment: crash\ncheckpoint: true\ngrid:\n  batch_size: [32]\n  device: [cpu]\n  epochs: [3]\n")
     args = ["run", str(grid), "--data-dir", str(slow_data), "--tracking-uri", tracking_uri]
     process = start(args)
-    read_until(process, "epoch 1/3")
-    time.sleep(0.2)
+    read_until(process, "epoch 1/3")  # printed before the epoch's checkpoint is saved: wait for the file
+    from pipeline.names import CHECKPOINT_DIR
+    from pipeline.store import local_state_dir
+
+    saved, deadline = local_state_dir(tracking_uri) / CHECKPOINT_DIR, time.monotonic() + 120
+    while not list(saved.glob("*.pt")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(saved.glob("*.pt")), f"no checkpoint in {saved} after epoch 1"
     process.kill()  # SIGKILL: no handler runs, MLflow keeps the runs RUNNING
     process.wait(timeout=30)
     assert {r.info.status for r in runs_of(tracking_uri, "crash")} == {"RUNNING"}
