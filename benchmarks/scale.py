@@ -93,7 +93,7 @@ def child_tags(parent_run_id: str, runs: int, index: int, device: str) -> dict[s
             names.TAG_TORCH: "2.14.1", names.TAG_CUDA: "none", names.TAG_CONFIG_HASH: f"{index:016x}",
             names.TAG_DATA: "IDX files of Fashion-MNIST from /data (checksums verified)",
             names.TAG_ENERGY: "not measured: no RAPL energy counters on this machine", names.TAG_PARAM_DEVICES: device,
-            names.TAG_PID: str(10000 + index), names.TAG_PROCESS_START: "1796162713.92"}
+            names.TAG_PID: str(10000 + index), names.TAG_PROCESS_START: "1796162713.92", names.TAG_COMPLETE: "true"}
 
 
 # Each child's training and test data as a child records them (tracking.dataset_descriptions).

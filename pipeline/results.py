@@ -205,10 +205,10 @@ def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]
                 continue
             uri = override_uri or entry["tracking_uri"]
             key = (uri, entry["experiment"])
+            if key not in trackers:  # a store that cannot be used is the user's to fix (UserError, exit 2)
+                trackers[key] = Tracker.open(uri, entry["experiment"])
+            tracker = trackers[key]
             try:
-                if key not in trackers:
-                    trackers[key] = Tracker.open(uri, entry["experiment"])
-                tracker = trackers[key]
                 run_id = _restore(tracker, entry)
             except TrackingUnavailable:
                 raise  # the store went away: every later line would fail the same way

@@ -208,7 +208,7 @@ def test_one_point_is_one_grid_point(write_grid):
     assert "1 grid point" in words and "1 grid points" not in words
 
 
-def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_path):
+def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_path, _store_template):
     """`pipeline server` and `pipeline ui` run MLflow's server: check what they start."""
     import subprocess
 
@@ -222,7 +222,7 @@ def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_p
     port = str(free_port())  # checked before the server starts: not one another test holds
     invoke("server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}", "--allowed-hosts", "head,head:5000",
            "--port", port)
-    (tmp_path / "u.db").touch()
+    shutil.copy(_store_template, tmp_path / "u.db")  # `ui` opens only an MLflow store
     invoke("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'u.db'}", "--port", port)
     (server_argv, server_env), (ui_argv, ui_env) = calls
     assert server_argv[:3] == [sys.executable, "-m", "mlflow"] and server_argv[3] == "server"
