@@ -109,14 +109,6 @@ def test_a_store_folder_that_cannot_be_written_fails_at_once(world, tmp_path):
         readonly.chmod(0o755)
 
 
-@pytest.mark.parametrize("args", [["compare"], ["ui", "--port", "1"], ["register", "--experiment", "existing",
-                                                                           "--name", "m"]])
-def test_a_read_of_another_programs_database_changes_nothing(world, args):
-    """`compare` on another application's sqlite file once added MLflow's 65 tables and a lock file."""
-    Command([*args, "--tracking-uri", f"sqlite:///{world['other']}"], 2,
-            says=(f"{world['other']} is not an MLflow store",), watched=(world["home"],)).check(world["home"])
-
-
 def test_a_read_only_store_used_by_run_is_one_line(world, tmp_path):
     """A store on a read-only disk (root ignores file modes: a read-only mount where it can make
     one, else mode 444 for anyone else)."""
@@ -164,6 +156,44 @@ def _mount(args: list[str]) -> bool:
 
 
 # --- 2. only what is ours touched ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["compare"], ["ui", "--port", "1"], ["register", "--experiment", "existing",
+                                                                           "--name", "m"]])
+def test_a_read_of_another_programs_database_changes_nothing(world, args):
+    """`compare` on another application's sqlite file once added MLflow's 65 tables and a lock file."""
+    Command([*args, "--tracking-uri", f"sqlite:///{world['other']}"], 2,
+            says=(f"{world['other']} is not an MLflow store",), watched=(world["home"],)).check(world["home"])
+
+
+def test_relog_leaves_the_users_tmp_beside_the_results_file_alone(world, tmp_path):
+    """`relog results.jsonl` deleted the user's results.tmp (its temporary was with_suffix(".tmp")):
+    the rewrite now goes through a uniquely named temporary, renamed over the file, none left behind."""
+    import json
+
+    copy = fresh(world, tmp_path)
+    home = copy["home"]
+    epoch = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
+             "epoch_duration_s": 0.5, "images_per_s": 100.0}
+    results_file = home / "results.jsonl"
+    results_file.write_text(json.dumps({"logged": False, "tracking_uri": copy["uri"], "experiment": "relogged",
+                                        "name": "bs64", "run_key": "k64", "params": {"batch_size": 64},
+                                        "tags": {}, "run_duration_s": 1.0, "epochs": [epoch]}) + "\n")
+    Command(["relog", str(results_file)], 0, says=("logged 1 run(s)",), stores=(copy["uri"],), watched=(home,),
+            owned=(home / "store", results_file), max_lines=6).check(home)
+    assert json.loads(results_file.read_text())["logged"] is True
+    assert (home / "results.tmp").read_text() == "the user's own temporary file\n"
+
+
+def test_compare_out_leaves_no_temporary_beside_what_it_writes(world, tmp_path):
+    """A successful write: the folder holds the report's files and nothing else (no `.NAME.*.tmp`)."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "results.tmp").write_text("the user's\n")
+    result = pipeline(["compare", "--tracking-uri", world["uri"], "--out", str(out), "--format", "csv"], world["home"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.md", "results.tmp"]
+    assert (out / "results.tmp").read_text() == "the user's\n"
 
 # --- 3. no secret in any output ------------------------------------------------------------------------
 
@@ -267,6 +297,7 @@ def test_a_sweep_on_a_server_named_with_its_password_prints_and_tags_none(tracki
 
 
 # --- 4. honest states however a process ends ----------------------------------------------------------
+# (A sweep ended at each stage by SIGKILL, SIGTERM, SIGHUP or an exception: tests/test_interrupts.py.)
 
 EPOCH = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
          "epoch_duration_s": 0.5, "images_per_s": 100.0}
@@ -387,35 +418,6 @@ def test_zero_training_images_are_refused_before_any_run(world, tmp_path):
             max_lines=1).check(copy["home"])
     assert _runs(copy["uri"]) == before
 
-
-def test_relog_leaves_the_users_tmp_beside_the_results_file_alone(world, tmp_path):
-    """`relog results.jsonl` deleted the user's results.tmp (its temporary was with_suffix(".tmp")):
-    the rewrite now goes through a uniquely named temporary, renamed over the file, none left behind."""
-    import json
-
-    copy = fresh(world, tmp_path)
-    home = copy["home"]
-    epoch = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
-             "epoch_duration_s": 0.5, "images_per_s": 100.0}
-    results_file = home / "results.jsonl"
-    results_file.write_text(json.dumps({"logged": False, "tracking_uri": copy["uri"], "experiment": "relogged",
-                                        "name": "bs64", "run_key": "k64", "params": {"batch_size": 64},
-                                        "tags": {}, "run_duration_s": 1.0, "epochs": [epoch]}) + "\n")
-    Command(["relog", str(results_file)], 0, says=("logged 1 run(s)",), stores=(copy["uri"],), watched=(home,),
-            owned=(home / "store", results_file), max_lines=6).check(home)
-    assert json.loads(results_file.read_text())["logged"] is True
-    assert (home / "results.tmp").read_text() == "the user's own temporary file\n"
-
-
-def test_compare_out_leaves_no_temporary_beside_what_it_writes(world, tmp_path):
-    """A successful write: the folder holds the report's files and nothing else (no `.NAME.*.tmp`)."""
-    out = tmp_path / "report"
-    out.mkdir()
-    (out / "results.tmp").write_text("the user's\n")
-    result = pipeline(["compare", "--tracking-uri", world["uri"], "--out", str(out), "--format", "csv"], world["home"])
-    assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.md", "results.tmp"]
-    assert (out / "results.tmp").read_text() == "the user's\n"
 
 def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_path):
     """The store, its artifacts and the results file on a 16 MB disk that fills up during the second
