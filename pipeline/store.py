@@ -441,19 +441,16 @@ def _tables(path: Path) -> tuple[set[str], str | None] | None:
 
 
 def check_mlflow_store(uri: str, path: Path) -> None:
-    """For a read command: UserError unless `path` is an MLflow store at this MLflow's schema, read
-    without writing a byte (another program's database is never given MLflow's tables)."""
+    """For a read command: UserError unless `path` is an MLflow store, read without writing a byte
+    (another program's database is never given MLflow's tables)."""
     if not path.exists():
         raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
     found = _tables(path)
     if found is None or not _MLFLOW_TABLES <= found[0]:
         raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
                         "pass the store's .db file")
-    head = _schema_head()
-    if head is not None and found[1] != head:
-        raise UserError(f"tracking store {path} has another MLflow schema ({found[1]}; this MLflow's is {head}); "
-                        f"upgrade it with `mlflow db upgrade {absolute_store_uri(uri)}` (back it up first), "
-                        "or let any `pipeline run` on it do so")
+    # A store at another MLflow schema is not migrated here: MLflow's own check at opening refuses it,
+    # naming `mlflow db upgrade` (open_client turns that into one line).
 
 
 def refuse_foreign_sqlite(uri: str, path: Path) -> None:
@@ -463,19 +460,6 @@ def refuse_foreign_sqlite(uri: str, path: Path) -> None:
     if found is not None and found[0] and not found[0] & _MLFLOW_TABLES:
         raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
                         "pass the store's .db file, or a new file name to create one")
-
-
-def _schema_head() -> str | None:
-    """The newest schema revision of this MLflow's migrations (its alembic scripts), or None when
-    they cannot be read: then MLflow's own check at opening speaks."""
-    try:
-        import mlflow.store
-        from alembic.script import ScriptDirectory
-
-        heads = ScriptDirectory(str(Path(mlflow.store.__file__).parent / "db_migrations")).get_heads()
-    except Exception:
-        return None
-    return heads[0] if len(heads) == 1 else None
 
 
 def check_writable_store(uri: str, path: Path) -> None:
