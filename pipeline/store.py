@@ -29,7 +29,9 @@ ANSWER_TIMEOUT_S = 3.0
 # (Retrying), only what is safe to repeat.
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                   "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
-_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+# About 23 s in all: what MLflow's own retries and ours took together before, long enough for a
+# database behind the server to restart on a busy machine.
+_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0)
 # MLflow prints "View run ... / View experiment ..." to stdout after every run against a server;
 # the sweep prints one link at the end instead.
 _QUIET = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
