@@ -24,14 +24,13 @@ from pipeline.interrupts import critical
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
 ANSWER_TIMEOUT_S = 3.0
 
-# MLflow's own HTTP retries (7, backoff 2, 120 s timeout) take minutes to give up, and resend any
-# request, creates too (a lost answer after the server wrote makes a second run): we retry ourselves
-# (Retrying), only what is safe to repeat.
-_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+# MLflow's own HTTP retries (7, backoff 2, 120 s timeout) take minutes to give up: 2 quick ones are
+# kept under ours, because MLflow's fluent calls (logging a model) have no other retry and a database
+# restart behind a server outlasts ours alone. They resend any request after a lost answer, creates
+# too; our own retries (Retrying) repeat a create only after looking up its dedupe key.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                   "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
-# About 23 s in all: what MLflow's own retries and ours took together before, long enough for a
-# database behind the server to restart on a busy machine.
-_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0)
+_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 # MLflow prints "View run ... / View experiment ..." to stdout after every run against a server;
 # the sweep prints one link at the end instead.
 _QUIET = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
