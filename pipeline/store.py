@@ -544,7 +544,10 @@ def is_transient(exc: BaseException) -> bool:
     if _in_chain(exc, requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                  requests.exceptions.RetryError, ConnectionError, TimeoutError):
         return True
-    if error_code(exc) in ("UNAUTHENTICATED", "CUSTOMER_UNAUTHORIZED"):
+    # MLflow's server answers 400 BAD_REQUEST (and its auth app 401) to requests it cannot serve while
+    # the database behind it restarts (seen with PostgreSQL): retried like the outage they are; what a
+    # user could get wrong is checked before the sweep creates anything.
+    if error_code(exc) in ("UNAUTHENTICATED", "CUSTOMER_UNAUTHORIZED", "BAD_REQUEST"):
         return True
     return http_status(exc) in _RETRIED_STATUSES
 
