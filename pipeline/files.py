@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -20,13 +22,22 @@ from pipeline.errors import UserError
 @contextlib.contextmanager
 def replacing(target: Path) -> Iterator[Path]:
     """A new, uniquely named empty file beside `target` for the caller to write (torch.save,
-    savefig, ...); renamed over `target` when the block ends, removed when it raises."""
+    savefig, ...); renamed over `target` when the block ends, removed when it raises. The file gets
+    the mode a plain new file would (0666 less the umask), or the mode of the `target` it replaces."""
     target = Path(target)
-    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(handle)
-    temporary = Path(name)
+    for _ in range(100):
+        temporary = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        try:  # O_EXCL: never an existing file; mode 0o666 is narrowed by the umask, as open() does
+            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no unique temporary name beside {target}")
     try:
         yield temporary
+        if target.exists():  # after the write: a read-only target's mode would refuse it
+            os.chmod(temporary, stat.S_IMODE(target.stat().st_mode))
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)
@@ -55,12 +66,19 @@ def check_writable(folder: Path, what: str, fix: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"{what} {folder}: cannot write in {existing} (permission denied); {fix}")
     try:
-        handle, probe = tempfile.mkstemp(dir=existing, prefix=".pipeline-probe-", suffix=".tmp")
+        probe(existing)
     except OSError as exc:
         raise UserError(f"{what} {folder}: cannot write in {existing} ({exc.strerror or exc.__class__.__name__}); "
                         f"{fix}") from None
+
+
+def probe(folder: Path) -> None:
+    """Create a uniquely named file in `folder` and remove it again: OSError (its errno says why)
+    where nothing can be written there. os.access alone is not enough: it answers yes to root on a
+    read-only file system, and where modes do not apply."""
+    handle, name = tempfile.mkstemp(dir=folder, prefix=".pipeline-probe-", suffix=".tmp")
     os.close(handle)
-    os.unlink(probe)
+    os.unlink(name)
 
 
 def free_bytes(folder: Path) -> tuple[Path, int, int] | None:

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from pipeline.errors import UserError
+from pipeline.files import probe
 from pipeline.interrupts import critical
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
@@ -472,10 +473,8 @@ def check_writable_store(uri: str, path: Path) -> None:
     if not folder.is_dir():
         return  # check_sqlite_file names a missing folder
     fix = "or pass --tracking-uri sqlite:///OTHER/mlflow.db"
-    try:  # os.access answers yes to root, even on a read-only mount: try, with a unique name, and remove
-        probe = folder / f".{path.name}.{uuid.uuid4().hex}.probe"
-        probe.touch(exist_ok=False)
-        probe.unlink()
+    try:
+        probe(folder)
         if path.is_file():
             with open(path, "r+b"):  # opened for writing, not written
                 pass

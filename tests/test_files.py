@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -44,3 +45,21 @@ def test_a_folder_is_probed_not_only_asked(tmp_path):
         check_writable(os.path.join("/proc", "charts"), "--out", "pass a folder")
     check_writable(tmp_path / "new" / "deeper", "--out", "pass a folder")  # made later, below a writable one
     assert list(tmp_path.iterdir()) == []  # the probe is gone, and nothing was created
+
+
+def test_a_written_file_has_a_plain_files_mode_or_keeps_the_one_it_replaces(tmp_path):
+    """A new file is 0666 less the umask, as `open()` would make it (the report a user shares must not
+    be 0600); a replaced file keeps its own mode."""
+    old = os.umask(0o022)
+    try:
+        fresh = tmp_path / "report.html"
+        atomic_write(fresh, "x")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        private = tmp_path / "private.csv"
+        private.write_text("old")
+        private.chmod(0o600)
+        atomic_write(private, "new")
+        assert private.read_text() == "new" and stat.S_IMODE(private.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["private.csv", "report.html"]  # no temporary left
