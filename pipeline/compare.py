@@ -51,6 +51,7 @@ _LATER_DEFAULTS = {key: format_value(DEFAULTS[key]) for key in LATER_KEYS}  # as
 # A run's steady-state summary, as each child logs it and as every view of the sweep shows it.
 SUMMARY = (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY)
 SPEEDUPS = (*(column for _, _, column in TWIN_AXES), VERSUS, TARGET_SPEEDUP)
+SPEEDUP_LABELS = tuple(column.replace("_", " ") for column in SPEEDUPS)  # their columns in the human view
 INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 # With each speedup, the faster row's accuracy against its reference's (a difference, with its
 # interval) and whether the speedup is a win: significant, and not less accurate beyond the margin.
@@ -123,11 +124,21 @@ class Comparison:
 
         return " ".join([str(row["device"])] + [short(k, row[k]) for k in self.varying if k in KEYS])
 
+    def labels(self) -> list[str]:
+        """Each row's label, in the table's order."""
+        return [self.label(row) for _, row in self.table.iterrows()]
+
     @cached_property
     def varying(self) -> list[str]:
         """Settings (other than device) whose values differ between rows (read once: every label asks,
         and the rows' settings never change after the comparison is built)."""
         return [k for k in TWIN_KEYS if k in self.table and self.table[k].nunique() > 1]
+
+    @property
+    def setting_columns(self) -> list[str]:
+        """The columns that tell rows apart: the device and the grid settings that vary (a terminal's
+        table that folds into several repeats them in each)."""
+        return ["device", *(k for k in self.varying if k in KEYS)]
 
     @property
     def variants(self) -> list[str]:
@@ -280,7 +291,8 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
         targeted = timed[timed["target"].notna()].groupby("group")
         table["target_runs"] = targeted.size().reindex(table.index, fill_value=0)
         table["target_reached"] = targeted["time_to_target_s"].count().reindex(table.index, fill_value=0)
-        table["time_to_target_s"] = targeted["time_to_target_s"].median().reindex(table.index)
+        table["time_to_target_s"] = targeted["time_to_target_s"].median().reindex(table.index).map(
+            lambda v: v if math.isnan(v) else significant(v, 4))  # as read: 4 significant digits, like the epoch
         table["wall_to_target_s"] = targeted["wall_to_target_s"].median().reindex(table.index)
         table["target_ranked"] = (table["target_reached"] > 0) & (2 * table["target_reached"] >= table["target_runs"])
     table["run_ids"] = [",".join(ids[number]) for number in table.index]
@@ -345,11 +357,15 @@ class Pick:
     def words(self) -> str:
         """"cpu bs128 (0.412 s/epoch, test acc 0.8123, 3 runs; model from run 1a2b3c4d)"; "2 of 3 runs
         timed" where contended runs were left out of the speed figure."""
-        speed = self.figures.get(self.speed, math.nan)
-        time = f"{speed:.2f} s to target" if self.speed == "time_to_target_s" else f"{speed:.3f} s/epoch"
         runs, timed = int(self.figures["n"]), int(self.figures["timed_runs"])
         counted = f"{runs} run{'s' if runs != 1 else ''}" if timed == runs else f"{timed} of {runs} runs timed"
-        return f"{self.label} ({time}, test acc {self.figures[FINAL_ACCURACY]:.4f}, {counted}; model from run {self.run_id[:8]})"
+        return f"{self.label} ({self.figure_words()}, {counted}; model from run {self.run_id[:8]})"
+
+    def figure_words(self) -> str:
+        """What it won on: "0.412 s/epoch, test acc 0.8123" ("1.19 s to target, ..." by time to target)."""
+        speed = self.figures.get(self.speed, math.nan)
+        time = f"{speed:.2f} s to target" if self.speed == "time_to_target_s" else f"{speed:.3f} s/epoch"
+        return f"{time}, test acc {self.figures[FINAL_ACCURACY]:.4f}"
 
 
 def fastest_first(table: pd.DataFrame, target: str | None) -> pd.Index:
@@ -586,12 +602,15 @@ def _value(axis: str, value: Any) -> str:
 
 
 def verdict(estimate: float, low: float, high: float, compact: bool = False,
-            worse: stats.Difference | None = None, runs: tuple[int, int] | None = None) -> str:
+            worse: stats.Difference | None = None, runs: tuple[int, int] | None = None,
+            significance: bool = False) -> str:
     """A speedup in words: "2.41x faster [2.30-2.52]", "1.02x slower [0.97-1.08] (n.s.)", or "(n too
     small (1 run))" where there is no interval (`runs`: each side's runs, for the count). Slower is
     said as the inverse ratio (never "x0.42"), its interval inverted with it. `worse`: the faster
     row's accuracy change where it is below the reference's by more than the margin: ", but less
-    accurate by 0.012 [0.005-0.020]". `compact`: each part on its own line (a terminal cell)."""
+    accurate by 0.012 [0.005-0.020]". `compact`: each part on its own line (a terminal cell).
+    `significance` (the verdict's lines): a significant one says so too, "(significant)", and one
+    without an interval says why it is withheld: "(significance withheld: n too small (1 run))"."""
     if math.isnan(estimate):
         return ""
     faster = estimate >= 1
@@ -599,12 +618,15 @@ def verdict(estimate: float, low: float, high: float, compact: bool = False,
     gap = "\n" if compact else " "  # a terminal cell: the interval on its second line
     if math.isnan(low) or math.isnan(high):
         why = stats.too_small(runs) if runs is not None and not compact else stats.TOO_SMALL
+        why = f"significance withheld: {why}" if significance and not compact else why
         text = f"{words}{gap}" + (why if compact else f"({why})")
     else:
         lo, hi = (low, high) if faster else (1 / high, 1 / low)
         text = f"{words}\n{lo:.2f}-{hi:.2f}" if compact else f"{words} [{lo:.2f}-{hi:.2f}]"
         if not (low > 1 or high < 1):
             text = f"{text}\nn.s." if compact else f"{text} (n.s.)"
+        elif significance and not compact:
+            text = f"{text} (significant)"
     if worse is not None:
         shortfall = f"{-worse.estimate:.4f}"
         if worse.has_interval:
@@ -640,6 +662,44 @@ def headline(comparison: Comparison) -> list[str]:
     for axis, reference, column, what in _axes(comparison):
         lines += _axis_lines(comparison, axis, reference, column, what)
     return lines
+
+
+def short_verdict(comparison: Comparison, reason: bool = True) -> str:
+    """The verdict in one short line, for where one line is all a reader sees (the MLflow UI shows an
+    experiment's description folded to its first line): "Best: cpu bs128 (0.412 s/epoch, test acc
+    0.8123): the fastest and the most accurate" (without `reason`, up to the colon); the first
+    withheld line where every run is contended."""
+    t = comparison.table
+    if t.empty:
+        return ""
+    withheld = withheld_line(comparison)
+    if withheld:
+        return withheld[0]
+    best, fastest, accurate = (pick(comparison, rule) for rule in (BEST, SPEED, ACCURACY))
+    if best is None:
+        return ""
+    said = f"Best: {best.label} ({best.figure_words()})"
+    return said + _best_is(comparison, best, fastest, accurate) if reason else said
+
+
+def claims(comparison: Comparison) -> list[str]:
+    """Each setting's part of the verdict, one text per row of the table: which of its picks the
+    setting is (best, fastest, most accurate) and each speedup it has over its reference twin, in the
+    verdict's words with its significance ("bf16 vs fp32, epoch time: 1.52x faster [1.40-1.65]
+    (significant)"). The UI's view shows it beside each setting's figures (names.TAG_VERDICT)."""
+    t = comparison.table
+    said: dict[Any, list[str]] = {index: [] for index in t.index}
+    for rule, word in ((BEST, "best"), (SPEED, "fastest"), (ACCURACY, "most accurate")):
+        chosen = pick(comparison, rule)
+        if chosen is not None:
+            said[chosen.index].append(word)
+    for axis, reference, column, what in _axes(comparison):
+        if column not in t:
+            continue
+        for index, row in t[t[column].notna() & (t[f"{column}_vs"] != "")].iterrows():
+            said[index].append(f"{_value(axis, row[axis])} vs {_value(axis, reference)}, {what}: "
+                               f"{cell(comparison, row, column, significance=True)}")
+    return ["; ".join(parts) for parts in said.values()]
 
 
 def _best_is(comparison: Comparison, best: Pick, fastest: Pick | None, accurate: Pick | None) -> str:
@@ -719,7 +779,7 @@ def _axis_lines(comparison: Comparison, axis: str, reference: str, column: str, 
     lines = []
     for value, group in rows.groupby(axis, sort=False):
         group = group.sort_values(column)
-        said = [cell(comparison, r, column) for _, r in group.iterrows()]
+        said = [cell(comparison, r, column, significance=True) for _, r in group.iterrows()]
         head = f"{_value(axis, value)} vs {_value(axis, reference)}, {what}"
         if len(group) == 1:
             where = _where(comparison, group.iloc[0], axis)
@@ -731,7 +791,8 @@ def _axis_lines(comparison: Comparison, axis: str, reference: str, column: str, 
     return lines
 
 
-def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = False) -> str:
+def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = False,
+         significance: bool = False) -> str:
     """A row's speedup in `column` in words (verdict), with its runs and its accuracy shortfall."""
     change = row.get(f"{column}_accuracy_change", math.nan)
     worse = None
@@ -743,7 +804,7 @@ def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = Fa
         # The reference's runs: its run ids are in `_vs`; it ranked on the target, or there would be no speedup.
         samples = comparison.to_target if column == TARGET_SPEEDUP else comparison.epochs
         runs = (len(samples({"run_ids": row[f"{column}_vs"], "target_ranked": True})), len(samples(row)))
-    return verdict(row[column], row[f"{column}_low"], row[f"{column}_high"], compact, worse, runs)
+    return verdict(row[column], row[f"{column}_low"], row[f"{column}_high"], compact, worse, runs, significance)
 
 
 def _where(comparison: Comparison, row: pd.Series, axis: str) -> str:
@@ -837,15 +898,16 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
 
 
 def decision_frame(comparison: Comparison) -> pd.DataFrame:
-    """What a decision rests on, narrow enough for a 120-column terminal: the device and the settings
-    that vary, n where a setting was repeated, the epoch time with its interquartile range under it,
-    time to target where timed, the speedups this sweep has (each interval on its cell's second
-    line), test accuracy and images/s. Columns with nothing in them for this sweep are left out.
-    Fastest first, unless --sort said otherwise (with a target the table already ranks by it)."""
+    """What a decision rests on, narrow enough for a 120-column terminal (a narrower one folds it into
+    tables that each repeat the settings: report.frame_tables): the device and the settings that vary,
+    n where a setting was repeated, the epoch time with its interquartile range under it, time to
+    target where timed, the speedups this sweep has (each interval on its cell's second line), test
+    accuracy and images/s. Columns with nothing in them for this sweep are left out. Fastest first,
+    unless --sort said otherwise (with a target the table already ranks by it)."""
     t = comparison.table
     if comparison.sorted_by is None and comparison.target is None:
         t = t.sort_values("epoch_duration_s", kind="stable", na_position="last")
-    out = t[["device", *(k for k in comparison.varying if k in KEYS)]].copy()
+    out = t[comparison.setting_columns].copy()
     if (t["n"] > 1).any():
         out["n"] = t["n"]
     if t["contended"].any():
@@ -917,7 +979,7 @@ def speedup_columns(comparison: Comparison, frame: pd.DataFrame | None = None, a
     faster row's accuracy shortfall beyond the margin), empty where a row has no twin."""
     frame = comparison.table if frame is None else frame
     columns = {}
-    for column in SPEEDUPS:
+    for column, label in zip(SPEEDUPS, SPEEDUP_LABELS):
         values = frame[column] if column in frame else pd.Series([math.nan] * len(frame), index=frame.index)
         if column not in always and not values.notna().any():
             continue
@@ -930,7 +992,7 @@ def speedup_columns(comparison: Comparison, frame: pd.DataFrame | None = None, a
                 cells.append("ref")
             else:
                 cells.append(cell(comparison, frame.loc[index], column, compact))
-        columns[column.replace("_", " ")] = cells
+        columns[label] = cells
     return pd.DataFrame(columns, index=frame.index)
 
 

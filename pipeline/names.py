@@ -33,6 +33,14 @@ FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 
 # order, which the UI's view sorts by: 1 is the run whose model the verdict names (compare.pick),
 # then every setting fastest first, each setting's runs most accurate first.
 RANK = "rank"
+# Each child of a sweep, once the sweep is published (run-level, step 0): its setting's figures, the
+# same numbers as `pipeline compare`'s row for the setting (medians over its counted runs), so that
+# every run's row in the UI shows its setting's figures; the first columns of the sweep's view.
+SETTING_STEADY_EPOCH = "setting_steady_epoch_s"
+SETTING_IMAGES = "setting_images_per_s"
+SETTING_ACCURACY = "setting_final_test_accuracy"
+SETTING_TO_TARGET = "setting_time_to_target_s"  # only for a setting that ranks on the target
+SETTING_RUNS = "setting_n"  # how many runs the setting has (its speed figures count the timed ones among them)
 # Each child's end figures (run-level, step 0), beside its summary: with it, every per-run
 # figure a comparison row needs, so that a comparison reads no history (records.read_sweep, timing.end_figures).
 TRAINED_EPOCHS = "trained_epochs"  # how many epochs the run holds; every run that logs the end figures has it
@@ -44,8 +52,8 @@ END_FIGURES = (TRAINED_EPOCHS, FIRST_EPOCH, *TIME_SHARES, PEAK_MEMORY, STEADY_EN
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 # A sweep's parent run once its children are done (run-level, step 0): the answer at a glance, over
 # the children it trained that FINISHED. Its params are the grid's axes ("1000,10000"), repeats, target.
-BEST_STEADY_EPOCH = "best_steady_epoch_s"  # the lowest steady_epoch_s
-BEST_FINAL_ACCURACY = "best_final_test_accuracy"  # the highest final_test_accuracy
+BEST_STEADY_EPOCH = "best_steady_epoch_s"  # the lowest setting's steady_epoch_s (its median over its runs)
+BEST_FINAL_ACCURACY = "best_final_test_accuracy"  # the highest setting's final_test_accuracy (median)
 FINISHED_RUNS = "finished_runs"  # how many children FINISHED
 ROUNDS = "rounds"  # `repeats: auto`: the rounds the sweep reached (each point's runs, DONE ones included)
 
@@ -66,6 +74,8 @@ TAG_GRID_SIZE = "pipeline.grid_size"
 TAG_OVERRIDES = "pipeline.overrides"  # a sweep's `--set KEY=VALUE` items, e.g. "--set epochs=1 --set device=cpu"
 TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
+TAG_VERDICT = "pipeline.verdict"  # a published sweep's child: its setting's part of the verdict (compare.claims)
+TAG_SETTING = "pipeline.setting"  # a published sweep's child: its setting's name ("cpu bs128 w0"), which the view groups by
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
 TAG_CREATE_TOKEN = "pipeline.create_token"  # unique per created run: a retried create finds it
 TAG_HOST = "pipeline.host"  # the machine whose process ran the run (on Ray: the node's)

@@ -151,7 +151,7 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
     try:
-        parent = sweep_parent(client, parent_run_id, option) if parent_run_id else _latest_sweep(client, experiment)
+        parent = sweep_parent(client, parent_run_id, option) if parent_run_id else latest_sweep(client, experiment)
         found = client.get_experiment(parent.info.experiment_id)
         if found.lifecycle_stage == "deleted":
             raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
@@ -165,7 +165,7 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
     return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
 
 
-def _latest_sweep(client, experiment: str | None):
+def latest_sweep(client, experiment: str | None):
     if experiment:
         found = client.get_experiment_by_name(experiment)
         if found is None:
@@ -189,6 +189,6 @@ def _latest_sweep(client, experiment: str | None):
 def latest_experiment_id(client) -> str | None:
     """The experiment of the store's latest sweep, or None when it holds none yet."""
     try:
-        return _latest_sweep(client, None).info.experiment_id
+        return latest_sweep(client, None).info.experiment_id
     except UserError:
         return None

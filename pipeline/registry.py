@@ -19,14 +19,14 @@ from typing import Any
 
 from pipeline.config import KEYS
 from pipeline.errors import UserError
-from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TAG_DEVICE, TAG_HARDWARE, TAG_ROLE
+from pipeline.names import (FINAL_ACCURACY, SETTING_ACCURACY, SETTING_RUNS, SETTING_STEADY_EPOCH, STEADY_EPOCH,
+                            TAG_DEVICE, TAG_HARDWARE, TAG_ROLE, TAG_SETTING)
 from pipeline.records import all_runs, deleted_experiment, every, sweep_parent
 from pipeline.store import first_line, fluent_target, redact
 
 TAG_SOURCE_RUN = "pipeline.source_run"
 TAG_METRIC = "pipeline.metric"  # a version picked by --metric: which metric
 TAG_RULE = "pipeline.rule"  # a version picked by a rule (--by): best, speed or accuracy
-TAG_SETTING = "pipeline.setting"  # the setting it won as, "cpu bs256"
 TAG_SWEEP = "pipeline.sweep"  # the sweep (parent run id) it was picked from
 
 
@@ -179,7 +179,7 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
         try:
             client.create_registered_model(name, description="Fashion-MNIST CNN trained by `pipeline`")
         except MlflowException as exc:
-            if "already exists" not in str(exc).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc.error_code):
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
         existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
         created = force or not existing
@@ -190,13 +190,31 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
                          and k not in tags})
             tags["device_used"] = run.data.tags.get(TAG_DEVICE, run.data.params.get("device", ""))
             version = client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id,
-                                                  tags={k: str(v) for k, v in tags.items()}, model_id=model_id)
+                                                  tags={k: str(v) for k, v in tags.items()}, model_id=model_id,
+                                                  description=version_description(run, reason))
         else:
             version = max(existing, key=lambda v: int(v.version))
         client.set_registered_model_alias(name, alias, version.version)
     except MlflowException as exc:
         raise UserError(f"registering {name!r}: {first_line(exc)}") from None
     return Registration(name, str(version.version), alias, run_id, reason, created)
+
+
+def version_description(run, reason: Reason) -> str:
+    """A registered version's description: its setting (names.TAG_SETTING, as the sweep's view names
+    it; else the run's name) with the setting's figures where the sweep was published (the medians
+    `pipeline compare` gives it), else the run's own; its run; and why it was registered."""
+    metrics = run.data.metrics
+    setting = run.data.tags.get(TAG_SETTING) or run.info.run_name
+    if SETTING_ACCURACY in metrics:  # the setting's figures, all of them (speed may be withheld)
+        epoch, accuracy, runs = metrics.get(SETTING_STEADY_EPOCH), metrics[SETTING_ACCURACY], metrics.get(SETTING_RUNS)
+        whose = f"the setting's, over its {int(runs)} runs" if runs and runs > 1 else "the setting's"
+    else:
+        epoch, accuracy, whose = metrics.get(STEADY_EPOCH), metrics.get(FINAL_ACCURACY), "the run's own"
+    speed = "speed withheld" if epoch is None or epoch != epoch else f"{epoch:.3f} s/epoch"
+    figures = f": {speed}, test acc {accuracy:.4f} ({whose})" if accuracy is not None else ""
+    return (f"Setting {setting}{figures}. Model of run {run.info.run_id} ({run.info.run_name}); "
+            f"registered for {reason.words}.")
 
 
 def register_best(tracking_uri: str, parent_run_id: str | None, experiment_id: str | None, name: str) -> Registration:

@@ -17,7 +17,6 @@ import contextlib
 import os
 import shlex
 import socket
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -550,7 +549,9 @@ def _fit_param(value: str) -> str:
 def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter", outcomes: Sequence[Outcome],
                        comparison: "Comparison | None") -> None:
     """The parent's answer at a glance, over the children it trained that FINISHED: the best steady
-    epoch, the best final test accuracy and how many finished (names.BEST_*), and the model of the
+    epoch and the best final test accuracy among its settings (the comparison's medians, the figures
+    the verdict gives; each run's own where there is no comparison), how many finished
+    (names.BEST_*), and the model of the
     best setting's run (compare.pick: what the verdict, `pipeline register` and the UI's first row
     name) linked as the sweep's output, its run id in TAG_BEST_RUN (MLflow 3.17's UI lists a run
     without a model output under "Evaluation runs" in GenAI experiments; with one it is a training
@@ -558,8 +559,12 @@ def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter",
     from pipeline.compare import BEST, pick
 
     finished = [o for o in outcomes if o.status == FINISHED and o.run_id]
-    epochs = [o.figures[STEADY_EPOCH] for o in finished if STEADY_EPOCH in o.figures]
-    accurate = [o.figures[FINAL_ACCURACY] for o in finished if FINAL_ACCURACY in o.figures]
+    if comparison is not None and not comparison.table.empty:  # the settings' figures, as every view shows them
+        epochs = comparison.table[STEADY_EPOCH].dropna().tolist()
+        accurate = comparison.table[FINAL_ACCURACY].dropna().tolist()
+    else:
+        epochs = [o.figures[STEADY_EPOCH] for o in finished if STEADY_EPOCH in o.figures]
+        accurate = [o.figures[FINAL_ACCURACY] for o in finished if FINAL_ACCURACY in o.figures]
     metrics: dict[str, float | None] = {FINISHED_RUNS: len(finished)}
     if epochs:
         metrics[BEST_STEADY_EPOCH] = min(epochs)
@@ -637,12 +642,12 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
 
 
 def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, outcomes):
-    """The comparison table and charts as the parent run's artifacts (comparison/), and what the MLflow
-    UI opens on (view.py): saved view, descriptions. The charts' histories are the epochs of `outcomes`
-    as logged, never read back; each run's figures are the ones it logged at its end."""
-    from pipeline import view
+    """The sweep published (comparison_folder.publish): the comparison table and charts as the parent
+    run's artifacts (comparison/), its report (report.html), and what the MLflow UI opens on (view.py):
+    saved view, descriptions. The charts' histories are the epochs of `outcomes` as logged, never read
+    back; each run's figures are the ones it logged at its end."""
     from pipeline.compare import CHART_HISTORIES, HISTORIES, build
-    from pipeline.comparison_folder import write_report
+    from pipeline.comparison_folder import publish
     from pipeline.records import read_sweep
     from pipeline.timing import histories_of
 
@@ -652,10 +657,7 @@ def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", sp
                                       charted=CHART_HISTORIES), _compare_options(spec))
         if comparison.table.empty:
             return comparison
-        with tempfile.TemporaryDirectory() as tmp:
-            write_report(comparison, Path(tmp))
-            tracker.log_artifacts(parent_id, Path(tmp), "comparison")
-        view.publish(tracker.client, comparison, spec.axes)
+        publish(tracker.client, comparison, spec.axes)
         return comparison
     except Exception as exc:  # a report must never cost the user their sweep
         reporter.note(f"could not build the comparison charts ({exc.__class__.__name__}: {exc})")

@@ -4,6 +4,7 @@ two seeds with one run each are too few to judge."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import mlflow
@@ -51,6 +52,13 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     version = client.get_model_version_by_alias("best-cnn", "champion")
     assert version.run_id == best and version.tags["pipeline.rule"] == "best"
     assert version.tags["pipeline.sweep"] == parent.info.run_id
+    # Its description names the setting and its figures, as compare gives them.
+    setting = version.tags["pipeline.setting"]
+    row = next(r for r in json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--format", "json").stdout)
+               if best in r["run_ids"].split(","))
+    assert version.description.startswith(f"Setting {setting}: {row['steady_epoch_s']:.3f} s/epoch, "
+                                          f"test acc {row['final_test_accuracy']:.4f}"), version.description
+    assert f"Model of run {best}" in version.description
 
     # The view's first row: its filter and sort, as the UI asks the store.
     state = view.read_envelope(client.get_experiment(experiment_id).tags[
@@ -74,4 +82,4 @@ def test_two_seeds_with_one_run_each_are_too_few_to_judge(write_grid, data_dir, 
     compared = invoke("compare", "--versus", "seed=0", "--tracking-uri", tracking_uri)
     assert compared.exit_code == 0, compared.output
     (line,) = [line for line in compared.output.splitlines() if line.startswith("seed=1 vs seed=0")]
-    assert line.endswith("(n too small (1 run))"), line
+    assert line.endswith("(significance withheld: n too small (1 run))"), line
