@@ -8,12 +8,16 @@ a notebook's process leaves its backend and figures alone).
 from __future__ import annotations
 
 import math
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.files import replacing
+from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TIME_SHARES
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
 
     from pipeline.compare import Comparison
@@ -47,20 +51,37 @@ def _timed(comparison: "Comparison") -> str:
     return labels[0] if len(labels) == 1 else "steady state where a run had 2+ epochs"
 
 
-def variants(comparison: "Comparison") -> list[str]:
-    """Each run's bar label: its device, and the variant settings that differ in the sweep
-    ("cpu bf16 compiled"), so that twins on other axes are never averaged into one bar."""
-    from pipeline.grid import short
-
-    t = comparison.table
-    return [" ".join([str(row["device"])] + [short(k, row[k]) for k in comparison.variants]) for _, row in t.iterrows()]
-
-
-def _colours(comparison: "Comparison") -> list[str]:
-    """Each setting's colour, as the UI's view gives its runs (view.colours: one per row)."""
+def _settings(comparison: "Comparison") -> Iterator[tuple[pd.Series, str, str]]:
+    """Each row of the table (a setting) with its label and its colour: the UI's (view.colours, one
+    per row), so that a setting has one colour in every chart and in the MLflow UI."""
     from pipeline.view import colours
 
-    return colours(comparison)
+    t = comparison.table
+    for (_, row), colour in zip(t.iterrows(), colours(comparison)):
+        yield row, comparison.label(row), colour
+
+
+# What a missing figure is called where a chart says why a setting is not on it.
+_FIGURE_NAMES = {"epoch_duration_s": "epoch time", STEADY_EPOCH: "epoch time", "run_duration_s": "run duration",
+                 FINAL_ACCURACY: "final test accuracy", "test_accuracy": "test accuracy per epoch",
+                 **{share: "time shares" for share in TIME_SHARES}}
+
+
+def _not_shown(row: pd.Series, label: str, column: str) -> str:
+    """Why `row` has no `column` to draw, after its label: a speed figure counts only the timed runs,
+    so a setting whose every run was contended has none (compare.Comparison.timed_runs)."""
+    speed = column not in (FINAL_ACCURACY, "test_accuracy")
+    why = "every run contended" if speed and not row["timed_runs"] else f"no {_FIGURE_NAMES[column]} logged"
+    return f"{label} ({why})"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or math.isnan(float(value))
+
+
+def _whole(value: Any) -> int | None:
+    """A setting's number (batch size, workers); None where its runs did not record it."""
+    return None if _missing(value) else int(value)
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -75,46 +96,73 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
 
 
 def _tradeoff(comparison: "Comparison") -> dict:
-    """Speed against accuracy, one labelled point per setting: its epoch time (time to target when the
-    sweep has a target) and its final test accuracy, the figures the table shows; the best
-    trade-offs (the Pareto front) joined by a line."""
-    from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH
+    """Speed against accuracy, one labelled point per setting at its final test accuracy. Without a
+    target its x is its epoch time, whiskers from its first to its third quartile. With one, a
+    setting that ranks on the target (compare.ranks_on_target) is at its median time to it; one that
+    missed it is hollow, at its total training time (its median run duration): every setting is
+    on the chart, and none is drawn faster than it was. The best trade-offs (the Pareto front, among
+    the points whose x is the same figure) are ringed, and joined where there are two or more."""
+    from pipeline.compare import ranks_on_target
 
     t = comparison.table
-    to_target = comparison.target is not None and t["time_to_target_s"].notna().any()
-    column = "time_to_target_s" if to_target else STEADY_EPOCH
-    points = []
-    for (_, row), colour in zip(t.iterrows(), _colours(comparison)):
-        x, y = float(row[column]), float(row[FINAL_ACCURACY])
-        if not (math.isnan(x) or math.isnan(y)):
-            points.append([comparison.label(row), x, y, colour])
-    xlabel = (f"time to {comparison.target} (s), median over the runs" if to_target
-              else f"epoch time (s), {_timed(comparison)}")
-    return {"kind": "tradeoff", "points": points, "front": pareto([(x, y) for _, x, y, _ in points]),
-            "xlabel": xlabel, "ylabel": "final test accuracy",
-            "title": f"Speed against accuracy (best trade-offs joined)\n{comparison.sweep.name}"}
+    to_target = comparison.target is not None and "target_runs" in t and bool((t["target_runs"] > 0).any())
+    points, left_out = [], []
+    for row, label, colour in _settings(comparison):
+        reached = ranks_on_target(row) and not _missing(row["time_to_target_s"])
+        missed = to_target and not reached
+        column = ("run_duration_s" if missed else "time_to_target_s") if to_target else STEADY_EPOCH
+        absent = next((c for c in (column, FINAL_ACCURACY) if _missing(row[c])), None)
+        if absent is not None:
+            left_out.append(_not_shown(row, label, absent))
+            continue
+        if missed:
+            label += (f" (reached in {row['target_reached']}/{row['target_runs']} runs)" if row["target_runs"]
+                      else " (trained without the target)")
+        low, high = (None, None) if to_target else (row["epoch_duration_s_q1"], row["epoch_duration_s_q3"])
+        points.append({"label": label, "colour": colour, "missed": bool(missed),
+                       "x": round(float(row[column]), 3), "y": round(float(row[FINAL_ACCURACY]), 4),
+                       "low": None if _missing(low) else round(float(low), 3),
+                       "high": None if _missing(high) else round(float(high), 3)})
+    # Only points of the same figure compete: a setting's training time is no time to the target.
+    ranked = [i for i, point in enumerate(points) if not point["missed"]]
+    front = [ranked[i] for i in pareto([(points[i]["x"], points[i]["y"]) for i in ranked])]
+    among = " that reached it" if to_target else ""
+    front_label = (f"best trade-offs (ringed, joined): each more accurate than every faster setting{among}"
+                   if len(front) > 1 else f"best trade-off (ringed): more accurate than every faster setting{among}")
+    if to_target:
+        xlabel = (f"time to {comparison.target} (s), median over the runs that reached it\n"
+                  "settings that missed it: total training time (s), median run duration")
+    else:
+        xlabel = f"epoch time (s), {_timed(comparison)}; whiskers: first to third quartile over its runs"
+    return {"kind": "tradeoff", "points": points, "front": front, "front_label": front_label,
+            "reached_label": "reached the target: median time to it" if to_target else None,
+            "missed_label": ("missed the target: drawn at total training time"
+                             if any(point["missed"] for point in points) else None),
+            "left_out": left_out, "xlabel": xlabel, "ylabel": "final test accuracy",
+            "title": f"Speed against accuracy\n{comparison.sweep.name}"}
 
 
 def _epoch_duration(comparison: "Comparison") -> dict:
-    """Steady-state epoch duration (timing.steady) for each (batch size, workers), one bar per
-    device (and variant: precision, compile, ...): the median over the setting's runs, whiskers from
-    its first to its third quartile (the outer ones where several settings share a bar)."""
-    t = comparison.table.assign(device=variants(comparison), label=[comparison.label(r) for _, r in
-                                                                     comparison.table.iterrows()])
-    t = t[t["epoch_duration_s"].notna()]  # a setting whose every run is contended has no epoch time
-    groups = t.groupby(["batch_size", "num_workers", "device"], sort=False)
-    labels = groups["label"].agg(lambda names: " / ".join(names))
-    means = groups["epoch_duration_s"].mean()
-    low, high = groups["epoch_duration_s_q1"].min(), groups["epoch_duration_s_q3"].max()
-    categories = list(dict.fromkeys((int(b), int(w)) for b, w, _ in means.index))
-    devices = list(dict.fromkeys(d for _, _, d in means.index))
-    bars = []
-    for (b, w, d), value in means.items():
-        bars.append([categories.index((int(b), int(w))), devices.index(d), float(value),
-                     float(low[(b, w, d)]), float(high[(b, w, d)]), labels[(b, w, d)]])
-    legend = " / ".join(["device", *comparison.variants])  # what the bar colours encode
-    return {"kind": "epoch_duration", "categories": categories, "devices": devices, "bars": bars, "legend": legend,
-            "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian, whiskers: interquartile range",
+    """Steady-state epoch duration (timing.steady), one bar per setting in its colour, grouped by
+    (batch size, workers): the median over the setting's timed runs, whiskers from its first to its
+    third quartile."""
+    bars, left_out = [], []
+    for row, label, colour in _settings(comparison):
+        if _missing(row["epoch_duration_s"]):
+            left_out.append(_not_shown(row, label, "epoch_duration_s"))
+            continue
+        bars.append({"label": label, "colour": colour,
+                     "category": [_whole(row["batch_size"]), _whole(row["num_workers"])],
+                     "value": round(float(row[STEADY_EPOCH]), 3),  # the figure every surface shows
+                     "low": round(float(row["epoch_duration_s_q1"]), 3),
+                     "high": round(float(row["epoch_duration_s_q3"]), 3)})
+    categories = sorted({tuple(bar["category"]) for bar in bars}, key=lambda c: [(v is None, v or 0) for v in c])
+    for bar in bars:
+        bar["category"] = categories.index(tuple(bar["category"]))
+    return {"kind": "epoch_duration", "categories": [list(c) for c in categories], "bars": bars,
+            "legend": "setting", "left_out": left_out, "xlabel": "batch size / DataLoader workers",
+            "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian over the runs, "
+                      "whiskers: first to third quartile",
             "title": f"Epoch duration by batch size and workers\n{comparison.sweep.name}"}
 
 
@@ -130,90 +178,155 @@ def _speedup(comparison: "Comparison") -> dict:
             continue
         for _, row in t[t[column].notna() & (t[f"{column}_vs"] != "")].iterrows():
             low, high = row[f"{column}_low"], row[f"{column}_high"]
-            bars.append([f"{row['run_name']} ({column.replace('_', ' ')})", float(row[column]),
-                         None if math.isnan(low) else float(low), None if math.isnan(high) else float(high),
+            bars.append([f"{row['run_name']} ({column.replace('_', ' ')})", round(float(row[column]), 3),
+                         None if math.isnan(low) else round(float(low), 3),
+                         None if math.isnan(high) else round(float(high), 3),
                          cell(comparison, row, column)])
     return {"kind": "speedup", "bars": bars, "xlabel": "speedup over the reference twin (1 = no difference)",
             "title": f"Speedups with 95% intervals (Welch, over runs)\n{comparison.sweep.name}"}
 
 
 def _test_accuracy(comparison: "Comparison") -> dict:
-    """Test accuracy after each epoch, one line per run, in its setting's colour."""
-    colours = {run_id: colour for ids, colour in zip(comparison.table["run_ids"], _colours(comparison))
-               for run_id in str(ids).split(",")}
-    return {"kind": "test_accuracy", "title": f"Test accuracy per epoch\n{comparison.sweep.name}",
-            "lines": [[run.name, [float(v) for v in run.histories.get("test_accuracy") or []],
-                       colours.get(run.run_id, "black")] for run in comparison.sweep.children]}
+    """Test accuracy after each epoch, one line per run in its setting's colour, the runs of each
+    setting together: the legend names settings, not runs."""
+    runs = {run.run_id: run for run in comparison.sweep.children}
+    settings, left_out = [], []
+    for row, label, colour in _settings(comparison):
+        lines = [[runs[run_id].name, [round(float(v), 4) for v in runs[run_id].histories.get("test_accuracy") or []]]
+                 for run_id in str(row["run_ids"]).split(",") if run_id in runs]
+        if any(values for _, values in lines):
+            settings.append({"label": label, "colour": colour, "runs": lines})
+        else:
+            left_out.append(_not_shown(row, label, "test_accuracy"))
+    return {"kind": "test_accuracy", "settings": settings, "left_out": left_out, "xlabel": "epoch",
+            "ylabel": "test accuracy (fraction correct)", "title": f"Test accuracy per epoch\n{comparison.sweep.name}"}
 
 
 def _time_breakdown(comparison: "Comparison") -> dict:
     """Where each setting's epoch went: data, transfer and compute seconds, stacked (medians over its
-    timed runs); settings with no timed run (every run contended) are left out."""
-    t = comparison.table
-    t = t[t["epoch_duration_s"].notna()]
-    labels = [f"{n} [{d}]" if d not in n else n for n, d in zip(t["run_name"], t["device"])]
-    labels = [f"{label} (median of {n})" if n > 1 else label for label, n in zip(labels, t["n"])]
-    stacks = [[share.replace("_share", ""), colour, (t[share].fillna(0) * t["epoch_duration_s"]).tolist()]
+    timed runs), its label in its colour. A setting whose runs logged no shares has no bar (rather
+    than one of 0 s)."""
+    shown, labels, colours, left_out = [], [], [], []
+    for row, label, colour in _settings(comparison):
+        absent = ("epoch_duration_s" if _missing(row["epoch_duration_s"])
+                  else TIME_SHARES[0] if all(_missing(row[share]) for share in TIME_SHARES) else None)
+        if absent is not None:
+            left_out.append(_not_shown(row, label, absent))
+            continue
+        shown.append(row)
+        labels.append(f"{label} (median of {row['timed_runs']} runs)" if row["timed_runs"] > 1 else label)
+        colours.append(colour)
+    # A share its runs did not log is drawn as 0 s; the others are what they measured.
+    stacks = [[share.replace("_share", ""), colour,
+               [0.0 if _missing(row[share]) else round(float(row[share] * row["epoch_duration_s"]), 3)
+                for row in shown]]
               for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"),
                                     ("compute_share", "tab:blue"))]
-    return {"kind": "time_breakdown", "labels": labels, "stacks": stacks,
+    return {"kind": "time_breakdown", "labels": labels, "colours": colours, "stacks": stacks, "left_out": left_out,
             "xlabel": "seconds per epoch, " + _timed(comparison),
             "title": f"Where each epoch's time goes\n{comparison.sweep.name}"}
 
 
 def plan(comparison: "Comparison") -> dict[str, dict]:
-    """Each chart's file name and data, in JSON's types. The charts of speed are drawn only where a
-    setting has a speed figure: where every run is contended (left out, as the speedups leave them),
-    only the test accuracy is."""
+    """Each chart's file name and data, in JSON's types. A chart is drawn only where it has something
+    to draw: where every run is contended (no speed figure, as the speedups leave them out), only the
+    test accuracy is. On a drawn chart every setting is either drawn or named in its `left_out`."""
     charts = {TRADEOFF_PNG: _tradeoff(comparison), EPOCH_DURATION_PNG: _epoch_duration(comparison),
               TEST_ACCURACY_PNG: _test_accuracy(comparison),
               TIME_BREAKDOWN_PNG: _time_breakdown(comparison), SPEEDUP_PNG: _speedup(comparison)}
-    drawn = {TRADEOFF_PNG: "points", EPOCH_DURATION_PNG: "bars", TIME_BREAKDOWN_PNG: "labels", SPEEDUP_PNG: "bars"}
-    return {name: chart for name, chart in charts.items() if name not in drawn or chart[drawn[name]]}
+    drawn = {TRADEOFF_PNG: "points", EPOCH_DURATION_PNG: "bars", TEST_ACCURACY_PNG: "settings",
+             TIME_BREAKDOWN_PNG: "labels", SPEEDUP_PNG: "bars"}
+    return {name: chart for name, chart in charts.items() if chart[drawn[name]]}
 
 
 # --- the drawing: plain values -> PNG (matplotlib) ---------------------------------------------------
 
 
+def _span(values: list[float], floor: float, ceiling: float = math.inf, pad: float = 0.15) -> tuple[float, float]:
+    """An axis's limits around `values`, with room for labels on either side but never past what the
+    figure can be: accuracy within 0..1, a time never below 0 (matplotlib's margins alone drew an
+    accuracy above 1 near a point at 0.998, and negative seconds left of a point near 0)."""
+    low, high = min(values), max(values)
+    room = pad * ((high - low) or abs(high) or 1.0)
+    return max(floor, low - room), min(ceiling, high + room)
+
+
+def _category_text(batch_size: int | None, workers: int | None) -> str:
+    """A group of bars's tick: "bs 128\n2 workers" ("?" for a value its runs did not record)."""
+    b, w = ("?" if v is None else v for v in (batch_size, workers))
+    return f"bs {b}\n{w} worker{'' if w == 1 else 's'}"
+
+
 def _draw_epoch_duration(chart: dict) -> Figure:
-    categories, devices = chart["categories"], chart["devices"]
-    width = 0.8 / len(devices)
-    fig, ax = _new_axes((max(6.0, 1.3 * len(categories) * max(1, len(devices)) / 1.5), 4.5))
-    for i, device in enumerate(devices):
-        bars = [(j + (i - (len(devices) - 1) / 2) * width, value, low, high, label)
-                for j, d, value, low, high, label in chart["bars"] if d == i]
-        whiskers = [[max(0.0, y - lo) for _, y, lo, _, _ in bars], [max(0.0, hi - y) for _, y, _, hi, _ in bars]]
-        drawn = ax.bar([x for x, *_ in bars], [y for _, y, *_ in bars], width, label=device,
-                       yerr=whiskers, capsize=3, error_kw={"elinewidth": 1})
-        # Above each bar, upright: its time to the ms (as every table says it) and its setting's name.
-        ax.bar_label(drawn, labels=[f"{y:.3f}  {label}" for _, y, _, hi, label in bars], rotation=90,
-                     fontsize=7, padding=3)
-    ax.set_xticks(range(len(categories)), [f"bs {b}\n{w} worker{'s' if w != 1 else ''}" for b, w in categories])
-    ax.set_xlabel("batch size / DataLoader workers")
+    categories, bars = chart["categories"], chart["bars"]
+    groups = [[bar for bar in bars if bar["category"] == j] for j in range(len(categories))]
+    width = 0.8 / max(len(group) for group in groups)
+    xs = [j + (k - (len(group) - 1) / 2) * width for j, group in enumerate(groups) for k in range(len(group))]
+    bars = [bar for group in groups for bar in group]  # in the order of xs
+    fig, ax = _new_axes((max(6.0, 0.45 * len(bars) + 2.0), 4.5))
+    values = [bar["value"] for bar in bars]
+    whiskers = [[max(0.0, bar["value"] - bar["low"]) for bar in bars],
+                [max(0.0, bar["high"] - bar["value"]) for bar in bars]]
+    drawn = ax.bar(xs, values, width, color=[bar["colour"] for bar in bars], yerr=whiskers, capsize=3,
+                   error_kw={"elinewidth": 1})
+    # Above each bar, upright: its time to the ms (as every table says it) and its setting's name.
+    ax.bar_label(drawn, labels=[f"{bar['value']:.3f}  {bar['label']}" for bar in bars], rotation=90, fontsize=7,
+                 padding=3)
+    ax.set_xticks(range(len(categories)), [_category_text(b, w) for b, w in categories])
+    ax.set_xlabel(chart["xlabel"])
     ax.set_ylabel(chart["ylabel"])
-    ax.legend(title=chart["legend"])
-    top = max((max(value, high) for _, _, value, _, high, _ in chart["bars"]), default=1.0)
+    # Right of the axes, one entry per setting: the upright labels fill the space above the bars.
+    ax.legend(drawn.patches, [bar["label"] for bar in bars], title=chart["legend"], fontsize=7,
+              loc="center left", bbox_to_anchor=(1.01, 0.5))
+    top = max(max(bar["value"], bar["high"]) for bar in bars)
     ax.set_ylim(0, 1.7 * top)  # room for the upright labels above the bars
     return fig
+
+
+def _legend_marker(label: str, filled: bool, joined: bool = False, size: float = 8):
+    """A legend entry for a kind of point (none of the points stands for its kind: each has its colour)."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], label=label, color="grey", linestyle="--" if joined else "none", marker="o",
+                  markersize=size, markerfacecolor="grey" if filled else "none", markeredgecolor="black")
 
 
 def _draw_tradeoff(chart: dict) -> Figure:
     points, front = chart["points"], chart["front"]
     fig, ax = _new_axes((8, 5))
-    for i, (label, x, y, colour) in enumerate(points):
-        ax.scatter([x], [y], s=60, color=colour, zorder=3, edgecolor="black", linewidth=0.5)
-        # Settings often sit close together: labels alternate above and below, slanted, to stay apart.
+    for i, point in enumerate(points):
+        x, y, colour = point["x"], point["y"], point["colour"]
+        if point["missed"]:  # hollow: its x is its training time, not a time to the target
+            ax.scatter([x], [y], s=60, zorder=3, facecolors="none", edgecolors=colour, linewidths=1.5)
+        else:
+            ax.scatter([x], [y], s=60, zorder=3, color=colour, edgecolors="black", linewidths=0.5)
+        if point["low"] is not None and point["high"] is not None and point["low"] < point["high"]:
+            ax.errorbar([x], [y], xerr=[[max(0.0, x - point["low"])], [max(0.0, point["high"] - x)]], fmt="none",
+                        ecolor=colour, elinewidth=1, capsize=3, zorder=2)
+        # Settings often sit close together: labels alternate above and below to stay apart.
         above = i % 2 == 0
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 7 if above else -9), fontsize=7,
-                    rotation=30 if above else -30, va="bottom" if above else "top", color="black")
-    if len(front) > 1:
-        ax.plot([points[i][1] for i in front], [points[i][2] for i in front], color="grey", linewidth=1.5,
-                linestyle="--", zorder=2, label="best trade-offs: faster and more accurate")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.annotate(f"{point['label']}\n{x:.3f} s, {y:.4f}", (x, y), textcoords="offset points",
+                    xytext=(5, 6 if above else -6), fontsize=7, va="bottom" if above else "top")
+    handles = []
+    if front:
+        ax.scatter([points[i]["x"] for i in front], [points[i]["y"] for i in front], s=220, zorder=4,
+                   facecolors="none", edgecolors="black", linewidths=1.2)
+        if len(front) > 1:
+            ax.plot([points[i]["x"] for i in front], [points[i]["y"] for i in front], color="grey", linewidth=1.5,
+                    linestyle="--", zorder=2)
+        handles.append(_legend_marker(chart["front_label"], False, joined=len(front) > 1, size=14))
+    if chart["reached_label"]:
+        handles.append(_legend_marker(chart["reached_label"], True))
+    if chart["missed_label"]:
+        handles.append(_legend_marker(chart["missed_label"], False))
+    if handles:
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.set_xlabel(chart["xlabel"])
     ax.set_ylabel(chart["ylabel"])
     ax.grid(alpha=0.3)
-    ax.margins(x=0.2, y=0.15)  # room for the labels right of the points
+    xs = [v for point in points for v in (point["x"], point["low"], point["high"]) if v is not None]
+    ax.set_xlim(*_span(xs, 0.0, pad=0.3))  # room for the labels right of the points
+    ax.set_ylim(*_span([point["y"] for point in points], 0.0, 1.0, pad=0.25))
     return fig
 
 
@@ -223,33 +336,41 @@ _MARKERS = "osD^vP<>X"
 
 def _draw_test_accuracy(chart: dict) -> Figure:
     fig, ax = _new_axes((8, 4.5))
-    longest, lines = 1, chart["lines"]
-    for i, (name, values, colour) in enumerate(lines):
-        if values:
-            # Runs that learn the same numbers (same seed, 0 or 1 workers) draw the same line: each
-            # later line is thinner, with its own dashes and marker, so none hides under another.
-            fade = i / max(len(lines) - 1, 1)
-            ax.plot(range(1, len(values) + 1), values, label=name, color=colour, linestyle=_DASHES[i % len(_DASHES)],
-                    marker=_MARKERS[i % len(_MARKERS)], linewidth=3.5 - 2.5 * fade, markersize=9 - 5 * fade,
-                    alpha=0.85)
-            longest = max(longest, len(values))
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("test accuracy (fraction correct)")
+    lines = [(setting, values) for setting in chart["settings"] for _, values in setting["runs"] if values]
+    labelled: set[str] = set()
+    for i, (setting, values) in enumerate(lines):
+        # Runs that learn the same numbers (same seed, 0 or 1 workers) draw the same line: each
+        # later line is thinner, with its own dashes and marker, so none hides under another.
+        fade = i / max(len(lines) - 1, 1)
+        first = setting["label"] not in labelled  # one legend entry per setting, its runs share it
+        labelled.add(setting["label"])
+        ax.plot(range(1, len(values) + 1), values, label=setting["label"] if first else None, color=setting["colour"],
+                linestyle=_DASHES[i % len(_DASHES)], marker=_MARKERS[i % len(_MARKERS)],
+                linewidth=3.5 - 2.5 * fade, markersize=9 - 5 * fade, alpha=0.85)
+    longest = max(len(values) for _, values in lines)
+    ax.set_xlabel(chart["xlabel"])
+    ax.set_ylabel(chart["ylabel"])
     ax.set_xticks(range(1, longest + 1))
     ax.set_xlim(0.5, longest + 0.5)
+    ax.set_ylim(*_span([v for _, values in lines for v in values], 0.0, 1.0, pad=0.1))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="run")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="setting")
     return fig
 
 
 def _draw_time_breakdown(chart: dict) -> Figure:
     labels = chart["labels"]
     fig, ax = _new_axes((8, 0.45 * len(labels) + 1.8))
+    rows = range(len(labels))  # positions, not names: two settings may share a label
     left = [0.0] * len(labels)
     for name, colour, seconds in chart["stacks"]:
-        ax.barh(labels, seconds, left=left, color=colour, label=name)
+        ax.barh(rows, seconds, left=left, color=colour, label=name)
         left = [a + b for a, b in zip(left, seconds)]
+    ax.set_yticks(rows, labels)
+    for text, colour in zip(ax.get_yticklabels(), chart["colours"]):
+        text.set_color(colour)  # the bars' colours say where the time went; the names', which setting
     ax.invert_yaxis()
+    ax.set_xlim(left=0.0)
     ax.set_xlabel(chart["xlabel"])
     # Right of the axes: the bars span the plot's whole width, so any legend inside covers one.
     ax.legend(title="time spent on", fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -277,10 +398,15 @@ _DRAW = {"tradeoff": _draw_tradeoff, "epoch_duration": _draw_epoch_duration, "te
 
 
 def figure(chart: dict) -> Figure:
-    """One planned chart as a figure, for callers that look at its parts. Legends may lie outside
-    the figure's own box: save it as `draw` does, with bbox_inches="tight"."""
+    """One planned chart as a figure, for callers that look at its parts. Settings the chart could
+    not place are named under its x axis, with why. Legends may lie outside the figure's own box:
+    save it as `draw` does, with bbox_inches="tight"."""
     fig = _DRAW[chart["kind"]](chart)
-    fig.axes[0].set_title(chart["title"], fontsize=10)
+    ax = fig.axes[0]
+    ax.set_title(chart["title"], fontsize=10)
+    if chart.get("left_out"):
+        note = textwrap.fill("not shown: " + "; ".join(chart["left_out"]), 110)
+        ax.set_xlabel(f"{ax.get_xlabel()}\n{note}")
     return fig
 
 

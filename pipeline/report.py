@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -209,9 +210,11 @@ class Reporter:
 
     def comparison(self, comparison: "Comparison", wide: bool = False) -> None:
         """`pipeline compare --format table`: the verdict (compare.headline), then one row per setting,
-        its decision columns only (`wide`: every column), then one line per speedup group."""
+        its decision columns only (`wide`: every column; in several tables where the terminal is too
+        narrow for one), then one line per speedup group."""
         self.headline(comparison)
-        self.console.print(comparison_table(comparison, wide, self.console.width))
+        for table in comparison_tables(comparison, wide, self.console.width):
+            self.console.print(table)
         self.speedups(comparison)
 
     def headline(self, comparison: "Comparison") -> None:
@@ -224,7 +227,8 @@ class Reporter:
         """`pipeline compare --baseline`: one row per point, then the verdict."""
         from pipeline import gate
 
-        self.console.print(_frame_table(gate.title(result), gate.display_frame(result), self.console.width))
+        for table in frame_tables(gate.title(result), gate.display_frame(result), self.console.width, keys=["point"]):
+            self.console.print(table)
         self.console.print(result.verdict(), markup=False)
 
     def speedups(self, comparison: "Comparison") -> None:
@@ -239,7 +243,7 @@ class Reporter:
         lines, and the UI's link."""
         if comparison is not None and not comparison.table.empty:
             self.headline(comparison)
-        self.console.print(results_table(axes, result, comparison))
+        self.console.print(results_table(axes, result))
         counts = {}
         for o in result.outcomes:
             counts[o.status] = counts.get(o.status, 0) + 1
@@ -289,33 +293,34 @@ def target_line(spec: "GridSpec") -> str:
     return f"target: {spec.target} (time_to_target_s){stop}"
 
 
-def comparison_table(comparison: "Comparison", wide: bool = False, width: int | None = None) -> Table:
-    """One row per setting: its decision columns (compare.decision_frame) or, `wide`, every column;
-    the title says which epochs the times are, the caption the settings every row shares."""
-    from pipeline.compare import caption, display_frame, timed_title
+def comparison_tables(comparison: "Comparison", wide: bool = False, width: int | None = None) -> list[Table]:
+    """One row per setting: its decision columns (compare.decision_frame) or, `wide`, every column,
+    within `width` (frame_tables: folded into several tables that each repeat the setting columns,
+    speedups last, where one does not fit); the title says which epochs the times are, the caption
+    the settings every row shares."""
+    from pipeline.compare import SPEEDUP_LABELS, caption, display_frame, timed_title
 
     sweep = comparison.sweep
     rows, runs = len(comparison.table), len(comparison.runs)
     title = (f"{sweep.name} ({sweep.experiment_name}): {plural(rows, 'setting')}, {plural(runs, 'finished run')}; "
              f"{timed_title(comparison)}")
-    table = _frame_table(title, display_frame(comparison, compact=not wide, stacked=True), width)
-    table.caption = caption(comparison)
-    return table
+    frame = display_frame(comparison, compact=not wide, stacked=True)
+    tables = frame_tables(title, frame, width, keys=[c for c in comparison.setting_columns if c in frame],
+                          later=[c for c in frame if c in SPEEDUP_LABELS])
+    tables[-1].caption = caption(comparison)
+    return tables
 
 
-def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult",
-                  comparison: "Comparison | None" = None) -> Table:
+def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> Table:
     """One row per run: its settings, its repeat when there are several, its steady-state summary
-    (test accuracy, epoch time to the ms, images/s: compare.run_summary's figures, the ones the UI
-    shows) and status. A run the comparison does not hold (a DONE one, say) shows what its outcome knows."""
+    (test accuracy, epoch time to the ms, images/s: Outcome.figures, the ones it logged and the UI
+    shows; a DONE run's as stored when it finished, never its last epoch's) and status."""
     from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
-    from pipeline.timing import summary
 
     keys = [k for k, _ in axes]
     if "device" not in keys:
         keys.append("device")
     repeats = any(o.point.repeat > 1 for o in result.outcomes)
-    runs = comparison.runs if comparison is not None and not comparison.runs.empty else None
     table = Table(title="Results")
     table.add_column("#", justify="right")
     for key in keys:
@@ -332,15 +337,9 @@ def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult",
             cells[keys.index("device")] = f"{values['device']} ({o.device})"
         if repeats:
             cells.append(str(o.point.repeat))
-        if runs is not None and o.run_id in runs.index:
-            figures = runs.loc[o.run_id, [FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES]].tolist()
-        elif o.epochs:
-            told = summary([e.epoch_duration_s for e in o.epochs], [e.images_per_s for e in o.epochs],
-                           o.final.test_accuracy if o.final else None)
-            figures = [told.get(FINAL_ACCURACY), told.get(STEADY_EPOCH), told.get(STEADY_IMAGES)]
-        else:
-            figures = [o.final.test_accuracy if o.final else None, o.mean_epoch_s, None]
-        numbers = [_number(value, spec) for value, spec in zip(figures, (".4f", ".3f", ",.0f"))]
+        figures = o.figures
+        numbers = [_number(figures.get(name), spec) for name, spec in
+                   ((FINAL_ACCURACY, ".4f"), (STEADY_EPOCH, ".3f"), (STEADY_IMAGES, ",.0f"))]
         table.add_row(str(o.point.index), *cells, *numbers, _status(o.status))
     return table
 
@@ -376,34 +375,73 @@ def _status(status: str) -> str:
     return f"[{colour}]{status}[/]" if colour else status
 
 
-def _frame_table(title: str, frame, width: int | None = None) -> Table:
-    """A rich table of a display frame: text left, numbers right. Within `width` (a terminal's
-    columns) cells and headers wrap between words, never inside one (_widths), so that no number is
-    cut or split; a table whose words alone are wider folds rather than losing its end to an ellipsis."""
-    table = Table(title=title)
-    headers = [column.replace("_", " ") for column in frame.columns]  # words ("batch size"), so they wrap
-    cells = [[str(v) for v in frame[column]] for column in frame.columns]
-    widths = _widths(headers, cells, width) if width else [None] * len(headers)
-    for column, header, size in zip(frame.columns, headers, widths):
-        table.add_column(header, justify="left" if column in ("device", "point") else "right",
-                         overflow="fold", width=size)
-    for row in zip(*cells):
-        table.add_row(*row)
-    return table
+def frame_tables(title: str, frame, width: int | None = None, keys: Sequence[str] = (),
+                 later: Sequence[str] = ()) -> list[Table]:
+    """Rich tables of a display frame, the first titled: text left, numbers right. Within `width` (a
+    terminal's columns) cells and headers wrap between words, never inside one (_widths), so that no
+    number is cut or split and no header is stacked a letter a line. Where even their words do not
+    fit side by side, the columns fold into several tables (_fold), each repeating `keys` (the
+    columns that name a row), with `later` (the columns a reader spares first) placed last: nothing
+    is dropped. Only a table whose keys and one column are wider than `width` folds inside words."""
+    headers = {column: column.replace("_", " ") for column in frame.columns}  # words ("batch size"), so they wrap
+    cells = {column: [str(v) for v in frame[column]] for column in frame.columns}
+    extents = {column: _extent(headers[column], cells[column]) for column in frame.columns}
+    parts = _fold(list(frame.columns), {c: least for c, (_, least) in extents.items()}, width, keys, later) \
+        if width else [list(frame.columns)]
+    tables = []
+    for part in parts:
+        table = Table(title=None if tables else title)
+        widths = _widths([extents[column] for column in part], width) if width else [None] * len(part)
+        for column, size in zip(part, widths):
+            table.add_column(headers[column], justify="left" if column in ("device", "point") else "right",
+                             overflow="fold", width=size)
+        for row in zip(*(cells[column] for column in part)):
+            table.add_row(*row)
+        tables.append(table)
+    return tables
 
 
-def _widths(headers: list[str], cells: list[list[str]], width: int) -> list[int] | list[None]:
-    """Column widths for a table `width` characters wide: where the table fits unwrapped, rich's own
-    (None); else each column as wide as its longest word, and the room left given one character at a
-    time to the column that lacks most of its unwrapped width."""
-    lines = [[header, *(line for cell in column for line in cell.splitlines())]
-             for header, column in zip(headers, cells)]
-    most = [max(map(len, column)) for column in lines]
-    least = [max((len(word) for line in column for word in line.split()), default=1) for column in lines]
-    room = width - (3 * len(headers) + 1)  # a border and two spaces of padding per column, one border more
-    if sum(most) <= room:
-        return [None] * len(headers)
-    widths, spare = list(least), room - sum(least)
+def _extent(header: str, cells: Sequence[str]) -> tuple[int, int]:
+    """A column's width unwrapped (its longest line, header included) and wrapped between words (its
+    longest word): the most and the least it needs."""
+    lines = [header, *(line for cell in cells for line in cell.splitlines())]
+    words = [word for line in lines for word in line.split()]
+    return max(map(cell_len, lines)), max(map(cell_len, words), default=1)
+
+
+def _table_width(widths: Sequence[int]) -> int:
+    """How wide a table with columns `widths` wide is: a border and two spaces of padding per column,
+    one border more."""
+    return sum(width + 3 for width in widths) + 1
+
+
+def _fold(columns: list[str], least: dict[str, int], width: int, keys: Sequence[str],
+          later: Sequence[str]) -> list[list[str]]:
+    """The columns of each table: all in one where their words fit side by side within `width`.
+    Else each table starts with `keys`, and every other column, `later` ones last, goes into the
+    first table it fits in (a new one where none has room); each table lists its columns in the
+    frame's order."""
+    if _table_width([least[c] for c in columns]) <= width:
+        return [columns]
+    parts: list[list[str]] = []
+    for column in [c for c in columns if c not in keys and c not in later] + [c for c in later if c not in keys]:
+        part = next((p for p in parts if _table_width([least[c] for c in [*p, column]]) <= width), None)
+        if part is None:
+            parts.append([*keys, column])
+        else:
+            part.append(column)
+    return [[c for c in columns if c in part] for part in parts] or [columns]
+
+
+def _widths(extents: Sequence[tuple[int, int]], width: int) -> list[int] | list[None]:
+    """Column widths for a table `width` characters wide, from each column's (most, least) need
+    (_extent): where the table fits unwrapped, rich's own (None); else each column as wide as its
+    longest word, and the room left given one character at a time to the column that lacks most of
+    its unwrapped width."""
+    most, least = [m for m, _ in extents], [n for _, n in extents]
+    if _table_width(most) <= width:
+        return [None] * len(extents)
+    widths, spare = list(least), width - _table_width(least)
     while spare > 0:
         lacking = [m - w for m, w in zip(most, widths)]
         if max(lacking) <= 0:

@@ -20,7 +20,8 @@ SETTINGS = {"lr": "0.01", "batch_size": "128", "num_workers": "0", "epochs": "4"
 
 @dataclass
 class Run:
-    """One child run: its settings (over SETTINGS), epoch times (epoch 1 first), tags, run-level metrics."""
+    """One child run: its settings (over SETTINGS), epoch times (epoch 1 first), tags, run-level metrics
+    and any more per-epoch metrics (the time buckets, say)."""
 
     epochs: list[float]
     device: str = "cpu"
@@ -29,6 +30,7 @@ class Run:
     metrics: dict[str, float] = field(default_factory=dict)
     hardware: str | None = None  # default: "Test CPU" on cpu, "Test GPU" elsewhere
     host: str = "host-a"
+    histories: dict[str, list[float]] = field(default_factory=dict)  # more per-epoch metrics, epoch 1 first
 
 
 def jittered(seconds: float, epochs: int, rng: np.random.Generator, spread: float = 0.03) -> list[float]:
@@ -53,6 +55,8 @@ def write_sweep(tracking_uri: str, experiment: str, runs: list[Run], parent_tags
         metrics = [Metric(name, value, 0, epoch) for epoch, seconds in enumerate(run.epochs, start=1)
                    for name, value in (("epoch_duration_s", seconds), ("images_per_s", 1000 / seconds),
                                        ("test_accuracy", 0.7 + 0.02 * epoch))]
+        metrics += [Metric(name, value, 0, epoch) for name, values in run.histories.items()
+                    for epoch, value in enumerate(values, start=1)]
         metrics += [Metric(name, value, 0, 0) for name, value in
                     {"run_duration_s": sum(run.epochs), "train_loss": 0.5, "train_accuracy": 0.8,
                      "test_loss": 0.6, **run.metrics}.items()]

@@ -92,16 +92,18 @@ def test_runs_recorded_before_a_later_key_are_at_its_default():
             "new", "speedup"]), key
 
 
-def test_chart_bars_split_by_the_variant_keys_only():
-    from pipeline.charts import variants
+def test_every_setting_is_a_bar_of_its_own_in_the_epoch_chart():
+    """Settings that differ in any key have a bar each, never averaged into one; runs that differ only
+    in a key that is no twin key (where a point runs) are one setting: one row, one bar."""
+    from pipeline.charts import EPOCH_DURATION_PNG, plan
 
     for key in TWO_VALUES:
         first, second = (format_value(v) for v in TWO_VALUES[key])
         runs = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: second})]
-        labels = variants(build(SweepRecord("p", "p", "1", "x", runs)))
-        # Runs that differ only in a key that is no twin key (where a point runs) are one setting: one row.
-        split = len(labels) == 2 and labels[0] != labels[1]
-        assert split == (KEYS[key].variant and KEYS[key].twin), (key, labels)
+        comparison = build(SweepRecord("p", "p", "1", "x", runs))
+        bars = plan(comparison)[EPOCH_DURATION_PNG]["bars"]
+        assert len(bars) == len(comparison.table) == (2 if KEYS[key].twin else 1), key
+        assert len({bar["label"] for bar in bars}) == len(bars), (key, bars)
 
 
 def test_pipeline_train_offers_an_option_per_setting_of_the_table():

@@ -61,6 +61,36 @@ def test_done_rows_show_the_steady_state_epoch_time(trained, tracking_uri):
         assert len(history) == 2 and outcome.mean_epoch_s == pytest.approx(history[1].value)  # epoch 2 of 2
 
 
+def _result_rows(output: str) -> dict[str, list[str]]:
+    """The sweep-end Results table's rows, by their first cell (#): their cells, stripped."""
+    table = output.split("Results", 1)[1]
+    rows = [[cell.strip() for cell in line.strip("│").split("│")]
+            for line in table.splitlines() if line.startswith("│")]
+    return {row[0]: row for row in rows}
+
+
+def test_a_done_row_shows_the_figures_it_finished_with(write_grid, data_dir, tracking_uri):
+    """A point run again is DONE, and its row in the Results table shows the steady-state summary it
+    logged when it finished (test acc, epoch s, img/s: names.FINAL_ACCURACY, STEADY_EPOCH,
+    STEADY_IMAGES), the figures printed then, never its last epoch's: here a last epoch made
+    unmistakable (a second value logged for it, 9.999 s), which a row built from the run's latest
+    metrics would show."""
+    grid = write_grid("experiment: again\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [3]\n")
+    args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    (run,) = point_runs(tracking_uri, "again")
+    mlflow.MlflowClient(tracking_uri).log_metric(run.info.run_id, "epoch_duration_s", 9.999, step=3)
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    finished, done = _result_rows(first.output)["1"], _result_rows(again.output)["1"]
+    assert (finished[-1], done[-1]) == ("FINISHED", "DONE")
+    stored = run.data.metrics
+    figures = [f"{stored[names.FINAL_ACCURACY]:.4f}", f"{stored[names.STEADY_EPOCH]:.3f}",
+               f"{stored[names.STEADY_IMAGES]:,.0f}"]
+    assert finished[-4:-1] == figures and done[-4:-1] == figures, (finished, done)
+
+
 def test_register_when_every_point_is_done_registers_the_best(trained, tracking_uri):
     out = invoke(*trained, "--register", "fashion")
     assert out.exit_code == 0, out.output
