@@ -14,8 +14,8 @@ through MlflowClient. Then, per size, the median of `--rounds` timings of:
 - the same comparison of runs made before children logged end figures (their figures come from
   per-epoch histories, one read per run and metric), in a store of their own, for the sizes up to
   `--old-runs-up-to` (default 1,000: at 10,000 runs it takes about ten minutes);
-- `pipeline compare --format json` as a user runs it, in this process: the comparison, printed, and
-  the sweep's UI view written back (view.link: a tag and the summary it lacks on every child);
+- `pipeline compare --format json` as a user runs it, in this process: the comparison, printed (it
+  only reads; publishing the view is `--publish`, which `pipeline run` does at a sweep's end);
 - the resume lookup: `records.finished_by_key`, what a rerun of a grid asks before it trains.
 
 The table gives ms per run and its ratio to the smallest sweep's (1.0 everywhere = linear growth).

@@ -304,6 +304,13 @@ def data(data_dir: str | None, download: bool) -> None:
                    "(what varies, epoch time, speedups, test accuracy, images/s). csv, markdown and json have all.")
 @click.option("--out", type=NonBlank(click.Path(file_okay=False)), metavar="DIR",
               help="Also write the charts (PNG), results.csv and results.md into DIR.")
+@click.option("--html", type=NonBlank(click.Path()), metavar="FILE",
+              help="Also write the report: one HTML file that opens offline (the verdict, the table, the charts, "
+                   "the hosts, the commands to run the sweep again).")
+@click.option("--publish", is_flag=True,
+              help="Write the comparison back to the store, with this call's options: the sweep's saved view, "
+                   "its runs' setting figures, the descriptions, and the parent run's comparison/ and report.html. "
+                   "Without it compare only reads. `pipeline run` publishes each sweep at its end.")
 @click.option("--sort", type=TEXT, metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
 @click.option("--versus", type=TEXT, metavar="KEY=VALUE",
               help="Also each row's speedup over its twin that differs only in KEY and has VALUE there, "
@@ -324,20 +331,21 @@ def data(data_dir: str | None, download: bool) -> None:
               help="The test accuracy a faster setting may lose and still win (absolute, e.g. 0.005). "
                    "Default: the sweep's own (its grid's quality_margin, else 0.005).")
 @tracking_uri_option
-def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool, out: str | None, sort: str | None,
-            versus: str | None, include_contended: bool, baseline: str | None, fail_if_slower: float | None,
+def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool, out: str | None, html: str | None,
+            publish: bool, sort: str | None, versus: str | None, include_contended: bool, baseline: str | None, fail_if_slower: float | None,
             allow_inconclusive: bool, across_hosts: bool, quality_margin: float | None,
             tracking_uri: str | None) -> None:
     """The verdict first (the best setting and its run, the fastest, the most accurate, each speedup in
     words), then one row per setting of a sweep (its repeats aggregated): n runs, the median and
     quartiles of their steady-state epoch times, final loss and accuracy, images/s, time shares, time
     to target, and each device's speedup over its cpu twin with a 95% interval over the runs. With
-    --baseline, each point's change in epoch time against another sweep instead (a regression gate)."""
+    --baseline, each point's change in epoch time against another sweep instead (a regression gate).
+    It reads only: --out and --html write files, --publish writes to the store."""
     from dataclasses import replace
 
     from pipeline import gate
     from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, render, sweep_options
-    from pipeline.comparison_folder import write_report
+    from pipeline.comparison_folder import write_html, write_report
     from pipeline.records import read_sweep
     from pipeline.report import Reporter
     from pipeline.store import open_client, resolve_tracking_uri
@@ -352,13 +360,21 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     if quality_margin is not None and not 0 <= quality_margin < 1:
         raise UserError(f"--quality-margin {quality_margin:g}: give a number >= 0 and below 1, e.g. 0.005 "
                         "(half a point of test accuracy)")
-    if out:  # before anything is printed: a table followed by a failed write reads as success
-        from pipeline.files import check_writable
+    if baseline is not None and (publish or html):
+        raise UserError(f"{'--publish' if publish else '--html'} publishes a sweep's comparison; with --baseline "
+                        "compare checks a gate and publishes nothing: run them as two commands")
+    from pipeline.files import check_writable
 
+    if out:  # before anything is printed: a table followed by a failed write reads as success
         check_writable(Path(out), "--out", "pass a folder you can write in (it is created when missing)")
+    if html:
+        if Path(html).is_dir():
+            raise UserError(f"--html {html}: a folder; pass a file name, e.g. --html {Path(html) / 'report.html'}")
+        check_writable(Path(html).parent, "--html", "pass a file in a folder you can write in")
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
     # Per-epoch histories only where a chart draws them (--out), or for runs without end figures.
-    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=CHART_HISTORIES if out else ())
+    charted = CHART_HISTORIES if out or publish else ()  # only the test-accuracy chart draws histories
+    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=charted)
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
     options = sweep_options(client.get_run(sweep.run_id), CompareOptions(sort, versus, include_contended),
@@ -381,8 +397,16 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     if out:
         for path in write_report(comparison, Path(out)):
             click.echo(f"wrote {path}", err=True)
+    if html:
+        click.echo(f"wrote {write_html(client, comparison, Path(html))}", err=True)
     from pipeline import view
 
+    if publish:
+        from pipeline.comparison_folder import publish as publish_sweep
+
+        publish_sweep(client, comparison)
+        click.echo(f"published: the saved view, the descriptions and {view.REPORT} of sweep {comparison.sweep.run_id}",
+                   err=True)
     click.echo(f"In the MLflow UI: {view.link(client, comparison)}", err=fmt != "table")
 
 

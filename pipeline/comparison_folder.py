@@ -1,13 +1,20 @@
-"""A comparison's folder: its charts (charts.py), results.csv and results.md. The sweep logs it as
-the parent run's `comparison/`; `pipeline compare --out` writes it to disk."""
+"""A comparison's files: its folder (charts.py's PNGs, results.csv and results.md), which `pipeline
+compare --out` writes to disk, and what a published sweep carries: that folder as the parent run's
+`comparison/`, its report (html_report.py) as `report.html`, and what the MLflow UI opens on
+(view.py)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import charts
 from pipeline.compare import Comparison, render
 from pipeline.files import atomic_write
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def write_report(comparison: Comparison, folder: Path) -> list[Path]:
@@ -21,3 +28,28 @@ def write_report(comparison: Comparison, folder: Path) -> list[Path]:
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
     atomic_write(folder / "results.md", title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
     return [*paths, folder / "results.csv", folder / "results.md"]
+
+
+def write_html(client, comparison: Comparison, path: Path) -> Path:
+    """The sweep's report (html_report.render) as one file at `path`, replaced whole."""
+    from pipeline import html_report
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, html_report.render(comparison, html_report.provenance(client, comparison.sweep.run_id)))
+    return path
+
+
+def publish(client, comparison: Comparison, axes: "Sequence[tuple[str, tuple]] | None" = None) -> None:
+    """Everything a sweep shows in MLflow, written again from `comparison`: the parent run's
+    `comparison/` folder and `report.html`, then the saved view and the descriptions (view.publish).
+    `pipeline run` publishes each sweep at its end (with its grid's `axes`); `pipeline compare
+    --publish` publishes one again, with that call's options."""
+    from pipeline import view
+
+    with tempfile.TemporaryDirectory(prefix="pipeline-publish-") as temporary:
+        folder = Path(temporary)
+        write_report(comparison, folder / "comparison")
+        write_html(client, comparison, folder / view.REPORT)
+        client.log_artifacts(comparison.sweep.run_id, str(folder))
+    view.publish(client, comparison, axes)

@@ -1,10 +1,12 @@
 """The printed link in a real browser: Debian's chromium, driven by Playwright, against `pipeline ui`.
 
-Opens what a user opens after `pipeline run`, with no clicks: Model training mode, the sweep's
-children flat under the saved view (each with the figures `pipeline compare` prints, in a colour of
-its own), the comparison charts (speed against accuracy first), the parent's description with its
-chart, and the way back to the view after a run page. Set PIPELINE_SCREENSHOT_DIR to keep the
-screenshots (README section 6 uses them).
+Opens what a user opens after `pipeline run` on an 8-setting sweep with repeats, at 1500x1000 with
+MLflow's assistant panel as it opens on a first visit, with no clicks: Model training mode, the
+verdict in the experiment's description, one row per setting with the figures `pipeline compare
+--format json` gives (left of the panel), every setting on the first chart; then the parent's
+description (its significance words, no broken link), the report in MLflow's artifact view, the
+best model one click away, and the way back to the view after a run page. Set
+PIPELINE_SCREENSHOT_DIR to keep the screenshots (docs/comparing.md uses them).
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port, invoke, isolated, service_output, start_service, stop_service, wait_for
+from pipeline import view
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NO_BROWSER = "needs Debian's chromium: sudo apt-get install chromium (make test installs it when run as root)"
 
-GRID = ("experiment: ui-walk\ngrid:\n  batch_size: [64, 128]\n  num_workers: [0, 1]\n  shuffle: [true, false]\n"
-        "  device: [cpu]\n  epochs: [2]\n")
-NAMES = [f"cpu bs{b} w{w} {s}" for b in (64, 128) for w in (0, 1) for s in ("shuffle", "noshuffle")]
+GRID = ("experiment: ui-walk\nrepeats: 2\ngrid:\n  batch_size: [64, 128]\n  num_workers: [0, 1]\n"
+        "  precision: [fp32, bf16]\n  device: [cpu]\n  epochs: [1]\n")
+SETTINGS = [f"cpu bs{b} w{w} {p}" for b in (64, 128) for w in (0, 1) for p in ("fp32", "bf16")]
 
 
 @pytest.fixture(scope="module")
@@ -80,27 +83,80 @@ def _keep(page, name: str) -> None:
         page.screenshot(path=str(Path(folder) / name))
 
 
-@pytest.mark.browser
-def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
-    """The issue's acceptance: no GenAI sidebar, the four children by name, the columns, a saved view."""
+def _panel_left(page) -> float:
+    """Where MLflow's assistant panel begins: it opens by itself on a first visit to a local UI."""
     from playwright.sync_api import expect
 
-    base, link, *_ = ui
-    page = _page(browser, base + link)
-    expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
-    for name in NAMES:
-        expect(page.get_by_text(name, exact=True)).to_be_visible()  # flat: not folded under the parent
-    for column in ("device", "batch_size", "num_workers", "shuffle", "steady_epoch_s", "steady_images_per_s"):
-        expect(page.get_by_role("columnheader", name=re.compile(column)).first).to_be_visible()
-    expect(page.get_by_text("8 matching runs")).to_be_visible()
-    # The first row is the run the verdict names best (the view sorts by each child's rank).
+    panel = page.get_by_text(re.compile(r"^MLflow Assistant")).first  # its title, with a "Beta" badge
+    expect(panel).to_be_visible(timeout=30_000)  # as a new user meets it: open
+    return panel.bounding_box()["x"] - 20
+
+
+def _visible_left_of(page, locator, right: float) -> dict:
+    from playwright.sync_api import expect
+
+    expect(locator).to_be_visible()
+    box = locator.bounding_box()
+    assert box and 0 <= box["y"] < 1000 and box["x"] + min(box["width"], 60) <= right, box
+    return box
+
+
+def _compared(uri: str, parent: str) -> dict[str, dict]:
+    import json
+
+    out = invoke("compare", "--parent-run", parent, "--tracking-uri", uri, "--format", "json")
+    assert out.exit_code == 0, out.output
+    return {" ".join(row["run_name"].split()[:-1]): row for row in json.loads(out.stdout)}  # "cpu bs64 w0 fp32 r1"
+
+
+def _best(uri: str, link: str):
+    """The sweep's parent id and its best run (pipeline.best_run: issue 32's pick, the verdict's)."""
     import mlflow
 
-    client = mlflow.MlflowClient(ui[3])
+    client = mlflow.MlflowClient(uri)
     parent = re.search(r"viewStateShareKey=sweep-(\w+)", link).group(1)
-    best = client.get_run(client.get_run(parent).data.tags["pipeline.best_run"]).info.run_name
-    first = " ".join(page.locator('[row-index="0"]').all_inner_texts())
-    assert [name for name in NAMES if name in first] == [best], (first, best)
+    return client, parent, client.get_run(client.get_run(parent).data.tags["pipeline.best_run"])
+
+
+# Each group row's name (pinned left) and its setting_steady_epoch_s cell ("0.2344 (min)"), by row index.
+_GROUPS = """() => {
+  const rows = {};
+  for (const row of document.querySelectorAll('.ag-pinned-left-cols-container .ag-row')) {
+    rows[row.getAttribute('row-index')] = {name: row.innerText.replace(/\\s+/g, ' ').trim()};
+  }
+  for (const cell of document.querySelectorAll('.ag-center-cols-container .ag-row [col-id*="setting_steady_epoch_s"]')) {
+    const index = cell.closest('.ag-row').getAttribute('row-index');
+    if (rows[index]) rows[index].epoch = cell.innerText.trim();
+  }
+  return Object.keys(rows).sort((a, b) => a - b).map(k => rows[k]);
+}"""
+
+
+@pytest.mark.browser
+def test_the_printed_link_opens_the_verdict_and_the_figures_with_no_clicks(ui, browser):
+    """With zero clicks, beside the assistant panel as MLflow opens it: the verdict's line, one row per
+    setting (its runs folded under it), each with the figures `pipeline compare --format json` gives
+    it, the best setting first; Model training mode, no GenAI sidebar."""
+    from playwright.sync_api import expect
+
+    base, link, _, uri = ui
+    client, parent, best = _best(uri, link)
+    expected = _compared(uri, parent)
+    assert sorted(expected) == sorted(SETTINGS)
+    page = _page(browser, base + link)
+    expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
+    expect(page.locator('.ag-center-cols-container [col-id*="setting_steady_epoch_s"]')).to_have_count(8)
+    right = _panel_left(page)
+    setting = best.data.tags["pipeline.setting"]
+    _visible_left_of(page, page.get_by_text(re.compile(rf"^Best: {setting} \(")).first, right)
+    for column in ("setting_steady_epoch_s", "setting_images_per_s", "setting_final_test_accuracy"):
+        _visible_left_of(page, page.get_by_role("columnheader", name=re.compile(column)).first, right)
+    groups = [(re.search(r"Group: (.+) (\d+)\b", g["name"]).groups(), g["epoch"]) for g in page.evaluate(_GROUPS)]
+    assert len(groups) == 8 and {runs for (_, runs), _ in groups} == {"2"}, groups  # n of each setting
+    shown = {name: float(epoch.split()[0]) for (name, _), epoch in groups}
+    assert shown == {name: row["steady_epoch_s"] for name, row in expected.items()}
+    assert groups[0][0][0] == setting  # the verdict's best first (the view sorts by rank)
+    expect(page.get_by_text("16 matching runs")).to_be_visible()
     assert "workflowType=machine_learning" in page.url
     for genai in ("Judges", "Playground"):  # the GenAI sidebar's entries: not this mode
         expect(page.get_by_text(genai, exact=True)).to_have_count(0)
@@ -109,121 +165,99 @@ def test_the_printed_link_opens_the_comparison_with_no_clicks(ui, browser):
 
 
 @pytest.mark.browser
-def test_the_charts_are_one_click_away(ui, browser):
+def test_every_setting_is_on_the_first_chart(ui, browser):
     from playwright.sync_api import expect
 
     base, link, *_ = ui
     page = _page(browser, base + link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART"))
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Comparison", exact=True).first).to_be_visible()
-    expect(page.get_by_text("Parallel Coordinates").first).to_be_visible()
-    for title in ("steady_epoch_s", "final_test_accuracy"):
-        expect(page.get_by_text(title, exact=True).first).to_be_visible()
-    # Speed against accuracy is the first chart: left of the epoch-time bars, above the rest.
-    scatter = page.get_by_text(re.compile(r"^steady_epoch_s vs\. ")).first.bounding_box()
-    titles = [box for box in (t.bounding_box() for t in page.get_by_text("steady_epoch_s", exact=True).all()) if box]
-    parallel = page.get_by_text("Parallel Coordinates").first.bounding_box()
-    assert [box for box in titles if abs(box["y"] - scatter["y"]) < 20 and box["x"] > scatter["x"]], (scatter, titles)
-    assert scatter["y"] < parallel["y"]
+    scatter = page.locator(".js-plotly-plot").first  # speed against accuracy: the first chart
+    expect(scatter).to_be_visible()
+    expect(scatter.locator(".scatterlayer .point")).to_have_count(8)  # one point per setting
     _keep(page, "ui-charts.png")
     page.close()
 
 
 @pytest.mark.browser
-def test_the_parent_run_describes_the_sweep_with_its_chart(ui, browser):
-    import mlflow
-
-    base, link, *_ = ui
-    experiment_id = re.search(r"experiments/(\d+)", link).group(1)
-    store = ui_store(base)
-    client = mlflow.MlflowClient(store)
-    (parent,) = client.search_runs([experiment_id], "tags.`pipeline.role` = 'sweep'")
-    page = _page(browser, f"{base}#/experiments/{experiment_id}/runs/{parent.info.run_id}?workflowType=machine_learning")
+def test_the_parent_run_says_significance_in_words_with_no_broken_link(ui, browser):
     from playwright.sync_api import expect
 
+    base, link, _, uri = ui
+    client, parent, _ = _best(uri, link)
+    experiment_id = re.search(r"experiments/(\d+)", link).group(1)
+    page = _page(browser, f"{base}#/experiments/{experiment_id}/runs/{parent}?workflowType=machine_learning")
     expect(page.get_by_text("Sweep of")).to_be_visible(timeout=60_000)
     more = page.get_by_role("button", name="Expand description")
     if more.count():
         more.click()
+    said = page.get_by_text(re.compile(r"^bf16 vs fp32, epoch time: "))
+    expect(said.first).to_be_visible()
+    text = said.first.inner_text()
+    assert re.search(r"\[\d+\.\d\d-\d+\.\d\d\] \((n\.s\.|significant)\)|significance withheld", text), text
+    # No bracketed figure became a link: every link in the description is one of ours.
+    links = page.locator("a").evaluate_all("as => as.map(a => [a.innerText.trim(), a.getAttribute('href') || ''])")
+    assert not [text for text, href in links if re.match(r"^[\d.]+-[\d.]+$", text) or href == "n.s."], links
     first = page.locator("img[src*='get-artifact']").first  # speed against accuracy, then epoch time
     expect(first).to_be_visible()
     assert "accuracy_vs_time.png" in first.get_attribute("src")
     loaded = page.locator("img[src*='get-artifact']").evaluate_all(
         "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
     assert loaded == [True, True]  # the charts loaded, not broken images
-    expect(page.get_by_text("test acc").first).to_be_visible()  # the results table under the chart
     _keep(page, "ui-parent.png")
     page.close()
 
 
-def ui_store(base: str) -> str:
-    """The UI's own REST API reads the same store."""
-    return base.rstrip("/")
-
-
-# Each row's run name and colour chip (pinned left) and its steady_epoch_s cell, by AG Grid's row index.
-_ROWS = """() => {
-  const rows = {};
-  for (const row of document.querySelectorAll('.ag-pinned-left-cols-container .ag-row')) {
-    const chip = [...row.querySelectorAll('*')].find(e => {
-      const box = e.getBoundingClientRect(), style = getComputedStyle(e);
-      return box.width > 0 && box.width <= 14 && style.backgroundColor !== 'rgba(0, 0, 0, 0)';
-    });
-    const link = row.querySelector('a');
-    rows[row.getAttribute('row-index')] = {name: link && link.innerText.trim(),
-                                           colour: chip && getComputedStyle(chip).backgroundColor};
-  }
-  for (const cell of document.querySelectorAll('.ag-center-cols-container .ag-row [col-id*="steady_epoch_s"]')) {
-    const index = cell.closest('.ag-row').getAttribute('row-index');
-    if (rows[index]) rows[index].epoch = cell.innerText.trim();
-  }
-  return Object.values(rows);
-}"""
-
-
 @pytest.mark.browser
-def test_the_view_shows_comparisons_figures_in_distinct_colours_and_its_link_restores_it(ui, browser):
-    """The issue's acceptance: each child's epoch figure in the view is the one `pipeline compare
-    --format json` gives its setting; every child has its own colour; after a run page and Back the
-    UI drops the view's columns (MLflow 3.17.2), and the experiment's description brings them back in
-    one click (a new tab, where the link is applied afresh)."""
-    import json
-
-    import mlflow
+def test_the_report_opens_from_the_parents_artifacts_with_the_verdict(ui, browser):
     from playwright.sync_api import expect
 
     base, link, _, uri = ui
-    parent = re.search(r"viewStateShareKey=sweep-(\w+)", link).group(1)
-    out = invoke("compare", "--parent-run", parent, "--tracking-uri", uri, "--format", "json")
-    assert out.exit_code == 0, out.output
-    expected = {row["run_name"]: row["steady_epoch_s"] for row in json.loads(out.stdout)}
-    assert sorted(expected) == sorted(NAMES)  # one run per setting: its row is its run
+    client, parent, best = _best(uri, link)
+    experiment_id = re.search(r"experiments/(\d+)", link).group(1)
+    page = _page(browser, base + link)  # the first line's "report": the parent's report.html artifact, shown in place
+    expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
+    with page.context.expect_page() as opened:
+        page.get_by_role("link", name="report", exact=True).first.click()
+    shown = opened.value
+    expect(shown).to_have_url(re.compile(re.escape(view.report_page(experiment_id, parent).split("?")[0])))
+    report = shown.frame_locator("iframe").first
+    expect(report.get_by_text(re.compile(rf"^Best: {best.data.tags['pipeline.setting']} \("))).to_be_visible(
+        timeout=60_000)
+    expect(report.locator("#settings tbody tr")).to_have_count(8)
+    shown.close()
+    page.close()
+
+
+@pytest.mark.browser
+def test_the_best_model_is_one_click_away_and_back_plus_one_click_restores_the_view(ui, browser):
+    """The first line's "its model" opens the best setting's model (issue 32's pick, the parent's
+    pipeline.best_run): one click. After a run page and Back the UI keeps the filter and sort but
+    drops the view's columns (MLflow 3.17.2); the same line's "comparison view" brings them back in
+    one click (a new tab, where the link is applied afresh)."""
+    from playwright.sync_api import expect
+
+    base, link, _, uri = ui
+    client, parent, best = _best(uri, link)
     page = _page(browser, base + link)
     expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
-    expect(page.locator('.ag-center-cols-container [col-id*="steady_epoch_s"]')).to_have_count(8)
-    rows = page.evaluate(_ROWS)
-    assert {row["name"]: float(row["epoch"]) for row in rows} == expected
-    assert None not in [row["colour"] for row in rows] and len({row["colour"] for row in rows}) == 8, rows
-
-    client = mlflow.MlflowClient(uri)
-    children = client.search_runs([re.search(r"experiments/(\d+)", link).group(1)],
-                                  f"tags.`mlflow.parentRunId` = '{parent}'")
-    assert all(len(run.inputs.dataset_inputs) == 2 for run in children)  # training and test splits
-    # The Dataset column is the view's last: scroll the grid to it (AG Grid renders the columns in view).
-    page.locator(".ag-center-cols-viewport").first.evaluate("e => { e.scrollLeft = e.scrollWidth; }")
-    expect(page.get_by_role("columnheader", name="Dataset").first).to_be_visible()
-    split = children[0].inputs.dataset_inputs[0].dataset.name  # e.g. "fashion0-train"
-    expect(page.locator(".ag-center-cols-container").get_by_text(split).first).to_be_visible()
-
-    page.get_by_text(NAMES[0], exact=True).first.click()
-    expect(page).to_have_url(re.compile(r"/runs/\w+"))
-    page.go_back()
-    expect(page.get_by_text("8 matching runs")).to_be_visible(timeout=30_000)  # filter and sort kept
-    restore = page.get_by_role("link", name="Open the latest sweep's comparison view")
+    model_id = best.outputs.model_outputs[-1].model_id
     with page.context.expect_page() as opened:
-        restore.click()
+        page.get_by_role("link", name="its model").first.click()
+    model = opened.value
+    expect(model).to_have_url(re.compile(rf"/models/{model_id}"), timeout=30_000)
+    expect(model.get_by_text(model_id).first).to_be_visible(timeout=60_000)
+    model.close()
+
+    experiment_id = re.search(r"experiments/(\d+)", link).group(1)  # a run page, as its link opens it
+    page.goto(f"{base}#/experiments/{experiment_id}/runs/{best.info.run_id}?workflowType=machine_learning")
+    expect(page.get_by_text(best.info.run_name).first).to_be_visible(timeout=60_000)
+    page.go_back()
+    expect(page.get_by_text("16 matching runs")).to_be_visible(timeout=30_000)  # filter and sort kept
+    with page.context.expect_page() as opened:
+        page.get_by_role("link", name="comparison view").first.click()
     again = opened.value
     expect(again.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
-    expect(again.get_by_role("columnheader", name=re.compile("steady_epoch_s")).first).to_be_visible()
+    expect(again.get_by_role("columnheader", name=re.compile("setting_steady_epoch_s")).first).to_be_visible()
     again.close()
     page.close()

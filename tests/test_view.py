@@ -42,14 +42,16 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     state = view.read_envelope(tags[f"mlflow.sharedViewState.sweep-{parent_id}"])
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent_id}'"
     assert state["orderByKey"] == "metrics.`rank`" and state["orderByAsc"] is True  # the verdict's order
-    assert state["selectedColumns"] == ["params.`device`", "params.`batch_size`", "metrics.`steady_epoch_s`",
-                                        "metrics.`steady_images_per_s`", "metrics.`final_test_accuracy`", "attributes.`Dataset`"]
+    # The figures first (each run's setting's: the numbers compare prints), then the settings.
+    assert state["selectedColumns"] == ["metrics.`setting_steady_epoch_s`", "metrics.`setting_images_per_s`",
+                                        "metrics.`setting_final_test_accuracy`", "metrics.`setting_n`",
+                                        "tags.`pipeline.verdict`", "params.`device`", "params.`batch_size`", "attributes.`Dataset`"]
     charts = {c["uuid"]: c for c in state["compareRunCharts"]}
     assert [c["type"] for c in charts.values()] == ["SCATTER", "BAR", "BAR", "PARALLEL"]
     first = state["compareRunCharts"][0]  # speed against accuracy, first
-    assert (first["xaxis"], first["yaxis"]) == ({"key": "steady_epoch_s", "type": "METRIC"},
-                                                {"key": "final_test_accuracy", "type": "METRIC"})
-    assert charts["epoch-time"]["metricKey"] == "steady_epoch_s"
+    assert (first["xaxis"], first["yaxis"]) == ({"key": "setting_steady_epoch_s", "type": "METRIC"},
+                                                {"key": "setting_final_test_accuracy", "type": "METRIC"})
+    assert charts["epoch-time"]["metricKey"] == "setting_steady_epoch_s"
     # batch_size's values all read as numbers: the UI would draw it as a continuous axis
     assert charts["settings"]["selectedParams"] == ["device"]
     assert {c["metricSectionId"] for c in charts.values()} == {s["uuid"] for s in state["compareRunSections"]}
@@ -64,7 +66,8 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     assert "`batch_size` [64, 128]" in note and "pipeline run" in note and ".yaml" in note
     parent = client.get_run(parent_id).data.tags["mlflow.note.content"]
     # One row per setting (n runs), its epoch time's median [IQR]; no speedup column: no twins on two devices.
-    assert "| device | batch_size | n | epoch s [IQR] | test acc |" in parent
+    # Escaped as MLflow's markdown reads it: no bracket becomes a link, no underscore italics.
+    assert "| device | batch\\_size | n | epoch s \\[IQR\\] | test acc |" in parent
     assert parent.count("| cpu |") == 2 and "epoch 2" in parent
     image = f"get-artifact?path=comparison%2Fepoch_duration.png&run_uuid={parent_id}"
     assert f"![epoch time]({image})" in parent
@@ -78,7 +81,16 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     assert sum(words in verdict for words in said) >= 1, verdict
     back = f"(#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=sweep-{parent_id}"
     assert f"[Open the children's view]{back}" in parent
-    assert note.startswith(f"**[Open the latest sweep's comparison view]{back}")
+    # The experiment's description opens on the latest sweep's verdict in one line (the UI folds it to
+    # that line) with the links to the best model, the view and the report; then each claim a line.
+    first, _, _, claims = note.splitlines()[:4]
+    assert re.match(r"\*\*Best: cpu bs\d+ \(\d\.\d{3} s/epoch, test acc \d\.\d{4}\)\*\* · \[its model\]"
+                    rf"\(#/experiments/{experiment_id}/models/m-\w+\?workflowType=machine_learning\) · "
+                    rf"\[comparison view\]{re.escape(back)}", first), first
+    report = f"#/experiments/{experiment_id}/runs/{parent_id}/artifactPath/report.html?workflowType=machine_learning"
+    assert first.endswith(f" · [report]({report})") and claims == parent.splitlines()[0], note
+    assert f"[Open its comparison view]{back}" in note
+    assert "report.html" in [a.path for a in client.list_artifacts(parent_id)]
     assert "comparison/epoch_duration.png" in [a.path for a in client.list_artifacts(parent_id, "comparison")]
 
 
@@ -91,8 +103,12 @@ def test_children_carry_the_figures_and_a_colour_of_their_own(swept):
     children = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
     for run in children:
         row = rows[run.info.run_id]  # n=1: the row is the run
-        for name in ("steady_epoch_s", "steady_images_per_s", "final_test_accuracy"):
+        for name, setting in (("steady_epoch_s", "setting_steady_epoch_s"),
+                              ("steady_images_per_s", "setting_images_per_s"),
+                              ("final_test_accuracy", "setting_final_test_accuracy")):
             assert run.data.metrics[name] == row[name], name
+            assert run.data.metrics[setting] == row[name], name  # its setting's figure: here its own
+        assert run.data.metrics["setting_n"] == row["n"] == 1
         assert run.data.metrics["steady_epoch_s"] == float(f"{run.data.metrics['steady_epoch_s']:.4g}")
     assert len({run.data.tags[view.RUN_COLOR_TAG] for run in children}) == len(children) == 2
 
@@ -123,13 +139,34 @@ def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_
     assert parent.data.params["repeats"] == "1"
 
 
-def test_compare_writes_the_view_of_an_older_sweep_and_prints_its_link(swept):
+def _checksums(folder) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_compare_reads_only_and_publish_writes_the_view_of_an_older_sweep(swept):
+    """`pipeline compare` writes nothing, in any format: the store and its artifacts keep their bytes.
+    A sweep whose view is missing gets its runs' link and the way to publish; --publish writes the
+    view, the descriptions and the report again."""
+    from pathlib import Path
+
     _, client, experiment_id, parent_id = swept
+    folder = Path(client.tracking_uri.removeprefix("sqlite:///")).parent
     key = f"mlflow.sharedViewState.sweep-{parent_id}"
     saved = client.get_experiment(experiment_id).tags[key]
     client.delete_experiment_tag(experiment_id, key)
     try:
-        out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri)
+        before = _checksums(folder)
+        for fmt in ("table", "json", "csv", "markdown"):
+            out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri, "--format", fmt)
+            assert out.exit_code == 0, out.output
+            assert _checksums(folder) == before, fmt
+        said = " ".join(out.output.split())
+        assert "viewStateShareKey" not in said and "searchFilter=" in said and "compare --publish" in said, said
+        assert key not in client.get_experiment(experiment_id).tags
+        out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri, "--publish")
         assert out.exit_code == 0, out.output
         assert f"viewStateShareKey=sweep-{parent_id}" in " ".join(out.output.split())
         assert key in client.get_experiment(experiment_id).tags
@@ -203,6 +240,29 @@ def test_the_parent_description_carries_speedup_intervals_and_the_not_significan
     note = view.parent_note(build(SweepRecord("p", "p", "1", "x", runs)), "p", "summary")
     (fast,) = [line for line in note.splitlines() if line.startswith("| cuda:0 | 64 |")]
     (same,) = [line for line in note.splitlines() if line.startswith("| cuda:0 | 128 |")]
-    assert "| 4 |" in fast and re.search(r"1\.9\dx faster \[\d\.\d\d-\d\.\d\d\] \|", fast), fast
+    assert "| 4 |" in fast and re.search(r"1\.9\dx faster \\\[\d\.\d\d-\d\.\d\d\\\] \|", fast), fast
     assert "(n.s.)" in same and "(n.s.)" not in fast
-    assert re.search(r"- batch_size=64: cuda:0 1\.9\dx faster \[", note), note
+    assert re.search(r"- batch\\_size=64: cuda:0 1\.9\dx faster \\\[", note), note
+    # Nothing bracketed but our own links and images: showdown would turn "[0.66-1.72] (n.s.)" into one.
+    bare = re.sub(r"!?\[[^\]]*\]\([^)]*\)", "", note.replace("\\[", "").replace("\\]", ""))
+    assert "[" not in bare and "]" not in bare, bare
+
+
+def test_markdown_text_shows_our_words_as_written():
+    """Escaped as MLflow's markdown (showdown) reads them: no link, no italics, no tag; code spans kept."""
+    assert view.markdown_text("test_loss <= 0.3: 1.19x faster [0.66-1.72] (n.s.), `pipeline run a_b`") == \
+        "test\\_loss &lt;= 0.3: 1.19x faster \\[0.66-1.72\\] (n.s.), `pipeline run a_b`"
+
+
+def test_settings_that_share_a_label_get_names_of_their_own():
+    """Rows on two kinds of hardware share a label ("cpu bs64"); the view folds runs by name, so each
+    row's name says what tells it apart."""
+    from pipeline.compare import build
+    from pipeline.records import RunRecord, SweepRecord
+
+    runs = [RunRecord(f"{h}{b}", f"cpu bs{b}", {"batch_size": b}, {"test_accuracy": 0.8},
+                      {"pipeline.device": "cpu", "pipeline.hardware": hardware},
+                      histories={"epoch_duration_s": [2.0, 1.0, 1.0]})
+            for h, hardware in (("a", "EPYC"), ("b", "Xeon")) for b in ("64", "128")]
+    names = view.setting_names(build(SweepRecord("p", "p", "1", "x", runs)))
+    assert len(names) == len(set(names)) == 4 and {n.split(" hardware=")[1] for n in names} == {"EPYC", "Xeon"}

@@ -1,0 +1,214 @@
+"""One set of numbers on every surface of a sweep, and compare as a read command.
+
+A sweep with repeats, written straight into a real sqlite store (synthetic_sweeps), is compared
+through the real CLI; each setting's figures must be the same numbers in `--format json`, csv, the
+terminal table, its runs' columns in the UI (names.SETTING_*), the descriptions and the report
+(`--html`, and `report.html` on the parent run). `compare` without `--publish` changes no byte of
+the store or its artifacts.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import io
+import json
+import re
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+
+from conftest import invoke
+from synthetic_sweeps import Run, jittered, write_sweep
+
+SETTING_FIGURES = {"setting_steady_epoch_s": "steady_epoch_s", "setting_images_per_s": "steady_images_per_s",
+                   "setting_final_test_accuracy": "final_test_accuracy", "setting_n": "n"}
+
+
+@pytest.fixture
+def repeated(tracking_uri):
+    """4 settings (cpu and cuda:0, batch sizes 64 and 128), 3 runs each, clearly apart in speed."""
+    rng = np.random.default_rng(7)
+    runs = [Run(jittered(seconds, 4, rng), device, params={"batch_size": batch})
+            for device, batch, seconds in (("cpu", "64", 1.0), ("cpu", "128", 0.8), ("cuda:0", "64", 0.4),
+                                           ("cuda:0", "128", 0.3))
+            for _ in range(3)]
+    parent_id = write_sweep(tracking_uri, "surfaces", runs, {"pipeline.grid_file": "grid.yaml"})
+    return tracking_uri, parent_id
+
+
+def _compare(uri: str, *args: str) -> str:
+    out = invoke("compare", "--tracking-uri", uri, *args)
+    assert out.exit_code == 0, out.output
+    return out.stdout
+
+
+def _checksums(folder: Path, leave_out: Path | None = None) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p != leave_out}
+
+
+def _report_records(text: str) -> list[dict]:
+    block = re.search(r'<script type="application/json" id="comparison">\n(.*?)\n</script>', text, re.S).group(1)
+    return json.loads(block)
+
+
+def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monkeypatch):
+    uri, parent_id = repeated
+    _compare(uri, "--publish")
+    rows = json.loads(_compare(uri, "--format", "json"))
+    assert len(rows) == 4 and {row["n"] for row in rows} == {3}
+
+    # csv: the same values, to the last digit
+    parsed = {r["run_ids"]: r for r in csv.DictReader(io.StringIO(_compare(uri, "--format", "csv")))}
+    for row in rows:
+        for name in ("steady_epoch_s", "steady_images_per_s", "final_test_accuracy"):
+            assert float(parsed[row["run_ids"]][name]) == row[name], name
+
+    # the terminal table and the markdown: each setting's figures as the table rounds them
+    monkeypatch.setenv("COLUMNS", "200")
+    table, markdown = _compare(uri, "--wide"), _compare(uri, "--format", "markdown")
+    for row in rows:
+        for text in (table, markdown):
+            assert f"{row['steady_epoch_s']:.3f}" in text and f"{row['final_test_accuracy']:.4f}" in text
+
+    # the UI: every run of a setting carries its setting's figures, the row's numbers
+    client = mlflow.MlflowClient(uri)
+    for row in rows:
+        for run_id in row["run_ids"].split(","):
+            metrics = client.get_run(run_id).data.metrics
+            for metric, column in SETTING_FIGURES.items():
+                assert metrics[metric] == row[column], (metric, run_id)
+
+    # one row per setting: the view groups the runs by their setting's name, every group closed; each
+    # setting's part of the verdict beside its figures
+    from pipeline import view
+
+    state = view.read_envelope(client.get_experiment_by_name("surfaces").tags[
+        f"mlflow.sharedViewState.sweep-{parent_id}"])
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "pipeline.setting"}]
+    tags = [client.get_run(row["run_ids"].split(",")[0]).data.tags for row in rows]
+    assert state["groupsExpanded"] == {f"tag.pipeline.setting.{t['pipeline.setting']}": False for t in tags}
+    said = {t["pipeline.setting"]: t["pipeline.verdict"] for t in tags}
+    assert len(said) == 4 and [name for name, words in said.items() if "best" in words.split("; ")] == \
+        ["cuda:0 bs128"], said
+    assert re.search(r"cuda:0 vs cpu, epoch time: \d\.\d\dx faster \[[\d.-]+\] \(significant\)", said["cuda:0 bs64"])
+
+    # the descriptions: the verdict the terminal prints, and each setting's epoch time
+    verdict = [line for line in table.splitlines() if line.startswith(("Best:", "Fastest:", "Most accurate:"))]
+    assert verdict
+    parent = client.get_run(parent_id).data.tags["mlflow.note.content"]
+    experiment = client.get_experiment_by_name("surfaces").tags["mlflow.note.content"]
+    for line in verdict:
+        escaped = line.replace("_", "\\_").replace("[", "\\[").replace("]", "\\]")
+        assert f"**{escaped}**" in parent and f"**{escaped}**" in experiment, line
+    for row in rows:
+        assert f"{row['steady_epoch_s']:.3f}" in parent
+
+    # the PNG charts: each setting's point and bar at its figures, as the charts round them
+    from pipeline import charts
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, build
+    from pipeline.records import read_sweep
+
+    comparison = build(read_sweep(client, parent_run_id=parent_id, histories=HISTORIES, charted=CHART_HISTORIES))
+    planned = charts.plan(comparison)
+    labels = {comparison.label(row): row["run_ids"] for _, row in comparison.table.iterrows()}
+    by_ids = {row["run_ids"]: row for row in rows}
+    points = {point["label"]: point for point in planned[charts.TRADEOFF_PNG]["points"]}
+    bars = {bar["label"]: bar for bar in planned[charts.EPOCH_DURATION_PNG]["bars"]}
+    assert sorted(points) == sorted(bars) == sorted(labels)
+    for label, ids in labels.items():
+        row = by_ids[ids]
+        assert points[label]["x"] == bars[label]["value"] == round(row["steady_epoch_s"], 3), label
+        assert points[label]["y"] == round(row["final_test_accuracy"], 4), label
+
+    # the report on the parent run: the verdict, and the very records `--format json` prints
+    folder = Path(client.download_artifacts(parent_id, "report.html", str(tmp_path)))
+    report = folder.read_text(encoding="utf-8")
+    assert _report_records(report) == rows
+    for line in verdict:
+        assert f"<p>{html.escape(line)}</p>" in report, line
+    for row in rows:
+        assert f"{row['steady_epoch_s']:.3f}" in report
+
+
+def test_compare_without_publish_changes_no_byte_of_the_store(repeated, tmp_path):
+    uri, _ = repeated
+    before = _checksums(tmp_path)
+    for args in (("--format", "table"), ("--format", "json"), ("--format", "csv"), ("--wide",),
+                 ("--versus", "batch_size=64")):
+        _compare(uri, *args)
+        assert _checksums(tmp_path) == before, args
+
+
+def test_compare_html_writes_one_offline_report(repeated, tmp_path):
+    uri, parent_id = repeated
+    target = tmp_path / "out" / "report.html"
+    before = _checksums(tmp_path)
+    out = invoke("compare", "--tracking-uri", uri, "--html", str(target))
+    assert out.exit_code == 0, out.output
+    assert f"wrote {target}" in out.stderr
+    assert _checksums(tmp_path, leave_out=target) == before  # the report, and nothing else
+    text = target.read_text(encoding="utf-8")
+    assert _report_records(text) == json.loads(_compare(uri, "--format", "json"))
+    # Offline: nothing is fetched; the charts are inside the file.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text) and "<link" not in text
+    # Speed against accuracy, epoch time and speedups (no time shares logged here: no breakdown).
+    assert text.count('src="data:image/png;base64,') == 3
+    assert 'alt="Speed against accuracy' in text and 'alt="Epoch duration' in text
+    assert 'id="verdict"' in text and 'id="hosts"' in text and "host-a" in text
+    assert f"--run-id {parent_id} --artifact-path grid/effective.yaml --dst-path ." in text
+    assert "pipeline run grid/effective.yaml" in text  # where the download puts it
+    assert f"export MLFLOW_TRACKING_URI={uri}" in text and "pipeline compare --experiment surfaces" in text
+
+
+def test_compare_html_refuses_a_folder_and_the_gate(repeated, tmp_path):
+    uri, parent_id = repeated
+    out = invoke("compare", "--tracking-uri", uri, "--html", str(tmp_path))
+    assert out.exit_code == 2 and "--html" in out.output and "a folder" in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1
+    out = invoke("compare", "--tracking-uri", uri, "--baseline", parent_id, "--publish")
+    assert out.exit_code == 2 and "--baseline" in out.output, out.output
+
+
+def test_a_report_of_100_settings_stays_under_3_mb():
+    from pipeline import html_report
+    from pipeline.compare import build
+    from pipeline.records import RunRecord, SweepRecord
+
+    rng = np.random.default_rng(1)
+    runs = [RunRecord(f"r{b}-{lr}", f"cpu bs{b} lr{lr}" + ("</script><!--<script>" if b == 32 and lr == 0.001 else ""), {"batch_size": str(b), "lr": str(lr), "epochs": "3"},
+                      {"test_accuracy": float(0.8 + 0.001 * rng.standard_normal())}, {"pipeline.device": "cpu"},
+                      histories={"epoch_duration_s": [2.0, *(b / 100 * (1 + 0.02 * rng.standard_normal(2)))]})
+            for b in range(32, 32 * 11, 32) for lr in (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3)]
+    comparison = build(SweepRecord("p", "big", "1", "big", runs))
+    assert len(comparison.table) == 100
+    text = html_report.render(comparison)
+    assert len(text.encode("utf-8")) < 3_000_000, len(text)
+    # A name that would end or open a block in the page stays inside the JSON, which still parses.
+    records = _report_records(text)
+    assert len(records) == 100 and text.count("</script>") == 1
+    assert [r["run_name"] for r in records if "<!--" in r["run_name"]] == ["cpu bs32 lr0.001</script><!--<script>"]
+
+
+def test_a_figure_withheld_on_a_later_publish_is_no_longer_shown(tracking_uri):
+    """Published with --include-contended, every run shows its setting's epoch time; published again
+    without it (every run contended: speed withheld), no run keeps the old number (NaN over it)."""
+    rng = np.random.default_rng(5)
+    busy = {"pipeline.contended": "other processes took 60% of 2 cores"}
+    runs = [Run(jittered(seconds, 3, rng), "cpu", params={"batch_size": batch}, tags=busy)
+            for batch, seconds in (("64", 1.0), ("128", 0.7)) for _ in range(2)]
+    parent_id = write_sweep(tracking_uri, "busy", runs)
+    client = mlflow.MlflowClient(tracking_uri)
+    children = client.search_runs([client.get_experiment_by_name("busy").experiment_id],
+                                  f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    _compare(tracking_uri, "--include-contended", "--publish")
+    assert all(client.get_run(r.info.run_id).data.metrics["setting_steady_epoch_s"] > 0 for r in children)
+    _compare(tracking_uri, "--publish")
+    for run in children:
+        metrics = client.get_run(run.info.run_id).data.metrics
+        assert metrics["setting_steady_epoch_s"] != metrics["setting_steady_epoch_s"]  # NaN
+        assert metrics["setting_final_test_accuracy"] > 0  # accuracy is never withheld
