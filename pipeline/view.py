@@ -389,6 +389,7 @@ def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]]
             sweep.run_id, settings, categorical, comparison.target, groups)))
         view_link = relative_page(sweep.experiment_id, sweep.run_id)
     _mark_children(client, comparison)
+    _tag_models(client, comparison)
     client.set_tag(sweep.run_id, NOTE_TAG, parent_note(comparison, sweep.run_id, summary))
     if axes is None:
         if latest_sweep(client, sweep.experiment_name).info.run_id != sweep.run_id:
@@ -396,6 +397,25 @@ def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]]
         axes = [(k, tuple(dict.fromkeys(comparison.table[k]))) for k in settings]
     client.set_experiment_tag(sweep.experiment_id, NOTE_TAG, experiment_note(
         comparison, grid_file, list(axes), view_link, model_page(client, comparison)))
+
+
+def _tag_models(client, comparison: "Comparison", chunk: int = 100) -> None:
+    """Each child's logged model gets its setting's name (names.TAG_SETTING), as the run does: the
+    experiment's Models tab can then be searched by setting (`tags.`pipeline.setting` = 'cpu bs128
+    w0'`). The model itself keeps the name `model`, so that `runs:/RUN_ID/model` stays its URI (MLflow
+    resolves that path by the logged model's name). Only what differs is written."""
+    from pipeline.records import every
+
+    setting = {run_id: label for run_ids, label in zip(comparison.table["run_ids"], setting_names(comparison))
+               for run_id in str(run_ids).split(",")}
+    run_ids = list(setting)
+    for start in range(0, len(run_ids), chunk):
+        quoted = ", ".join(f"'{run_id}'" for run_id in run_ids[start:start + chunk])
+        for model in every(client.search_logged_models, [comparison.sweep.experiment_id],
+                           filter_string=f"source_run_id IN ({quoted})"):
+            wanted = setting[model.source_run_id]
+            if model.tags.get(TAG_SETTING) != wanted:
+                client.set_logged_model_tags(model.model_id, {TAG_SETTING: wanted})
 
 
 def setting_names(comparison: "Comparison") -> list[str]:

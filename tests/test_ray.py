@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.errors import UserError
+from pipeline.names import TAG_ERROR
 
 ray = pytest.importorskip("ray")
 
@@ -194,7 +195,8 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running(cluster, pg, write_grid
     runs = runs_of(pg["uri"], "ray-stop")
     assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
     statuses = [r.info.status for r in children(runs)]
-    assert 1 <= statuses.count("FINISHED") < 4 and set(statuses) <= {"FINISHED", "KILLED"}, statuses
+    reasons = [(r.info.run_name, r.info.status, r.data.tags.get(TAG_ERROR)) for r in children(runs)]
+    assert 1 <= statuses.count("FINISHED") < 4 and set(statuses) <= {"FINISHED", "KILLED"}, (reasons, output)
 
 
 def test_the_login_handed_to_ray_tasks_never_shows_the_password(monkeypatch):

@@ -126,6 +126,19 @@ def test_children_lead_with_what_varies_and_link_the_model_to_the_last_epoch(swe
         assert metrics["test_accuracy"] == 2
 
 
+def test_each_model_carries_its_settings_name_and_keeps_its_runs_uri(swept, monkeypatch):
+    """The experiment's models can be searched by setting, as the runs are grouped by it; each is
+    still `runs:/RUN_ID/model`."""
+    _, client, experiment_id, parent_id = swept
+    children = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    for run in children:
+        setting = run.data.tags["pipeline.setting"]
+        (model,) = client.search_logged_models([experiment_id], filter_string=f"tags.`pipeline.setting` = '{setting}'")
+        assert model.source_run_id == run.info.run_id and model.name == "model"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)
+        assert mlflow.models.get_model_info(f"runs:/{run.info.run_id}/model").model_id == model.model_id
+
+
 def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_dir, tracking_uri):
     out = invoke("run", str(write_grid(GRID)), "--tracking-uri", tracking_uri, "--data-dir", str(data_dir),
                  "--rerun", "--fail-fast", "--register", "ui-model")
