@@ -86,6 +86,7 @@ class _Sweep:
     data: DataRef
     identity: dict
     state_dir: Path
+    project_run: str | None = None  # `mlflow run`'s project run, when the runs go into it (its experiment)
 
     def job(self, item: Planned, parent_id: str | None, adopt: str | None = None,
             target: "Target | None" = None, stop_at: "Target | None" = None) -> PointJob:
@@ -141,7 +142,7 @@ def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", opti
     executor = executor or open_executor(options.executor, options.ray_address, uri, reporter)
     try:  # Ray is up (or refused) before the experiment exists: a failed start leaves nothing behind
         sweep = _open_sweep(uri, client, options.experiment or spec.experiment, dataset, reporter, options)
-        if _project_run_id() and options.experiment is None and spec.experiment != sweep.tracker.experiment_name:
+        if sweep.project_run and options.experiment is None and spec.experiment != sweep.tracker.experiment_name:
             reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
                           f"{sweep.tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
         return _run_sweep(sweep, spec, executor.plan(planned), executor)
@@ -170,7 +171,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     reporter.data(dataset.description)
     sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)
     _assign_run_keys([item], sweep.identity)
-    job = sweep.job(item, parent_id=None, adopt=_project_run_id())
+    job = sweep.job(item, parent_id=None, adopt=sweep.project_run)
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
     result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
@@ -273,16 +274,44 @@ def _local_folder(location: str | None) -> Path | None:
 
 def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter: "Reporter", options: Options) -> _Sweep:
     from pipeline.liveness import reap_orphans
-    from pipeline.store import local_state_dir
+    from pipeline.store import local_state_dir, open_client
     from pipeline.tracking import Tracker
 
-    tracker = Tracker.open(uri, experiment, _project_run_id(), client)
+    project_run = _project_run_id()
+    if project_run and options.experiment is not None:
+        client = client or open_client(uri)
+        project_run = _project_run(client, project_run, options.experiment, reporter)
+    tracker = Tracker.open(uri, experiment, project_run, client)
     reaped = reap_orphans(tracker.client, tracker.experiment_id, spare=_project_run_id())
     if reaped:
         reporter.note(f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: "
                       f"{', '.join(reaped)}")
     data = DataRef(str(dataset.folder), len(dataset.train), len(dataset.test))
-    return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri))
+    return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri), project_run)
+
+
+def _project_run(client, project_run: str, experiment: str, reporter: "Reporter") -> str | None:
+    """`mlflow run`'s project run where the runs go into it (as the sweep's parent, or as `train`'s
+    run), else None. An experiment named explicitly (`-P experiment=NAME`) wins over the project run's own
+    (where `mlflow run --experiment-name` put it): the runs then go to NAME, and the project run,
+    which cannot move, is left a note that points there."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    from pipeline.store import first_line, redact, user_error
+
+    try:
+        own = client.get_experiment(client.get_run(project_run).info.experiment_id).name
+        if own == experiment:
+            return project_run
+        client.set_tag(project_run, MLFLOW_RUN_NOTE,
+                       f"This `mlflow run` asked for experiment `{experiment}`: its runs are there, not in `{own}`.")
+    except MlflowException as exc:
+        uri = redact(client.tracking_uri)
+        raise user_error(exc, f"tracking store {uri}") or UserError(f"tracking store {uri}: {first_line(exc)}") from None
+    reporter.note(f"experiment {experiment!r}: the runs go there; `mlflow run`'s own run stays in {own!r} "
+                  f"with a note that points there (`mlflow run --experiment-name {experiment}` keeps them together)")
+    return None
 
 
 def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: Executor) -> SweepResult:
@@ -488,7 +517,7 @@ class _Parent:
             tags[TAG_TARGET] = str(spec.target)
         if spec.overrides:
             tags[TAG_OVERRIDES] = " ".join(f"--set {shlex.quote(item)}" for item in spec.overrides)
-        project_run = _project_run_id()
+        project_run = sweep.project_run
         self.adopted = bool(project_run)
         # Kept as soon as the run exists, so that a Ctrl-C while it is filled in still closes it.
         self.run_id = tracker.adopt(project_run, name, tags) if project_run else tracker.start_run(name, tags=tags)

@@ -179,6 +179,24 @@ def test_conda_env_mirrors_the_pins():
     assert "torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2" in makefile
 
 
+def test_declared_ranges_end_at_the_newest_tested_release():
+    """pyproject.toml admits the releases `make test` installs (the Makefile's pins) and the floors
+    `make compat` installs, and nothing past the newest tested minor release of torch, torchvision
+    and MLflow."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    declared = {r.name: r.specifier for r in map(Requirement, tomllib.loads(
+        (REPO / "pyproject.toml").read_text())["project"]["dependencies"])}
+    for pin, floor, untested in (("torch==2.14.1", "2.13.0", "2.15.0"), ("torchvision==0.29.1", "0.28.0", "0.30.0"),
+                                 ("mlflow==3.17.2", "3.9.0", "3.18.0")):
+        name, newest = pin.split("==")
+        assert pin in (REPO / "Makefile").read_text()
+        assert declared[name].contains(newest) and declared[name].contains(floor), (name, declared[name])
+        assert not declared[name].contains(untested), (name, declared[name])
+
+
 @pytest.mark.slow
 def test_mlflow_run_makes_the_project_run_the_parent(tmp_path, data_dir):
     grid = tmp_path / "e2e.yaml"
@@ -202,6 +220,32 @@ def test_mlflow_run_makes_the_project_run_the_parent(tmp_path, data_dir):
     kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == project_run.info.run_id]
     assert sorted(r.data.params["batch_size"] for r in kids) == ["128", "256"]
     assert all(r.info.status == "FINISHED" for r in kids)
+
+
+@pytest.mark.slow
+def test_mlflow_run_honours_the_experiment_parameter_of_each_entry_point(tmp_path, data_dir):
+    """`mlflow run . -P experiment=foo`, with no --experiment-name (the project runs are in Default):
+    the main and train entry points train into foo, and the register entry point registers foo's best."""
+    store = f"sqlite:///{tmp_path / 'p.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    grid = tmp_path / "g.yaml"
+    grid.write_text("grid:\n  batch_size: [128]\n  device: [cpu]\n")
+    for entry, parameters in (("main", [f"grid={grid}", f"data_dir={data_dir}"]),
+                              ("train", ["device=cpu", "epochs=1", f"data_dir={data_dir}"]),
+                              ("register", ["name=foo-cnn"])):
+        command = [sys.executable, "-m", "mlflow", "run", str(REPO), "--env-manager", "local", "-e", entry]
+        for parameter in [*parameters, "experiment=foo"]:
+            command += ["-P", parameter]
+        out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+    client = mlflow.MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("foo").experiment_id])
+    assert sorted(r.data.tags.get("pipeline.role") for r in runs) == ["point", "single", "sweep"], runs
+    project_runs = client.search_runs(["0"])
+    assert {r.data.tags["mlflow.project.entryPoint"] for r in project_runs} == {"main", "train", "register"}
+    version = client.get_model_version_by_alias("foo-cnn", "champion")
+    assert version.run_id in {r.info.run_id for r in runs}
 
 
 @pytest.mark.parametrize("scheme, expected", [

@@ -262,6 +262,29 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
     assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1]
 
 
+@pytest.mark.parametrize("command", ["run", "train"])
+def test_an_experiment_named_under_mlflow_run_gets_the_runs(command, data_dir, tracking_uri, write_grid, monkeypatch):
+    """`mlflow run . -P experiment=foo` (no --experiment-name: the project run is in Default): the
+    runs go to foo, and the project run, which cannot move, says where they went."""
+    from conftest import invoke
+
+    client = mlflow.MlflowClient(tracking_uri)
+    project_run = client.create_run("0")  # Default, as `mlflow run` opens it
+    monkeypatch.setenv("MLFLOW_RUN_ID", project_run.info.run_id)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+    what = [str(write_grid("grid:\n  batch_size: [128]\n  device: [cpu]\n"))] if command == "run" else \
+        ["--device", "cpu", "--epochs", "1"]
+    out = invoke(command, *what, "--experiment", "foo", "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    assert "experiment 'foo': the runs go there" in " ".join(out.output.split())
+    runs = client.search_runs([client.get_experiment_by_name("foo").experiment_id])
+    assert len(runs) == (2 if command == "run" else 1) and all(r.info.status == "FINISHED" for r in runs)
+    assert project_run.info.run_id not in {r.info.run_id for r in runs}
+    note = client.get_run(project_run.info.run_id).data.tags["mlflow.note.content"]
+    assert "experiment `foo`" in note
+    assert [r.info.run_id for r in client.search_runs(["0"])] == [project_run.info.run_id]
+
+
 def test_ui_hint_points_at_the_training_runs_page(tmp_path):
     command, url = store.ui_hint("sqlite:///mlflow.db", "7")
     assert command.startswith("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false ")  # as `pipeline ui` starts it
