@@ -584,7 +584,9 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
                    "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.")
 @click.option("--artifacts-destination", type=TEXT, default="./mlartifacts", show_default=True,
               help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
-@click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1), show_default=True,
+# The default depends on the machine, so --help and the docs state the rule, not this machine's number.
+@click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1),
+              show_default="4, or the number of cores if fewer",
               help="Request-handling processes (MLflow's default is 4 whatever the machine).")
 @click.option("--allowed-hosts", type=TEXT, metavar="NAMES",
               help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
