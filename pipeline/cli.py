@@ -451,7 +451,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
 @click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Register the best run of this sweep (see --by).")
 @click.option("--name", required=True, type=TEXT, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
 @click.option("--by", "rule", type=NonBlank(click.Choice(["best", "speed", "accuracy"]), unset_when_blank=True),
-              default=None,
+              default=None, metavar="[best|speed|accuracy]",
               help="Which run: best (the default: the fastest setting within the quality margin of the most "
                    "accurate, as the sweep's verdict names it), speed (the fastest setting) or accuracy (the most "
                    "accurate); each setting stands by its most accurate run.")
