@@ -6,25 +6,12 @@ these tests fail when the generation stops covering something, not when a hand-w
 from __future__ import annotations
 
 import html
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("site")
-    mkdocs = Path(sys.executable).with_name("mkdocs")
-    done = subprocess.run([str(mkdocs), "build", "--strict", "--quiet", "--site-dir", str(folder)], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert done.returncode == 0, done.stderr
-    return folder
 
 
 def _page(site: Path, name: str) -> str:
