@@ -18,20 +18,6 @@ def _page(site: Path, name: str) -> str:
     return html.unescape((site / name / "index.html").read_text(encoding="utf-8"))
 
 
-def test_the_cli_reference_lists_every_command_and_option(site):
-    from pipeline.cli import main
-
-    page = _page(site, "reference/cli")
-    missing = []
-    for name, command in main.commands.items():
-        if f"pipeline {name}" not in page:
-            missing.append(f"pipeline {name}")
-        for param in command.params:
-            if isinstance(param, click.Option) and not param.hidden:
-                missing += [f"pipeline {name} {opt}" for opt in param.opts if opt not in page]
-    assert missing == []
-
-
 def test_the_grid_key_reference_lists_every_key_with_its_help(site):
     from pipeline.config import KEYS
 
