@@ -156,8 +156,11 @@ def test_each_option_row_says_what_its_help_line_says(reference):
 def test_options_that_declare_a_metavar_show_it(reference):
     declared = [(anchor, ctx, option) for anchor, ctx in commands() for option in ctx.command.params
                 if isinstance(option, click.Option) and option.metavar and not option.hidden]
-    missing = [f"{ctx.command_path} {option.opts[0]} {option.metavar}" for anchor, ctx, option in declared
-               if not any(left.endswith(f"{option.opts[-1]} {option.metavar}") for left in reference.table(anchor, "Option"))]
+    missing = []
+    for anchor, ctx, option in declared:
+        shown = f"{option.opts[-1]} {option.metavar}"  # as --help writes it: `--tracking-uri URI`
+        if not any(left.endswith(shown) for left in reference.table(anchor, "Option")):
+            missing.append(f"{ctx.command_path} {shown}")
     assert {"URI", "DIR", "KEY=VALUE"} <= {option.metavar for _, _, option in declared}
     assert missing == []
 
@@ -179,8 +182,8 @@ def test_each_command_shows_its_whole_help_and_its_usage(reference):
     missing = []
     for anchor, ctx in commands():
         prose = reference.prose(anchor)
-        paragraphs = inspect.cleandoc(ctx.command.help or "").split("\n\n")
-        missing += [f"{ctx.command_path}: {squeeze(p)[:60]}" for p in paragraphs if squeeze(p.replace("\b", "")) not in prose]
+        paragraphs = [squeeze(p.replace("\b", "")) for p in inspect.cleandoc(ctx.command.help or "").split("\n\n")]
+        missing += [f"{ctx.command_path}: {p[:60]}..." for p in paragraphs if p not in prose]
         usage = " ".join([ctx.command_path, *ctx.command.collect_usage_pieces(ctx)])
         if usage not in prose:
             missing.append(f"{ctx.command_path}: usage {usage!r}")
