@@ -148,7 +148,7 @@ def main() -> None:
     configure_process()
 
 
-@main.command()
+@main.command(short_help="Train every point of GRID.yaml, one MLflow child run each.")
 @click.argument("grid", type=TEXT, metavar="GRID.yaml")
 @tracking_uri_option
 @click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
@@ -214,7 +214,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     sys.exit(result.exit_code)
 
 
-@main.command()
+@main.command(short_help="Train one run with the given settings and track it in MLflow.")
 @setting_options
 @data_dir_option
 @click.option("--experiment", default="train", show_default=True, type=OPTIONAL_TEXT, metavar="NAME")
@@ -236,7 +236,7 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
     sys.exit(run_single(config, Reporter(), options).exit_code)
 
 
-@main.command()
+@main.command(short_help="Check GRID.yaml and print its expanded grid, without training.")
 @click.argument("grid", type=TEXT, metavar="GRID.yaml")
 @set_option
 def validate(grid: str, overrides: tuple[str, ...]) -> None:
@@ -264,7 +264,7 @@ def validate(grid: str, overrides: tuple[str, ...]) -> None:
     console.print(f"ok: {sweep_size(spec)}")
 
 
-@main.command()
+@main.command(short_help="What this machine offers: CPU, and each CUDA or MPS device.")
 def devices() -> None:
     """What this machine offers: CPU, each CUDA/MPS device (smoke-tested), and why CUDA is missing."""
     import torch
@@ -280,7 +280,7 @@ def devices() -> None:
     console.print(f"torch.cuda.is_available(): {torch.cuda.is_available()}")
 
 
-@main.command()
+@main.command(short_help="Find, verify and describe the Fashion-MNIST files to train on.")
 @data_dir_option
 @click.option("--download", is_flag=True, help="Fetch Fashion-MNIST with torchvision into ./data (needs a network).")
 def data(data_dir: str | None, download: bool) -> None:
@@ -293,7 +293,7 @@ def data(data_dir: str | None, download: bool) -> None:
     click.echo(dataset.description)
 
 
-@main.command()
+@main.command(short_help="A sweep's verdict and one row per setting, or a regression gate.")
 @click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="Compare this experiment's latest sweep. Default: the latest sweep in the store.")
 @click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Compare this sweep (a parent run id).")
@@ -410,7 +410,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     click.echo(f"In the MLflow UI: {view.link(client, comparison)}", err=fmt != "table")
 
 
-@main.command()
+@main.command(short_help="Start the MLflow UI on the pipeline's store; print its address.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
 @click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. The UI has no authentication: keep it on 127.0.0.1 unless you must.")
@@ -444,14 +444,14 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
                         host, port))
 
 
-@main.command()
+@main.command(short_help="Register a run's model (by default the sweep's best); alias it.")
 @click.option("--run-id", type=OPTIONAL_TEXT, metavar="ID", help="Register this run's model.")
 @click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="Register the best run of this experiment's latest sweep (see --by).")
 @click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Register the best run of this sweep (see --by).")
 @click.option("--name", required=True, type=TEXT, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
 @click.option("--by", "rule", type=NonBlank(click.Choice(["best", "speed", "accuracy"]), unset_when_blank=True),
-              default=None,
+              default=None, metavar="[best|speed|accuracy]",
               help="Which run: best (the default: the fastest setting within the quality margin of the most "
                    "accurate, as the sweep's verdict names it), speed (the fastest setting) or accuracy (the most "
                    "accurate); each setting stands by its most accurate run.")
@@ -502,7 +502,7 @@ def _print_registration(reg) -> None:
     click.echo(f"load it with: {reg.uri}")
 
 
-@main.command()
+@main.command(short_help="Classify images, or measure accuracy on a Fashion-MNIST split.")
 @click.argument("images", nargs=-1, type=NonBlank(click.Path(path_type=Path)), metavar="[IMAGE_FILES]...")
 @click.option("--model", "model_uri", required=True, type=TEXT, metavar="URI",
               help="models:/NAME@ALIAS, models:/m-..., or runs:/RUN_ID/model.")
@@ -540,7 +540,7 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
     make_console().print(class_accuracy_table(title, per_class))
 
 
-@main.command()
+@main.command(short_help="Log the runs a tracking outage kept only in the results file.")
 @click.argument("results_file", required=False, type=NonBlank(click.Path(path_type=Path)), metavar="[RESULTS.jsonl]")
 @tracking_uri_option
 def relog(results_file: Path | None, tracking_uri: str | None) -> None:
@@ -575,7 +575,7 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="Start an MLflow tracking server for sweeps on several machines.")
 @click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
@@ -584,7 +584,9 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
                    "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.")
 @click.option("--artifacts-destination", type=TEXT, default="./mlartifacts", show_default=True,
               help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
-@click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1), show_default=True,
+# The default depends on the machine, so --help and the docs state the rule, not this machine's number.
+@click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1),
+              show_default="4, or the number of cores if fewer",
               help="Request-handling processes (MLflow's default is 4 whatever the machine).")
 @click.option("--allowed-hosts", type=TEXT, metavar="NAMES",
               help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")

@@ -109,6 +109,21 @@ def write_grid(tmp_path):
     return write
 
 
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The docs site, built once for every test that reads it, as `make test` builds it: --strict,
+    so a warning (a broken link, an unknown anchor) fails the fixture."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("site")
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    done = subprocess.run([str(mkdocs), "build", "--strict", "--quiet", "--site-dir", str(folder)], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
 requires_real_data = pytest.mark.skipif(
     not REAL_DATA.is_dir(), reason="Debian's dataset-fashion-mnist is not installed (make setup installs it)"
 )
