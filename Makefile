@@ -68,7 +68,7 @@ postgres:
 
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
 # Files in collection order (conftest puts the longest first), not xdist's most-tests-first.
-# tests/test_docs.py builds the docs site with --strict: a broken link or a page missing from the nav fails.
+# The tests build the docs site with --strict (tests/conftest.py): a broken link or a page missing from the nav fails.
 # The longest end-to-end tests (marker `slow`) are `make test-slow`; CI (.ci/run) runs both.
 test: setup browser postgres
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
