@@ -149,6 +149,14 @@ def main() -> None:
 
 
 @main.command()
+def schema() -> None:
+    """Print the JSON Schema of a grid file, for editors (the example grids name it in their first line)."""
+    from pipeline.schema import schema_text
+
+    click.echo(schema_text(), nl=False)
+
+
+@main.command()
 @click.argument("grid", type=TEXT, metavar="GRID.yaml")
 @tracking_uri_option
 @click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
