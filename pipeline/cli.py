@@ -140,12 +140,34 @@ def main() -> None:
     """Train the Fashion-MNIST CNN over a YAML grid of settings and devices, tracked in MLflow.
 
     \b
-    Start with:  pipeline validate experiments/quickstart.yaml
+    Start with:  pipeline init        (writes the example grids into ./experiments)
+                 pipeline validate experiments/quickstart.yaml
                  pipeline run experiments/quickstart.yaml
     """
     from pipeline.store import configure_process
 
     configure_process()
+
+
+@main.command()
+@click.argument("folder", type=NonBlank(click.Path(path_type=Path)), default="experiments", metavar="[DIR]")
+@click.option("--force", is_flag=True, help="Overwrite example files in DIR that differ from the shipped ones.")
+def init(folder: Path, force: bool) -> None:
+    """Write the example grids, and the JSON Schema they name for editors, into DIR (default:
+    ./experiments), to copy and edit. A file already there is never overwritten without --force."""
+    import shlex
+
+    from pipeline.starter import FIRST_GRID, write_examples
+
+    copied = write_examples(folder, force)
+    for path in copied.written:
+        click.echo(f"wrote {path}")
+    for path in copied.overwritten:
+        click.echo(f"overwrote {path}")
+    for path in copied.unchanged:
+        click.echo(f"unchanged {path} (already the shipped example)")
+    first = shlex.quote(str(folder / FIRST_GRID))
+    click.echo(f"next: pipeline validate {first}\n      pipeline run {first}")
 
 
 @main.command()
