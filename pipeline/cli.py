@@ -48,6 +48,9 @@ class NonBlank(click.ParamType):
 
 TEXT = NonBlank()
 OPTIONAL_TEXT = NonBlank(unset_when_blank=True)  # options MLproject passes as "" when unset
+# A grid file's name: a path only so that shells complete file names (`pipeline run exp<TAB>`);
+# Click checks nothing (readable=False), and the grid loader says what is wrong with it.
+GRID_FILE = NonBlank(click.Path(readable=False))
 
 
 def _grid_value(key: str):
@@ -179,7 +182,7 @@ def schema() -> None:
 
 
 @main.command()
-@click.argument("grid", type=TEXT, metavar="GRID.yaml")
+@click.argument("grid", type=GRID_FILE, metavar="GRID.yaml")
 @tracking_uri_option
 @click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="MLflow experiment. Default: the grid's `experiment`, else the file's name.")
@@ -267,7 +270,7 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
 
 
 @main.command()
-@click.argument("grid", type=TEXT, metavar="GRID.yaml")
+@click.argument("grid", type=GRID_FILE, metavar="GRID.yaml")
 @set_option
 def validate(grid: str, overrides: tuple[str, ...]) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""

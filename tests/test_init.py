@@ -1,5 +1,5 @@
 """Getting started without a clone: `pipeline init` writes the example grids, which ship inside the
-package (a built wheel holds them)."""
+package (a built wheel holds them), and Click's shell completion for the `pipeline` command."""
 
 from __future__ import annotations
 
@@ -146,3 +146,55 @@ def test_a_built_wheel_holds_the_grids(tmp_path):
     (wheel,) = (tmp_path / "wheels").glob("pipeline-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"pipeline/examples/{name}" for name in shipped()} <= names
+
+
+# --- shell completion (Click's protocol: _PIPELINE_COMPLETE) ------------------------------------------
+
+
+def _complete(instruction: str, **env: str) -> subprocess.CompletedProcess:
+    """The installed `pipeline` script, as a shell's completion function calls it."""
+    script = Path(sys.executable).with_name("pipeline")
+    if not script.exists():
+        pytest.skip(f"no `pipeline` console script beside {sys.executable} (pip install -e .)")
+    return subprocess.run([str(script)], capture_output=True, text=True,
+                          env={**os.environ, "_PIPELINE_COMPLETE": instruction, **env})
+
+
+@pytest.mark.parametrize("shell, line", [
+    ("bash", "complete -o nosort -F _pipeline_completion pipeline"),
+    ("zsh", "#compdef pipeline"),
+    ("fish", "complete --no-files --command pipeline"),
+])
+def test_each_shell_gets_a_completion_script(shell, line):
+    done = _complete(f"{shell}_source")
+    assert done.returncode == 0, done.stderr
+    assert [text for text in done.stdout.splitlines() if text.strip().startswith(line)] != []
+    assert f"_PIPELINE_COMPLETE={shell}_complete" in done.stdout  # it calls `pipeline` back to complete
+
+
+def test_the_bash_script_completes_a_command_in_bash():
+    """The script as a user's ~/.bashrc evaluates it, and its function called the way bash calls it."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash here")
+    script = Path(sys.executable).with_name("pipeline")
+    if not script.exists():
+        pytest.skip(f"no `pipeline` console script beside {sys.executable} (pip install -e .)")
+    session = ('eval "$(_PIPELINE_COMPLETE=bash_source pipeline)"; COMP_WORDS=(pipeline va); COMP_CWORD=1; '
+               '_pipeline_completion pipeline; printf "%s\\n" "${COMPREPLY[@]}"')
+    done = subprocess.run([bash, "-c", session], capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{script.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert (done.returncode, done.stdout) == (0, "validate\n"), done.stderr
+
+
+@pytest.mark.parametrize("words, expected", [
+    ("pipeline in", ["plain,init"]),
+    ("pipeline va", ["plain,validate"]),
+    ("pipeline run --dry", ["plain,--dry-run"]),
+    ("pipeline compare --format ", ["plain,table", "plain,csv", "plain,markdown", "plain,json"]),
+    ("pipeline validate experiments/qu", ["file,experiments/qu"]),  # the shell then lists the files
+])
+def test_bash_completes_commands_options_choices_and_grid_files(words, expected):
+    done = _complete("bash_complete", COMP_WORDS=words, COMP_CWORD=str(len(words.split(" ")) - 1))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected
