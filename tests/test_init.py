@@ -59,8 +59,9 @@ def test_a_changed_example_is_kept_and_nothing_is_written_until_force(tmp_path):
 
     refused = invoke("init")
     assert refused.exit_code == 2
-    assert _lines(refused.output) == ["error: experiments/sweep.yaml: already there and different from the shipped "
-                                      "example; pass --force to overwrite, or choose another folder (pipeline init DIR)"]
+    assert _lines(refused.output) == [
+        "error: experiments/sweep.yaml: already there and different from the shipped example; pass --force to "
+        "overwrite, or choose another folder (pipeline init DIR)"]
     assert (folder / "sweep.yaml").read_text() == "experiment: mine\n"
     assert not (folder / "quickstart.yaml").exists()  # all or nothing: the missing one is not written either
 
