@@ -111,6 +111,27 @@ def test_a_folder_it_may_not_write_is_refused_with_nothing_left_behind(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
+def test_a_write_that_fails_half_way_leaves_nothing(tmp_path):
+    """The CLI in a process that may not write a file as large as the schema, but may write each grid
+    (a file-size limit; Python ignores SIGXFSZ, so the write fails with EFBIG as on a full disk):
+    the grid staged before it is removed, and so are the folders init created."""
+    resource = pytest.importorskip("resource", reason="file-size limits are POSIX")
+    sizes = {name: len(content) for name, content in shipped().items()}
+    limit = max(size for name, size in sizes.items() if name.endswith(".yaml")) + 1
+    order = sorted(sizes)
+    assert order[1] == "grid.schema.json" and sizes[order[0]] < limit < sizes[order[1]]  # the second write fails
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-m", "pipeline", "init", "new/experiments"], capture_output=True,
+                          text=True, cwd=tmp_path, preexec_fn=limited)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("error: new/experiments: cannot write there (File too large); nothing was written; "
+                           "choose a folder you can write to (pipeline init DIR)\n")
+    assert not (tmp_path / "new").exists()
+
+
 def test_the_help_starts_with_init_then_the_grid_it_writes():
     text = invoke("--help").output
     start = text[text.index("Start with:"):].split("\n\n")[0]
