@@ -92,7 +92,7 @@ def _write_all(folder: Path, contents: dict[Path, bytes]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for target, content in contents.items():
             staged[target] = _stage(target, content)
-    except OSError as exc:
+    except BaseException as exc:  # a failed write, or Ctrl-C: no staged file or new folder stays behind
         for stage in staged.values():
             stage.unlink(missing_ok=True)
         for path in created:  # deepest first; only folders this call made, and only while empty
@@ -100,6 +100,8 @@ def _write_all(folder: Path, contents: dict[Path, bytes]) -> None:
                 path.rmdir()
             except OSError:
                 break
+        if not isinstance(exc, OSError):
+            raise
         raise UserError(f"{folder}: cannot write there ({exc.strerror or exc.__class__.__name__}); nothing was "
                         "written; choose a folder you can write to (pipeline init DIR)") from None
     for target, stage in staged.items():
@@ -114,7 +116,7 @@ def _stage(target: Path, content: bytes) -> Path:
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(content)
-    except OSError:
+    except BaseException:
         stage.unlink(missing_ok=True)
         raise
     return stage
