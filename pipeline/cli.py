@@ -48,6 +48,9 @@ class NonBlank(click.ParamType):
 
 TEXT = NonBlank()
 OPTIONAL_TEXT = NonBlank(unset_when_blank=True)  # options MLproject passes as "" when unset
+# A grid file's name: a path only so that shells complete file names (`pipeline run exp<TAB>`);
+# Click checks nothing (readable=False), and the grid loader says what is wrong with it.
+GRID_FILE = NonBlank(click.Path(readable=False))
 
 
 def _grid_value(key: str):
@@ -140,7 +143,8 @@ def main() -> None:
     """Train the Fashion-MNIST CNN over a YAML grid of settings and devices, tracked in MLflow.
 
     \b
-    Start with:  pipeline validate experiments/quickstart.yaml
+    Start with:  pipeline init        (writes the example grids into ./experiments)
+                 pipeline validate experiments/quickstart.yaml
                  pipeline run experiments/quickstart.yaml
     """
     from pipeline.store import configure_process
@@ -148,8 +152,37 @@ def main() -> None:
     configure_process()
 
 
+@main.command(short_help="Write the example grids and their JSON Schema into DIR to edit.")
+@click.argument("folder", type=NonBlank(click.Path(path_type=Path)), default="experiments", metavar="[DIR]")
+@click.option("--force", is_flag=True, help="Overwrite example files in DIR that differ from the shipped ones.")
+def init(folder: Path, force: bool) -> None:
+    """Write the example grids, and the JSON Schema they name for editors, into DIR (default:
+    ./experiments), to copy and edit. A file already there is never overwritten without --force."""
+    import shlex
+
+    from pipeline.starter import FIRST_GRID, write_examples
+
+    copied = write_examples(folder, force)
+    for path in copied.written:
+        click.echo(f"wrote {path}")
+    for path in copied.overwritten:
+        click.echo(f"overwrote {path}")
+    for path in copied.unchanged:
+        click.echo(f"unchanged {path} (already the shipped example)")
+    first = shlex.quote(str(folder / FIRST_GRID))
+    click.echo(f"next: pipeline validate {first}\n      pipeline run {first}")
+
+
+@main.command(short_help="Print the JSON Schema of a grid file, for editors.")
+def schema() -> None:
+    """Print the JSON Schema of a grid file, for editors (the example grids name it in their first line)."""
+    from pipeline.schema import schema_text
+
+    click.echo(schema_text(), nl=False)
+
+
 @main.command(short_help="Train every point of GRID.yaml, one MLflow child run each.")
-@click.argument("grid", type=TEXT, metavar="GRID.yaml")
+@click.argument("grid", type=GRID_FILE, metavar="GRID.yaml")
 @tracking_uri_option
 @click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
               help="MLflow experiment. Default: the grid's `experiment`, else the file's name.")
@@ -237,7 +270,7 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
 
 
 @main.command(short_help="Check GRID.yaml and print its expanded grid, without training.")
-@click.argument("grid", type=TEXT, metavar="GRID.yaml")
+@click.argument("grid", type=GRID_FILE, metavar="GRID.yaml")
 @set_option
 def validate(grid: str, overrides: tuple[str, ...]) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
