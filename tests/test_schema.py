@@ -9,6 +9,7 @@ import math
 from importlib import resources
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -19,7 +20,6 @@ from pipeline.schema import FILE_NAME, MODELINE, grid_schema
 
 EXAMPLES = resources.files("pipeline").joinpath("examples")  # the shipped grids (package data)
 
-jsonschema = pytest.importorskip("jsonschema", reason="the schema tests need jsonschema (pip install jsonschema)")
 
 
 @pytest.fixture(scope="module")
