@@ -426,7 +426,7 @@ def _read_text(path: Path) -> str:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_GRID_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such grid file; see experiments/ for examples") from None
+        raise UserError(f"{path}: no such grid file; `pipeline init` writes the example grids into ./experiments") from None
     except IsADirectoryError:
         found = sorted(path.glob("*.yaml"))
         example = found[0] if found else Path("experiments") / "quickstart.yaml"
@@ -435,7 +435,7 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path}: cannot read grid file ({exc.strerror or exc.__class__.__name__})") from None
     if len(raw) > MAX_GRID_FILE_BYTES:
         raise UserError(f"{path}: more than {MAX_GRID_FILE_BYTES} bytes; a grid file is a few lines of YAML "
-                        "(see experiments/): is this the right file?")
+                        "(`pipeline init` writes examples): is this the right file?")
     if b"\0" in raw:
         raise UserError(f"{path}: binary data (a NUL byte at offset {raw.index(0)}), not a YAML grid file; "
                         "pass a text file like experiments/quickstart.yaml")
