@@ -109,6 +109,11 @@ def compare(experiment: str | None = None, parent_run: str | None = None,
 
     It only reads: a store that does not exist yet is an error, not a new empty store.
 
+    Args:
+        experiment: the experiment whose latest sweep to compare.
+        parent_run: the sweep's parent run id; wins over `experiment`.
+        tracking_uri: the store; default `$MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` here.
+
     Raises:
         pipeline.errors.UserError: no such store, experiment or sweep, with the CLI's message.
     """
