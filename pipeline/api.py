@@ -28,13 +28,21 @@ if TYPE_CHECKING:
 class SweepRun:
     """What `run` did: where the runs are, each point's outcome (grid order) and the comparison."""
 
-    parent_run_id: str | None  # None when every point was already done (nothing new to group)
+    parent_run_id: str | None
+    """The sweep's parent run; None when every point was already done (nothing new to group)."""
     experiment_id: str | None
+    """The experiment the runs went to."""
     tracking_uri: str | None
+    """The store the runs went to, as an absolute URI (a sqlite path resolved against the working folder)."""
     outcomes: list["Outcome"]
-    comparison: "pandas.DataFrame"  # empty when no run finished
-    exit_code: int  # as `pipeline run` would exit: 0 all done, 1 some run failed
-    stopped: str = ""  # `repeats: auto`: why its rounds stopped, as `pipeline run` prints it
+    """One per grid point, in grid order: its `status` (FINISHED, DONE, SKIPPED, FAILED, NOT RUN,
+    UNLOGGED, KILLED), `reason`, `run_id`, the `device` used, and `point.config`, its settings."""
+    comparison: "pandas.DataFrame"
+    """One row per setting, as `pipeline compare` shows it; empty when no run finished."""
+    exit_code: int
+    """What `pipeline run` would exit with: 0 every runnable point finished, 1 some run failed."""
+    stopped: str = ""
+    """With `repeats: auto`: why its rounds stopped, as `pipeline run` prints it."""
 
 
 def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None, experiment: str | None = None,
@@ -42,8 +50,26 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
         overrides: Sequence[str] = (), checkpoint: bool = False, fail_fast: bool = False,
         system_metrics: bool = False, quiet: bool = True) -> SweepRun:
     """Train every point of `grid` (a grid file, or a mapping shaped like one) under one parent run,
-    as `pipeline run` does, and return the outcome with the comparison table. `overrides`: the
-    `--set KEY=VALUE` items. `quiet=False` prints the progress and the results table."""
+    as `pipeline run` does, and return the outcome with the comparison table.
+
+    Args:
+        grid: a grid file's path, or a mapping of the same shape (`{"grid": {"batch_size": [100]}}`).
+        tracking_uri: the store; default `$MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` here.
+        experiment: the experiment; default the grid's `experiment:`, else the file's name (`notebook`
+            for a mapping).
+        data_dir: the Fashion-MNIST folder; default the search `pipeline data` describes.
+        repeats: overrides the grid's `repeats:` (a count, or `"auto"`).
+        rerun: train every point again, those with a FINISHED run too (`--rerun`).
+        overrides: the `--set KEY=VALUE` items, as a list of strings.
+        checkpoint: save each epoch so an interrupted point resumes (`--checkpoint`).
+        fail_fast: stop at the first failed run (`--fail-fast`).
+        system_metrics: log MLflow's system metrics (`--system-metrics`).
+        quiet: `False` prints the progress and the results table.
+
+    Raises:
+        pipeline.errors.UserError: bad input (the grid, an override, the store, the data), with the
+            one-line message the CLI prints, before anything is written.
+    """
     from pipeline.config import check_repeats, load_grid
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_grid
@@ -79,7 +105,18 @@ def _check_overrides(overrides: Any) -> None:
 def compare(experiment: str | None = None, parent_run: str | None = None,
             tracking_uri: str | None = None) -> "pandas.DataFrame":
     """The comparison of a sweep's finished runs, one row per setting (`pipeline compare`'s data):
-    the sweep `parent_run`, else the latest sweep of `experiment`, else the latest sweep."""
+    the sweep `parent_run`, else the latest sweep of `experiment`, else the latest sweep.
+
+    It only reads: a store that does not exist yet is an error, not a new empty store.
+
+    Args:
+        experiment: the experiment whose latest sweep to compare.
+        parent_run: the sweep's parent run id; wins over `experiment`.
+        tracking_uri: the store; default `$MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` here.
+
+    Raises:
+        pipeline.errors.UserError: no such store, experiment or sweep, with the CLI's message.
+    """
     from pipeline.store import absolute_store_uri, resolve_tracking_uri
 
     return _table(absolute_store_uri(resolve_tracking_uri(tracking_uri)), experiment, parent_run)
