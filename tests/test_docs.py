@@ -320,7 +320,8 @@ def volatile(output: str) -> list[str]:
                 if "┃" in line:
                     header = cells
                 else:
-                    cells = ["<timed>" if i < len(header) and header[i] in TIMED_COLUMNS else c for i, c in enumerate(cells)]
+                    cells = ["<timed>" if i < len(header) and header[i] in TIMED_COLUMNS else cell
+                             for i, cell in enumerate(cells)]
                 line = " | ".join(cells)
             else:
                 line = re.sub(r"([━─])\1+", r"\1", line)
@@ -402,18 +403,22 @@ def test_each_sample_is_what_its_command_prints(page, line, command, shown, tmp_
     if UPDATE:
         rewrite(page, command, shown, output)
         return
-    if any(line.startswith("Fastest: ") for line in expected) != any(line.startswith("Fastest: ") for line in got):
+    if any(text.startswith("Fastest: ") for text in expected) != any(text.startswith("Fastest: ") for text in got):
         expected, got = _fold_clock(expected), _fold_clock(got)  # the clock's call is no difference
     diff = "\n".join(difflib.unified_diff(expected, got, f"{page.name}:{line}", command, lineterm=""))
     pytest.fail(f"{page.relative_to(REPO)}:{line}: `{command}` prints something else (normalised, - page, "
                 f"+ now):\n{diff}\nPIPELINE_UPDATE_DOCS=1 rewrites the block from a real run.")
 
 
-FIRST_FORM = """Best: cpu bs100 w0 (0.807 s/epoch, test acc 0.7784, 1 run; model from run a27f444f): the fastest and the most accurate
-│ 1 │ 0.01 │ 100        │   0.7784 │   0.807 │ 12,385 │ FINISHED │"""
-SECOND_FORM = """Best: cpu bs100 w1 (1.244 s/epoch, test acc 0.7784, 1 run; model from run 0b1c2d3e): the most accurate (every faster setting is less accurate by more than the margin)
-Fastest: cpu bs1000 w1 (0.701 s/epoch, test acc 0.6844), but less accurate than the most accurate by more than 0.005
-│ 1 │ 0.01 │ 100        │   0.7784 │   1.244 │  8,040 │ FINISHED │"""
+# The two verdicts the quickstart's runs print, the clock deciding which (a row of the table below each).
+FIRST_FORM = ("Best: cpu bs100 w0 (0.807 s/epoch, test acc 0.7784, 1 run; model from run a27f444f): the fastest and "
+              "the most accurate\n"
+              "│ 1 │ 0.01 │ 100        │   0.7784 │   0.807 │ 12,385 │ FINISHED │")
+SECOND_FORM = ("Best: cpu bs100 w1 (1.244 s/epoch, test acc 0.7784, 1 run; model from run 0b1c2d3e): the most accurate "
+               "(every faster setting is less accurate by more than the margin)\n"
+               "Fastest: cpu bs1000 w1 (0.701 s/epoch, test acc 0.6844), but less accurate than the most accurate by "
+               "more than 0.005\n"
+               "│ 1 │ 0.01 │ 100        │   0.7784 │   1.244 │  8,040 │ FINISHED │")
 HEADER = "┃ # ┃ lr   ┃ batch_size ┃ test acc ┃ epoch s ┃  img/s ┃ status   ┃\n"
 
 
@@ -434,9 +439,11 @@ def test_only_what_changes_between_runs_is_left_out_of_a_sample(page, now, same)
 
 def test_a_sample_reads_as_the_reader_sees_it(tmp_path):
     printed = (f"store sqlite:///{tmp_path}/mlflow.db   \n"
-               f"Open the MLflow UI:  {Path(sys.executable).parent}/mlflow ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db")
+               f"Open the MLflow UI:  {Path(sys.executable).parent}/mlflow ui --backend-store-uri "
+               f"sqlite:///{tmp_path}/mlflow.db")
     assert reader_paths(printed, tmp_path) == (f"store sqlite:///{READER_FOLDER}/mlflow.db\nOpen the MLflow UI:  "
-                                               f"{READER_BIN}/mlflow ui --backend-store-uri sqlite:///{READER_FOLDER}/mlflow.db")
+                                               f"{READER_BIN}/mlflow ui --backend-store-uri "
+                                               f"sqlite:///{READER_FOLDER}/mlflow.db")
 
 
 def test_a_console_block_splits_into_commands_and_their_output():
