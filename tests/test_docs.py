@@ -54,8 +54,9 @@ def command_blocks(text: str) -> list[tuple[int, bool, str]]:
 
 
 def command_lines(body: str) -> list[str]:
-    """The commands a block holds: `$ ` prompts in a console block (output lines dropped), every
-    non-comment line elsewhere; continuation lines joined."""
+    """The commands a block holds: `$ ` prompts in a console block (their output is checked by
+    running them: test_each_sample_is_what_its_command_prints), every non-comment line elsewhere;
+    continuation lines joined."""
     joined = re.sub(r"\\\n\s*", " ", body)
     lines = [line.strip() for line in joined.splitlines()]
     if any(line.startswith("$ ") for line in lines):
@@ -205,3 +206,219 @@ def test_every_relative_link_resolves():
             if not (page.parent / path).exists():
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert broken == []
+
+
+# --- sample output: run the command, compare the whole output -------------------------------------
+#
+# Every ```console block of the pages a newcomer reads first is a sample: each `$ pipeline ...` line
+# is run here, in a fresh folder, and the lines under it must be its output, every line of it. Only
+# what changes from run to run is normalised before comparing (VOLATILE below): run ids, durations
+# and throughputs, the folder it ran in, and which of two equally accurate settings the clock made
+# the fastest. Losses, accuracies, table columns, notes and the verdict's words are compared as they
+# are. PIPELINE_UPDATE_DOCS=1 writes each block that differs from this run's output (its paths made
+# the reader's), so that a sample is never pasted by hand:
+#
+#     PIPELINE_UPDATE_DOCS=1 python -m pytest tests/test_docs.py -k sample
+
+import difflib  # noqa: E402
+import shutil  # noqa: E402
+
+from conftest import REAL_DATA  # noqa: E402
+
+SAMPLE_PAGES = [REPO / "README.md", REPO / "docs" / "getting-started.md", REPO / "docs" / "index.md"]
+UPDATE = os.environ.get("PIPELINE_UPDATE_DOCS") == "1"
+# What a reader sees in place of the folder the test ran in and of this interpreter's folder: a
+# checkout in their home folder, with the virtual environment `make setup` creates.
+READER_FOLDER = "/home/you/pipeline"
+READER_BIN = ".venv/bin"
+
+
+def console_samples(text: str) -> list[tuple[int, str, str]]:
+    """(line, command, output) of each `$ ` line of every ```console block: its output is every line
+    under it up to the next `$ ` line or the block's end."""
+    samples = []
+    for match in FENCE.finditer(text):
+        if match.group(1) != "console":
+            continue
+        first = text[:match.start(2)].count("\n") + 1
+        lines = match.group(2).splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+        if not starts or starts[0] != 0:  # output under no command: a sample of "" (run_sample refuses it)
+            samples.append((first, "", "\n".join(lines[:starts[0] if starts else len(lines)])))
+        for start, end in zip(starts, [*starts[1:], len(lines)]):
+            samples.append((first + start, lines[start][2:], "\n".join(lines[start + 1:end])))
+    return samples
+
+
+SAMPLES = [(page, *sample) for page in SAMPLE_PAGES for sample in console_samples(page.read_text(encoding="utf-8"))]
+
+
+def reader_paths(output: str, folder: Path) -> str:
+    """The output as a reader sees it who ran the command in a checkout at READER_FOLDER with
+    `make setup`'s environment; trailing spaces (rich pads centred titles) dropped."""
+    output = output.replace(f"{Path(sys.executable).parent}/", f"{READER_BIN}/").replace(str(folder), READER_FOLDER)
+    return "\n".join(line.rstrip() for line in output.splitlines())
+
+
+# (pattern, what stands in its place): the parts of an output that differ between two runs of the
+# same command on the same machine.
+VOLATILE = [
+    (re.compile(r"\b[0-9a-f]{32}\b"), "<run id>"),
+    (re.compile(r"\brun [0-9a-f]{8}\b"), "run <run id>"),
+    (re.compile(r"\b\d+\.\d+s \([\d,]+ img/s\)"), "<s> (<img/s>)"),  # an epoch's line
+    (re.compile(r"\b\d+\.\d+ s/epoch\b"), "<s>/epoch"),  # the verdict's
+]
+TIMED_COLUMNS = ("epoch s", "img/s")  # the results table's
+BOX = "┏┃┡│└┗┓┳╇┩┛┻┴┘┐┬┼├┤"
+# Which setting is fastest is the clock's call. Of settings equally accurate the verdict names the
+# fastest, so its name is normalised; and when the clock made a less accurate setting the fastest of
+# all, the best is "the most accurate" and a "Fastest:" line names the other. CLOCK_FORMS are those
+# two endings of the best's line.
+VERDICT_NAME = re.compile(r"^(Best|Fastest): .+? \(")
+CLOCK_FORMS = (": the fastest and the most accurate",
+               ": the most accurate (every faster setting is less accurate by more than the margin)")
+
+
+def volatile(output: str) -> list[str]:
+    """The output's lines with VOLATILE parts replaced, table cells stripped of their padding (a
+    column's width follows its widest number) and runs of spaces made one."""
+    lines, header = [], []
+    for line in output.splitlines():
+        for pattern, stand_in in VOLATILE:
+            line = pattern.sub(stand_in, line)
+        line = VERDICT_NAME.sub(r"\1: <setting> (", line)
+        if line.strip()[:1] in BOX:
+            if any(c.isalnum() for c in line):
+                cells = [c.strip() for c in re.split(r"[┃│]", line)]
+                if "┃" in line:
+                    header = cells
+                else:
+                    cells = ["<timed>" if i < len(header) and header[i] in TIMED_COLUMNS else cell
+                             for i, cell in enumerate(cells)]
+                line = " | ".join(cells)
+            else:
+                line = re.sub(r"([━─])\1+", r"\1", line)
+        lines.append(" ".join(line.split()))
+    return lines
+
+
+def _fold_clock(lines: list[str]) -> list[str]:
+    """The verdict with the clock's call left out: either ending of the best's line, and the
+    "Fastest:" line that comes with the second."""
+    folded = []
+    for line in lines:
+        if line.startswith("Fastest: ") and folded and folded[-1].startswith("Best: "):
+            continue
+        for form in CLOCK_FORMS:
+            if line.startswith("Best: ") and line.endswith(form):
+                line = line[:-len(form)] + ": <the clock's call>"
+        folded.append(line)
+    return folded
+
+
+def same_but_for_the_clock(page: list[str], fresh: list[str]) -> bool:
+    """Equal lines; or, where one run's clock made a less accurate setting the fastest and the
+    other's did not (one has a "Fastest:" line, the other not), equal once that call is folded."""
+    if page == fresh:
+        return True
+    fastest = [any(line.startswith("Fastest: ") for line in lines) for lines in (page, fresh)]
+    return fastest[0] != fastest[1] and _fold_clock(page) == _fold_clock(fresh)
+
+
+_OUTPUTS: dict[str, str] = {}
+
+
+def run_sample(command: str, folder: Path, store_template: Path) -> str:
+    """What `command` prints, stdout and stderr as a terminal interleaves them, run as a reader runs
+    it from a checkout: `experiments/` beside it, the store ./mlflow.db. One run per command."""
+    if command in _OUTPUTS:
+        return _OUTPUTS[command]
+    words = shlex.split(command)
+    assert words, "output under no `$ ` command: a console block opens with the command that prints it"
+    assert words[0] == "pipeline", f"{command}: only `pipeline` commands are run as samples"
+    (folder / "experiments").symlink_to(REPO / "experiments")
+    # A migrated empty store, as a first run leaves it, saves MLflow's ~5 s of schema creation.
+    shutil.copy(store_template, folder / "mlflow.db")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           # One torch thread: the losses and accuracies depend on the thread count, and one keeps a
+           # sample the same under `make test`'s two workers and alone.
+           "OMP_NUM_THREADS": "1",
+           # Others' work on a shared test machine would mark runs contended and change the notes.
+           "PIPELINE_CONTENDED_SHARE": "1"}
+    done = subprocess.run([sys.executable, "-m", "pipeline", *words[1:]], cwd=folder, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    _OUTPUTS[command] = reader_paths(done.stdout, folder)
+    return _OUTPUTS[command]
+
+
+def rewrite(page: Path, command: str, old: str, new: str) -> None:
+    text = page.read_text(encoding="utf-8")
+    block = f"$ {command}\n{old}\n" if old else f"$ {command}\n"
+    assert block in text, f"{page.name}: the sample of {command!r} moved while it ran"
+    page.write_text(text.replace(block, f"$ {command}\n{new}\n", 1), encoding="utf-8")
+
+
+def test_the_first_pages_hold_samples():
+    """The README and getting-started show what a first sweep and its grid print."""
+    shown = {(page.name, command) for page, _, command, _ in SAMPLES}
+    assert ("README.md", "pipeline run experiments/quickstart.yaml") in shown
+    assert ("getting-started.md", "pipeline validate experiments/quickstart.yaml") in shown
+
+
+@pytest.mark.skipif(not REAL_DATA.is_dir(), reason="the samples train on the real Fashion-MNIST")
+@pytest.mark.parametrize("page, line, command, shown", SAMPLES,
+                         ids=[f"{page.name}:{line}" for page, line, _, _ in SAMPLES])
+def test_each_sample_is_what_its_command_prints(page, line, command, shown, tmp_path, _store_template):
+    output = run_sample(command, tmp_path, _store_template)
+    expected, got = volatile(shown), volatile(output)
+    if same_but_for_the_clock(expected, got):
+        return
+    if UPDATE:
+        rewrite(page, command, shown, output)
+        return
+    if any(text.startswith("Fastest: ") for text in expected) != any(text.startswith("Fastest: ") for text in got):
+        expected, got = _fold_clock(expected), _fold_clock(got)  # the clock's call is no difference
+    diff = "\n".join(difflib.unified_diff(expected, got, f"{page.name}:{line}", command, lineterm=""))
+    pytest.fail(f"{page.relative_to(REPO)}:{line}: `{command}` prints something else (normalised, - page, "
+                f"+ now):\n{diff}\nPIPELINE_UPDATE_DOCS=1 rewrites the block from a real run.")
+
+
+# The two verdicts the quickstart's runs print, the clock deciding which (a row of the table below each).
+FIRST_FORM = ("Best: cpu bs100 w0 (0.807 s/epoch, test acc 0.7784, 1 run; model from run a27f444f): the fastest and "
+              "the most accurate\n"
+              "│ 1 │ 0.01 │ 100        │   0.7784 │   0.807 │ 12,385 │ FINISHED │")
+SECOND_FORM = ("Best: cpu bs100 w1 (1.244 s/epoch, test acc 0.7784, 1 run; model from run 0b1c2d3e): the most accurate "
+               "(every faster setting is less accurate by more than the margin)\n"
+               "Fastest: cpu bs1000 w1 (0.701 s/epoch, test acc 0.6844), but less accurate than the most accurate by "
+               "more than 0.005\n"
+               "│ 1 │ 0.01 │ 100        │   0.7784 │   1.244 │  8,040 │ FINISHED │")
+HEADER = "┃ # ┃ lr   ┃ batch_size ┃ test acc ┃ epoch s ┃  img/s ┃ status   ┃\n"
+
+
+@pytest.mark.parametrize("page, now, same", [
+    (FIRST_FORM, FIRST_FORM.replace("a27f444f", "ffffffff").replace("12,385", "112,385"), True),  # ids, timings
+    (FIRST_FORM, SECOND_FORM, True),  # the clock made a less accurate setting the fastest this time
+    (SECOND_FORM, FIRST_FORM, True),
+    (SECOND_FORM, SECOND_FORM.replace("by more than 0.005", "by over 0.005"), False),  # the words drifted
+    (FIRST_FORM, FIRST_FORM.replace("test acc 0.7784", "test acc 0.7785"), False),  # it learned otherwise
+    (FIRST_FORM, FIRST_FORM.replace("0.7784 │", "0.7785 │"), False),
+    (FIRST_FORM, FIRST_FORM.replace("FINISHED", "FAILED"), False),
+    (FIRST_FORM, FIRST_FORM.splitlines()[0], False),  # a line dropped
+    (FIRST_FORM, SECOND_FORM.replace("Fastest: ", "Quickest: "), False),
+])
+def test_only_what_changes_between_runs_is_left_out_of_a_sample(page, now, same):
+    assert same_but_for_the_clock(volatile(HEADER + page), volatile(HEADER + now)) is same
+
+
+def test_a_sample_reads_as_the_reader_sees_it(tmp_path):
+    printed = (f"store sqlite:///{tmp_path}/mlflow.db   \n"
+               f"Open the MLflow UI:  {Path(sys.executable).parent}/mlflow ui --backend-store-uri "
+               f"sqlite:///{tmp_path}/mlflow.db")
+    assert reader_paths(printed, tmp_path) == (f"store sqlite:///{READER_FOLDER}/mlflow.db\nOpen the MLflow UI:  "
+                                               f"{READER_BIN}/mlflow ui --backend-store-uri "
+                                               f"sqlite:///{READER_FOLDER}/mlflow.db")
+
+
+def test_a_console_block_splits_into_commands_and_their_output():
+    page = "text\n\n```console\n$ pipeline a\none\ntwo\n$ pipeline b\n```\n\n```console\norphan\n```\n"
+    assert console_samples(page) == [(4, "pipeline a", "one\ntwo"), (7, "pipeline b", ""), (11, "", "orphan")]
