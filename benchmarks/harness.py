@@ -153,7 +153,8 @@ def accuracy(args, dataset, reference_root: Path) -> str:
 
 def epochs_table(args, dataset) -> tuple[str, list[str]]:
     """One fit of `--epochs` epochs per device and setting: the untimed warm-up, each epoch's time,
-    and cuda/cpu speedups on the steady-state epochs (the rule `pipeline compare` uses). Each row is
+    and cuda/cpu speedups on the mean of the steady-state epochs (`pipeline compare` takes their
+    median; with the one or two steady epochs these tables time, the two are equal). Each row is
     printed whole as it is measured, so a run cut short by a time limit still leaves its rows; a
     variant that fails is listed under the table, and returned, while the others go on."""
     rows, failures = [], []

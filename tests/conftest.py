@@ -29,7 +29,8 @@ REAL_DATA = Path("/usr/share/datasets/fashion-mnist")
 # The longest go first, Ray's before the eight concurrent sweeps of test_postgres.py (Ray's
 # cluster crawls beside them on 2 cores); the rest keep their order.
 LONGEST_FIRST = ("test_ray.py", "test_reliability.py", "test_postgres.py", "test_faults.py", "test_interrupts.py",
-                 "test_outage.py", "test_cli.py", "test_registry.py", "test_compile.py", "test_ui.py", "test_train.py")
+                 "test_outage.py", "test_cli.py", "test_registry.py", "test_compile.py", "test_ui.py", "test_docs.py",
+                 "test_train.py")
 
 
 def pytest_collection_modifyitems(config, items):
