@@ -251,6 +251,12 @@ class RunConfig:
     weight_decay: float = _key(0.0, check=_non_negative_float("0, 1.0e-4 or 0.01"),
                                help="Adam's weight decay: an L2 penalty on the weights, added to each gradient.",
                                name="wd", later=True)
+    # torch's intra-op thread pool (torch.set_num_threads) for the run. On a machine shared with other
+    # multithreaded work, a pool as wide as the cores waits on threads the neighbours hold: one
+    # thread can be the fastest setting there (benchmarks/workers_under_load.py).
+    threads: int = _key(0, check=_int_between(0, 1024),
+                        help="torch's intra-op threads; 0: torch's default (the cores, or OMP_NUM_THREADS).",
+                        name="t", later=True)
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

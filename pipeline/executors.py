@@ -10,7 +10,8 @@ Ctrl-C propagates as KeyboardInterrupt once no job can open or close a run any m
 
 local: one point after another in this process (fair timing). ray: every point a Ray task with the
 resources it needs; a cuda point asks for `gpus_per_run` GPUs (Ray sets CUDA_VISIBLE_DEVICES), a cpu
-point for 1 + num_workers CPUs, and the task limits torch's threads to the CPUs it was given. Once
+point for 1 + num_workers CPUs (`threads` + num_workers where the grid sets threads), and the task
+limits torch's threads to the CPUs it was given. Once
 every point has landed, each Ray run is tagged with how many points trained beside it on its node
 (TAG_CONCURRENT): points sharing a node time each other's load.
 """
@@ -198,7 +199,7 @@ class RayExecutor:
         if kind == "mps":
             return "mps is not schedulable on a Ray cluster"
         if self.resources.get("CPU", 0) < cpus:
-            return f"needs {cpus:g} CPUs (1 + num_workers) but the Ray cluster has {self.resources.get('CPU', 0):g}"
+            return f"needs {cpus:g} CPUs (threads, at least 1, + num_workers) but the Ray cluster has {self.resources.get('CPU', 0):g}"
         return ""
 
     def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]:
@@ -323,7 +324,8 @@ def _tag_concurrency(jobs: Sequence[PointJob], outcomes: Sequence[Outcome]) -> N
 
 def task_resources(config, kind: str) -> dict[str, float]:
     """What a point's task asks Ray for, given the kind of device it runs on."""
-    return {"num_cpus": 1 + config.num_workers, "num_gpus": config.gpus_per_run if kind == "cuda" else 0}
+    return {"num_cpus": max(1, config.threads) + config.num_workers,
+            "num_gpus": config.gpus_per_run if kind == "cuda" else 0}
 
 
 class Login:

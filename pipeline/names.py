@@ -78,6 +78,7 @@ TAG_VERDICT = "pipeline.verdict"  # a published sweep's child: its setting's par
 TAG_SETTING = "pipeline.setting"  # a published sweep's child: its setting's name ("cpu bs128 w0"), which the view groups by
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
 TAG_CREATE_TOKEN = "pipeline.create_token"  # unique per created run: a retried create finds it
+TAG_THREADS = "pipeline.torch_threads"  # torch's intra-op threads the run trained with (train.torch_threads)
 TAG_HOST = "pipeline.host"  # the machine whose process ran the run (on Ray: the node's)
 TAG_RAY_NODE = "pipeline.ray_node_id"  # the Ray node a point's task ran on
 TAG_PID = "pipeline.pid"

@@ -234,6 +234,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
 
     from pipeline.device import arithmetic_tags, hardware_name
     from pipeline.energy import energy_source
+    from pipeline.train import torch_threads
 
     tags = {
         names.TAG_ROLE: "point" if job.parent_run_id else "single",
@@ -245,6 +246,7 @@ def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "to
         names.TAG_RUN_KEY: job.run_key,
         names.TAG_DATA: dataset.description,
         names.TAG_ENERGY: energy_source(device),
+        names.TAG_THREADS: str(torch_threads(job.point.config)),
         **arithmetic_tags(device),
         **dict(job.where),
     }

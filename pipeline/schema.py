@@ -79,6 +79,7 @@ GRID_VALUES: dict[str, dict[str, Any]] = {
     "gpus_per_run": _number(exclusive_minimum=0),
     "precision": _words(*PRECISIONS),
     "weight_decay": _number(minimum=0),
+    "threads": _integer(0, 1024),
 }
 
 

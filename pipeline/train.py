@@ -66,6 +66,7 @@ class FitResult:
     duration_s: float = 0.0  # every epoch's training and evaluation (the warm-up excluded)
     # Costs paid once per run before epoch 1, by metric name: warmup_s, and upload_s with data_on_device.
     one_off: dict[str, float] = field(default_factory=dict)
+    threads: int = 0  # torch's intra-op threads the run trained with (torch_threads)
 
     @property
     def warmup_s(self) -> float:
@@ -126,18 +127,25 @@ def uses_channels_last(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-@contextlib.contextmanager
-def _torch_threads(num_workers: int):
-    """The main process's thread pool for one run, restored afterwards.
-
-    Worker processes run one thread each (DataLoader sets that). Only when the workers alone fill
-    the machine is the pool shrunk; measured on 2 cores, giving a thread up to one mostly idle
-    indexing worker costs up to 1.6x at batch size 1000.
-    """
-    previous = torch.get_num_threads()
+def torch_threads(config: RunConfig) -> int:
+    """The size of the main process's thread pool for a run of `config`: the grid key `threads` where
+    set; else torch's current pool (the cores, OMP_NUM_THREADS, or what a Ray task was given),
+    shrunk only when the DataLoader workers alone fill the machine. Worker processes run one thread
+    each (DataLoader sets that); measured on 2 cores, giving a thread up to one mostly idle indexing
+    worker costs up to 1.6x at batch size 1000."""
+    if config.threads:
+        return config.threads
     cores = os.cpu_count() or 1
-    if num_workers >= cores:
-        torch.set_num_threads(max(1, cores - num_workers // 2))
+    if config.num_workers >= cores:
+        return max(1, cores - config.num_workers // 2)
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def _torch_threads(config: RunConfig):
+    """The run's thread pool (torch_threads) for the block, torch's previous one restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(torch_threads(config))
     try:
         yield
     finally:
@@ -173,8 +181,10 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
     # On cuda:N, N is the current device for the whole fit, so that CUDA events are recorded on
     # N's stream rather than GPU 0's.
     on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-    with _torch_threads(config.num_workers), on_device:
-        return _fit(config, data, device, hooks or Hooks(), resume, stop_at)
+    with _torch_threads(config), on_device:
+        result = _fit(config, data, device, hooks or Hooks(), resume, stop_at)
+        result.threads = torch.get_num_threads()
+        return result
 
 
 def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,

@@ -22,7 +22,7 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("unknown grid key, no underscore", "grid:\n  batchsize: [1]\n", ("did you mean 'batch_size'",)),
     ("unknown grid key lists all", "grid:\n  gpus: [1]\n",
      ("grid.gpus", "unknown key", "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run, data_on_device, "
-                             "cuda_graph, precision, compile, prefetch, weight_decay")),
+                             "cuda_graph, precision, compile, prefetch, weight_decay, threads")),
     ("unknown grid key, Adam's other name", "grid:\n  weightdecay: [0.01]\n", ("did you mean 'weight_decay'",)),
     ("unknown top-level key", "experimnt: x\n", ("did you mean 'experiment'",)),
     ("misspelt grid section", "gird:\n  lr: [1]\n", ("gird", "unknown key", "did you mean 'grid'")),

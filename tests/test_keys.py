@@ -36,6 +36,7 @@ TWO_VALUES: dict[str, tuple] = {
     "compile": (False, True),
     "prefetch": (False, True),
     "weight_decay": (0, 0.01),
+    "threads": (0, 1),
 }
 
 
@@ -156,6 +157,8 @@ def test_grids_without_weight_decay_keep_the_run_keys_recorded_before_it(config,
     assert config_hash(config, **identity) == recorded
     assert config_hash(config.__class__(**{**config.as_params(), "weight_decay": 0.0}), **identity) == recorded
     assert config_hash(config.__class__(**{**config.as_params(), "weight_decay": 1e-4}), **identity) != recorded
+    assert config_hash(config.__class__(**{**config.as_params(), "threads": 0}), **identity) == recorded
+    assert config_hash(config.__class__(**{**config.as_params(), "threads": 1}), **identity) != recorded
 
 
 def test_weight_decay_from_a_grid_file_to_the_comparison(write_grid, data_dir, tracking_uri):
@@ -191,3 +194,37 @@ def test_pipeline_train_weight_decay(data_dir, tracking_uri):
     assert out.exit_code == 0, out.output
     (run,) = runs_of(tracking_uri, "one")
     assert run.data.params["weight_decay"] == "0.001" and run.info.status == "FINISHED"
+
+
+# --- threads: torch's intra-op pool, a measurable setting -------------------------------------------
+
+
+def test_threads_is_the_pool_a_run_trains_with_and_the_pool_comes_back(data_dir):
+    """fit trains with `threads` threads (or torch's current pool at 0) and leaves torch's pool as it
+    found it."""
+    import torch
+
+    from pipeline.data import load
+    from pipeline.train import fit
+
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    dataset = load(data_dir)
+    for threads, expected in ((other, other), (0, before)):
+        result = fit(RunConfig(threads=threads, batch_size=128, epochs=1, device="cpu"), dataset, torch.device("cpu"))
+        assert result.threads == expected
+        assert torch.get_num_threads() == before
+
+
+def test_threads_from_a_grid_file_to_the_runs_tags(write_grid, data_dir, tracking_uri):
+    """Each run records the pool it trained with (tag pipeline.torch_threads), whether the grid set
+    `threads` or left torch's default; the two points are two settings, named by it."""
+    import torch
+
+    grid = write_grid("experiment: th\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  threads: [0, 3]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0, out.output
+    runs = {run.info.run_name: run for run in children(runs_of(tracking_uri, "th"))}
+    assert set(runs) == {"cpu t0", "cpu t3"}
+    assert runs["cpu t3"].data.tags[names.TAG_THREADS] == "3" and runs["cpu t3"].data.params["threads"] == "3"
+    assert runs["cpu t0"].data.tags[names.TAG_THREADS] == str(torch.get_num_threads())

@@ -145,6 +145,17 @@ def test_gpu_resources_follow_the_planned_device(cluster, pg):
     assert pinned.device is None and "cuda:1 cannot be pinned on a Ray cluster" in pinned.reason
 
 
+def test_a_task_asks_for_its_threads_and_its_workers():
+    """A cpu point asks Ray for a CPU per torch thread it will train with (1 at torch's default,
+    where the task gives torch the CPUs it got) and one per DataLoader worker."""
+    from pipeline.config import RunConfig
+    from pipeline.executors import task_resources
+
+    for threads, workers, cpus in ((0, 0, 1), (0, 2, 3), (4, 0, 4), (4, 1, 5)):
+        config = RunConfig(device="cpu", threads=threads, num_workers=workers)
+        assert task_resources(config, "cpu") == {"num_cpus": cpus, "num_gpus": 0}
+
+
 def test_a_gpu_task_runs_once_per_worker(cluster, pg):
     from pipeline.executors import RayExecutor
     from pipeline.report import Reporter
