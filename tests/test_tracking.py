@@ -54,7 +54,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     assert run.data.params == {"lr": "0.01", "batch_size": "64", "num_workers": "0", "device": "cpu",
                                "epochs": "2", "seed": "0", "shuffle": "true", "data_on_device": "false",
                                "cuda_graph": "false", "precision": "fp32", "compile": "false", "prefetch": "false",
-                               "weight_decay": "0.0",
+                               "weight_decay": "0.0", "threads": "0",
                                "train_size": "512", "test_size": "256", "repeat": "1"}  # gpus_per_run: cuda points only
     measured = not run.data.tags["pipeline.energy"].startswith("not measured")  # no counter: no metric, not 0
     for name in names.EPOCH_METRICS:
