@@ -298,7 +298,7 @@ def _project_run(client, project_run: str, experiment: str, reporter: "Reporter"
     from mlflow.exceptions import MlflowException
     from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
-    from pipeline.store import first_line, redact, user_error
+    from pipeline.store import store_failure
 
     try:
         own = client.get_experiment(client.get_run(project_run).info.experiment_id).name
@@ -307,8 +307,7 @@ def _project_run(client, project_run: str, experiment: str, reporter: "Reporter"
         client.set_tag(project_run, MLFLOW_RUN_NOTE,
                        f"This `mlflow run` asked for experiment `{experiment}`: its runs are there, not in `{own}`.")
     except MlflowException as exc:
-        uri = redact(client.tracking_uri)
-        raise user_error(exc, f"tracking store {uri}") or UserError(f"tracking store {uri}: {first_line(exc)}") from None
+        raise store_failure(exc, client.tracking_uri) from None
     reporter.note(f"experiment {experiment!r}: the runs go there; `mlflow run`'s own run stays in {own!r} "
                   f"with a note that points there (`mlflow run --experiment-name {experiment}` keeps them together)")
     return None

@@ -163,6 +163,13 @@ def user_error(exc: BaseException, subject: str) -> UserError | None:
     return UserError(f"{subject}: {first_line(exc)[:300]} ({code}); {USER_CAUSED[code]}")
 
 
+def store_failure(exc: BaseException, uri: str) -> UserError:
+    """An MLflow error from the tracking store at `uri` as one line: user_error's where its code
+    says the user can fix it, else the store's first line, the password masked."""
+    subject = f"tracking store {redact(uri)}"
+    return user_error(exc, subject) or UserError(f"{subject}: {first_line(exc)}")
+
+
 # MLflow 3's limit on an experiment's name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH; a
 # test keeps the two equal), checked before anything is created: MLflow refuses it only at creation.
 MAX_EXPERIMENT_NAME_LENGTH = 500

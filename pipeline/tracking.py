@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import UserError
 from pipeline.liveness import process_tags
 from pipeline.names import EPOCH_METRICS, FAILED, FINISHED, KILLED, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
-from pipeline.store import (TrackingUnavailable, experiment_name_problem, first_line, fluent_target, is_transient,
-                            open_client, redact, ui_hint, user_error)
+from pipeline.store import (TrackingUnavailable, experiment_name_problem, fluent_target, is_transient, open_client,
+                            redact, store_failure, ui_hint)
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
@@ -53,7 +53,7 @@ class Tracker:
                 experiment_id = _experiment_id(client, uri, experiment)
             name = client.get_experiment(experiment_id).name
         except MlflowException as exc:
-            raise user_error(exc, f"tracking store {redact(uri)}") or UserError(f"tracking store {redact(uri)}: {first_line(exc)}") from None
+            raise store_failure(exc, uri) from None
         return cls(uri, client, experiment_id, name)
 
     @staticmethod
