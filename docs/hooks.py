@@ -56,7 +56,8 @@ def _key_rows() -> list[str]:
     from pipeline.config import DEFAULTS, KEYS
     from pipeline.grid import format_value
 
-    return [f"| `{name}` | {cell(key.check.allowed)} | `{format_value(DEFAULTS[name])}` |" for name, key in KEYS.items()]
+    return [f"| `{name}` | {cell(key.check.allowed)} | `{format_value(DEFAULTS[name])}` |"
+            for name, key in KEYS.items()]
 
 
 def cli_reference() -> str:

@@ -172,7 +172,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
     result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
-    reporter.summary(tuple((k, (v,)) for k, v in values.items()), result, sweep.tracker)
+    reporter.summary(tuple((k, (v,)) for k, v in config.as_params().items()), result, sweep.tracker)
     return result
 
 
