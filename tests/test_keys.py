@@ -15,8 +15,9 @@ import yaml
 from conftest import REPO, children, invoke, runs_of
 from pipeline import names
 from pipeline.cli import main
-from pipeline.compare import build, display_frame
+from pipeline.compare import CompareOptions, build, display_frame
 from pipeline.config import DEFAULTS, KEYS, RunConfig, load_grid
+from pipeline.errors import UserError
 from pipeline.grid import config_hash, expand, format_value
 from pipeline.records import RunRecord, SweepRecord
 
@@ -79,6 +80,22 @@ def test_the_table_shows_a_setting_where_runs_differ_in_it(key):
     assert key in display_frame(build(SweepRecord("p", "p", "1", "x", runs))).columns
     same = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: first})]
     assert key not in display_frame(build(SweepRecord("p", "p", "1", "x", same))).columns
+
+
+@pytest.mark.parametrize("key", [k for k in TWO_VALUES if KEYS[k].twin])
+def test_versus_compares_on_every_twin_key(key):
+    """`--versus KEY=VALUE` takes every key twins may differ in: each row over its twin at VALUE."""
+    first, second = (format_value(v) for v in TWO_VALUES[key])
+    runs = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: second})]
+    table = build(SweepRecord("p", "p", "1", "x", runs), CompareOptions(versus=f"{key}={first}")).table
+    assert table.set_index("run_ids").loc["b", "versus_speedup"] == 0.8
+
+
+def test_versus_says_why_a_key_that_is_no_twin_key_cannot_be_compared_on():
+    runs = [_run("a", "cpu", 4.0, {"gpus_per_run": "1"}), _run("b", "cpu", 5.0, {"gpus_per_run": "0.5"})]
+    with pytest.raises(UserError, match="runs that differ only in gpus_per_run are one setting; compare on one of "
+                                        "device, lr, batch_size"):
+        build(SweepRecord("p", "p", "1", "x", runs), CompareOptions(versus="gpus_per_run=1"))
 
 
 def test_runs_recorded_before_a_later_key_are_at_its_default():
