@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from pipeline.records import RunRecord, SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices: every
-# setting that changes what a run measures (config.Key.twin), and the data sizes.
-TWIN_KEYS = (*(name for name, key in KEYS.items() if key.twin), "train_size", "test_size")
+# grid key that changes what a run measures (config.Key.twin), and the data sizes.
+GRID_TWIN_KEYS = tuple(name for name, key in KEYS.items() if key.twin)
+TWIN_KEYS = (*GRID_TWIN_KEYS, "train_size", "test_size")
 # What makes one row: a setting on one device of one kind of hardware. Its repeats are its runs.
 ROW_KEYS = ("device", "hardware", *TWIN_KEYS)
 # The axes whose twins get a speedup: the column, its reference value, the speedup column.
@@ -467,7 +468,10 @@ def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
     key, value = key.strip(), value.strip()
     if not sep or not key or not value:
         raise UserError(f"--versus {versus}: give KEY=VALUE, e.g. --versus num_workers=0 or --versus seed=0")
-    keys = ["device", *TWIN_KEYS[:-2]]
+    keys = ["device", *GRID_TWIN_KEYS]  # the grid keys a row's twins may differ in
+    if key in KEYS and key not in keys:  # gpus_per_run: where a run ran, not what it measured
+        raise UserError(f"--versus {versus}: runs that differ only in {key} are one setting; compare on one of "
+                        f"{', '.join(keys)}")
     if key not in keys:
         raise UserError(f"--versus {versus}: {key} is not a grid key; grid keys: {', '.join(keys)}")
     column = comparison.table[key]

@@ -27,7 +27,7 @@ from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
 from pipeline.grid import (MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, grid_size,
-                           round_points, run_count)
+                           round_points, run_count, single_name)
 from pipeline.config import AUTO, effective_yaml, with_repeats
 from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FINAL_ACCURACY, BEST_STEADY_EPOCH,
                             CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, ROUNDS, STEADY_EPOCH, STEADY_IMAGES,
@@ -154,11 +154,8 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     """One run (`pipeline train`): a top-level run, or the `mlflow run` project run itself.
     It always trains: it is one explicit run, not a point of a sweep that may be done."""
     from pipeline.executors import LocalExecutor
-    from pipeline.grid import format_value
 
-    values = config.as_params()
-    name = " ".join(f"{k}={format_value(values[k])}" for k in ("lr", "batch_size", "num_workers", "device"))
-    (item,) = plan([GridPoint(1, config, name)])
+    (item,) = plan([GridPoint(1, config, single_name(config))])
     if item.device is None:
         from pipeline.device import DeviceUnavailable, resolve
 
@@ -175,7 +172,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
     result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
-    reporter.summary(tuple((k, (v,)) for k, v in values.items()), result, sweep.tracker)
+    reporter.summary(tuple((k, (v,)) for k, v in config.as_params().items()), result, sweep.tracker)
     return result
 
 
