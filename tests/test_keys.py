@@ -14,10 +14,11 @@ import yaml
 from conftest import REPO, children, invoke, runs_of
 from pipeline import names
 from pipeline.cli import main
-from pipeline.compare import build, display_frame
+from pipeline.compare import build
 from pipeline.config import DEFAULTS, KEYS, RunConfig, load_grid
 from pipeline.grid import config_hash, expand, format_value
 from pipeline.records import RunRecord, SweepRecord
+from pipeline.tables import display_frame
 
 # Two values of every grid key, as a grid file writes them. A key added to RunConfig needs a line
 # here (test_every_key_has_two_values_here), and then every test below covers it.
