@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 
 from pipeline import stats
-from pipeline.gate import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Change, GateResult
 from pipeline.compare import (ACCURACY, BEST, ROW_KEYS, SPEED, TARGET_SPEEDUP, TWIN_AXES, VERSUS, Comparison, Pick, Row,
-                              less_accurate, pick, ranks_on_target)
+                              less_accurate, pick)
 from pipeline.config import KEYS
+from pipeline.gate import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Change, GateResult
 from pipeline.grid import format_value, short
 from pipeline.names import FINAL_ACCURACY, OTHERS_CPU_SHARE, STEADY_EPOCH
 
@@ -87,7 +87,8 @@ def verdict(estimate: float, low: float, high: float, compact: bool = False,
     if worse is not None:
         shortfall = f"{-worse.estimate:.4f}"
         if worse.has_interval:
-            shortfall += f"\n{-worse.high:.4f}-{-worse.low:.4f}" if compact else f" [{-worse.high:.4f}-{-worse.low:.4f}]"
+            shortfall += (f"\n{-worse.high:.4f}-{-worse.low:.4f}" if compact
+                          else f" [{-worse.high:.4f}-{-worse.low:.4f}]")
         text += f"\nless accurate by {shortfall}" if compact else f", but less accurate by {shortfall}"
     return text
 
@@ -340,12 +341,13 @@ def change_words(change: Change) -> str:
     "+80.0% slower (n too small (1 run))", or the reason a point has no change to tell ("only in the
     baseline")."""
     percent, low, high = change.percent
-    if math.isnan(percent):
+    ratio = change.ratio
+    if ratio is None or math.isnan(percent):
         return change.reason
     text = f"{percent:+.1f}% {'slower' if percent > 0 else 'faster'}"
-    if not change.ratio.has_interval:
-        return f"{text} ({change.ratio.why_no_interval})"
-    return f"{text} [{low:+.1f}%, {high:+.1f}%]" + ("" if change.ratio.significant else " (n.s.)")
+    if not ratio.has_interval:
+        return f"{text} ({ratio.why_no_interval})"
+    return f"{text} [{low:+.1f}%, {high:+.1f}%]" + ("" if ratio.significant else " (n.s.)")
 
 
 def gate_verdict(result: GateResult) -> str:

@@ -40,7 +40,8 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
         return decision_frame(comparison)
     t = comparison.table
     always = sorted((k for k, key in KEYS.items() if key.shown == "always"), key=lambda k: k != "device")
-    settings = [k for k in always if k in t] + [k for k in comparison.varying if k in KEYS and KEYS[k].shown == "varying"]
+    settings = [k for k in always if k in t] + [k for k in comparison.varying
+                                                if k in KEYS and KEYS[k].shown == "varying"]
     out = t[settings].copy()
     if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
         out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"

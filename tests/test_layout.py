@@ -102,11 +102,11 @@ def test_the_layers_hold():
 
 @pytest.mark.parametrize("module, code, broken", [
     # The comparison (analysis) wording its own verdict, inside a function.
-    ("compare", "def _said(comparison):\n    from pipeline.sentences import headline\n\n    return headline(comparison)\n",
-     [CONTRACTS[0], CONTRACTS[1]]),
+    ("compare", "def _said(comparison):\n    from pipeline.sentences import headline\n\n"
+                "    return headline(comparison)\n", [CONTRACTS[0], CONTRACTS[1]]),
     # The run logger reaching for the UI's view again.
-    ("tracking", "def _page(url, parent_run_id):\n    from pipeline import view\n\n    return view.page(url, parent_run_id)\n",
-     [CONTRACTS[0], CONTRACTS[2]]),
+    ("tracking", "def _page(url, parent_run_id):\n    from pipeline import view\n\n"
+                 "    return view.page(url, parent_run_id)\n", [CONTRACTS[0], CONTRACTS[2]]),
 ])
 def test_lint_imports_fails_on_an_import_against_the_layers(tmp_path, module, code, broken):
     """One import against the layers in a copy of the package, and lint-imports names the contracts it
