@@ -18,6 +18,7 @@ from pipeline.config import KEYS
 from pipeline.files import replacing
 from pipeline.grid import format_value, short
 from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TIME_SHARES
+from pipeline.palette import colours
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,10 +56,8 @@ def _timed(comparison: "Comparison") -> str:
 
 
 def _settings(comparison: "Comparison") -> Iterator[tuple[pd.Series, str, str]]:
-    """Each row of the table (a setting) with its label and its colour: the UI's (view.colours, one
+    """Each row of the table (a setting) with its label and its colour: the UI's (palette.colours, one
     per row), so that a setting has one colour in every chart and in the MLflow UI."""
-    from pipeline.view import colours
-
     t = comparison.table
     for (_, row), colour in zip(t.iterrows(), colours(comparison)):
         yield row, comparison.label(row), colour
@@ -199,7 +198,8 @@ def _epoch_duration(comparison: "Comparison") -> dict:
 def _speedup(comparison: "Comparison") -> dict:
     """Every speedup a row has over its reference twin, one bar each, whiskers at its 95% interval;
     the label says it in words, with (n.s.) where the interval includes no difference."""
-    from pipeline.compare import SPEEDUPS, cell
+    from pipeline.compare import SPEEDUPS
+    from pipeline.sentences import cell
 
     t = comparison.table
     bars = []

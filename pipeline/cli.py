@@ -377,11 +377,12 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     from dataclasses import replace
 
     from pipeline import gate
-    from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, render, sweep_options
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, sweep_options
     from pipeline.comparison_folder import write_html, write_report
     from pipeline.records import read_sweep
     from pipeline.report import Reporter
     from pipeline.store import open_client, resolve_tracking_uri
+    from pipeline.tables import render, render_gate
 
     if fail_if_slower is not None and baseline is None:
         raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
@@ -421,7 +422,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
         if fmt == "table":
             Reporter().gate(result)
         else:
-            click.echo(gate.render(result, fmt), nl=False)
+            click.echo(render_gate(result, fmt), nl=False)
         sys.exit(result.exit_code)
     if fmt == "table":
         Reporter().comparison(comparison, wide)

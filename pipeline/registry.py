@@ -80,6 +80,7 @@ def picked_run(client, *, experiment: str | None = None, parent_run_id: str | No
     no FINISHED run, or when every run is contended and the rule needs a speed figure."""
     from pipeline.compare import HISTORIES, RULES, CompareOptions, build, pick, sweep_options
     from pipeline.records import read_sweep
+    from pipeline.sentences import pick_words
 
     sweep = read_sweep(client, experiment, parent_run_id, histories=HISTORIES)
     if not sweep.children:
@@ -91,7 +92,7 @@ def picked_run(client, *, experiment: str | None = None, parent_run_id: str | No
                         "cores), so no speed figure counts; rerun on a quiet machine, --by accuracy, or --run-id ID")
     tags = {TAG_RULE: rule, TAG_SETTING: chosen.label, TAG_SWEEP: sweep.run_id,
             **{name: f"{value:g}" for name, value in chosen.figures.items()}}
-    return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {chosen.words()}", tags)
+    return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {pick_words(chosen)}", tags)
 
 
 def metric_reason(run, metric: str) -> Reason:

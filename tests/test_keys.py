@@ -15,11 +15,12 @@ import yaml
 from conftest import REPO, children, invoke, runs_of
 from pipeline import names
 from pipeline.cli import main
-from pipeline.compare import CompareOptions, build, display_frame
+from pipeline.compare import CompareOptions, build
 from pipeline.config import DEFAULTS, KEYS, RunConfig, load_grid
 from pipeline.errors import UserError
 from pipeline.grid import config_hash, expand, format_value
 from pipeline.records import RunRecord, SweepRecord
+from pipeline.tables import display_frame
 
 # Two values of every grid key, as a grid file writes them. A key added to RunConfig needs a line
 # here (test_every_key_has_two_values_here), and then every test below covers it.
@@ -263,7 +264,8 @@ import json, sys, types
 from click.testing import CliRunner
 from pipeline.charts import EPOCH_DURATION_PNG, plan
 from pipeline.cli import main
-from pipeline.compare import ROW_KEYS, TWIN_KEYS, CompareOptions, build, display_frame
+from pipeline.compare import ROW_KEYS, TWIN_KEYS, CompareOptions, build
+from pipeline.tables import display_frame
 from pipeline.config import RunConfig, load_grid
 from pipeline.errors import UserError
 from pipeline.grid import expand, single_name
