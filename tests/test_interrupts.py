@@ -23,8 +23,13 @@ GRID = "experiment: ends\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  ep
 HOW = {"SIGKILL": -signal.SIGKILL, "SIGTERM": 143, "SIGHUP": 129, "exception": 1}
 
 
-@pytest.mark.parametrize("at", ["epoch", "model"])
-@pytest.mark.parametrize("how", list(HOW))
+# Every way of ending at both stages: one stage of each way in `make test` (each stage twice), the
+# other in `make test-slow` (each case trains a sweep twice, 15-45 s on 2 cores).
+CASES = [pytest.param(how, at, marks=[pytest.mark.slow] if (i + (at == "model")) % 2 else [])
+         for i, how in enumerate(HOW) for at in ("epoch", "model")]
+
+
+@pytest.mark.parametrize("how, at", CASES)
 def test_a_sweep_ended_at_each_stage_leaves_honest_states(tmp_path, data_dir, tracking_uri, how, at):
     grid = tmp_path / "grid.yaml"
     grid.write_text(GRID)

@@ -238,6 +238,7 @@ def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_u
     assert out.exit_code == 0 and "2 of 3 points already" in out.output  # only 256 trains now
 
 
+@pytest.mark.slow  # one of the longest (40-75 s on 2 cores): make test-slow
 def test_two_concurrent_sweeps_into_one_new_sqlite_store(tmp_path, write_grid, data_dir):
     uri = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"
     (tmp_path / "shared").mkdir()
