@@ -31,7 +31,7 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def head(self, n: int | None) -> "Split":
+    def head(self, n: int | None) -> Split:
         return self if n is None else Split(self.images[:n], self.labels[:n])
 
 
@@ -60,7 +60,10 @@ class Dataset:
 
     @property
     def description(self) -> str:
-        what = "Fashion-MNIST (checksums verified)" if self.verified else "IDX files (not the canonical Fashion-MNIST; checksums not checked)"
+        if self.verified:
+            what = "Fashion-MNIST (checksums verified)"
+        else:
+            what = "IDX files (not the canonical Fashion-MNIST; checksums not checked)"
         return f"{what} from {self.folder}: {len(self.train)} train / {len(self.test)} test images"
 
 

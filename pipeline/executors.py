@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from pipeline.errors import UserError
 from pipeline.point import FAILED, FINISHED, NOT_RUN, Outcome, PointJob, Progress, run_point
@@ -38,14 +39,14 @@ OnOutcome = Callable[[PointJob, Outcome], str]
 class Planned:
     """A grid point and the device it will run on, or why it cannot run."""
 
-    point: "GridPoint"
-    device: "torch.device | None"
+    point: GridPoint
+    device: torch.device | None
     reason: str = ""  # why the device is unavailable
     hardware: str = ""  # what the run key names as the hardware (empty: the device's own name)
     run_key: str = ""  # set by the runner once the data is known
 
 
-def plan(points: Sequence["GridPoint"]) -> list[Planned]:
+def plan(points: Sequence[GridPoint]) -> list[Planned]:
     """Resolve every point's device once; unavailable ones carry the reason."""
     from pipeline.device import DeviceUnavailable, compile_missing, precision_missing, resolve
 
@@ -131,8 +132,10 @@ def check_ray_address(address: str, timeout_s: float = 3.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise UserError(f"--ray-address {address}: nothing answers at {host}:{port} ({exc.strerror or 'timed out'}); "
-                        "start the cluster with `ray start --head` there, check the address, or drop --ray-address") from None
+        raise UserError(
+            f"--ray-address {address}: nothing answers at {host}:{port} ({exc.strerror or 'timed out'}); "
+            "start the cluster with `ray start --head` there, check the address, or drop --ray-address"
+        ) from None
 
 
 class RayExecutor:
@@ -164,8 +167,9 @@ class RayExecutor:
         if sqlite_path(tracking_uri) is not None and self.nodes > 1:
             self.close()
             raise UserError(
-                f"tracking store {redact(tracking_uri)} is a local sqlite file, which the {self.nodes} nodes of this Ray "
-                "cluster cannot share; start a tracking server (`pipeline server`) and pass --tracking-uri http://HOST:5000"
+                f"tracking store {redact(tracking_uri)} is a local sqlite file, which the {self.nodes} nodes "
+                "of this Ray cluster cannot share; start a tracking server (`pipeline server`) and pass "
+                "--tracking-uri http://HOST:5000"
             )
 
     def plan(self, planned: list[Planned]) -> list[Planned]:
@@ -198,8 +202,9 @@ class RayExecutor:
                     "add a GPU node or drop cuda from the grid")
         if kind == "mps":
             return "mps is not schedulable on a Ray cluster"
-        if self.resources.get("CPU", 0) < cpus:
-            return f"needs {cpus:g} CPUs (threads, at least 1, + num_workers) but the Ray cluster has {self.resources.get('CPU', 0):g}"
+        available = self.resources.get("CPU", 0)
+        if available < cpus:
+            return f"needs {cpus:g} CPUs (threads, at least 1, + num_workers) but the Ray cluster has {available:g}"
         return ""
 
     def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]:
@@ -336,7 +341,7 @@ class Login:
         self._values = values
 
     @classmethod
-    def from_environment(cls) -> "Login":
+    def from_environment(cls) -> Login:
         from pipeline.store import CREDENTIAL_VARIABLES
 
         return cls({k: os.environ[k] for k in CREDENTIAL_VARIABLES if os.environ.get(k)})

@@ -22,8 +22,8 @@ no interval: "n too small", never a guess dressed as a number.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats

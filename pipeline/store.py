@@ -41,7 +41,7 @@ class TrackingUnavailable(RuntimeError):
     """The tracking store stopped answering (after retries) in the middle of a sweep."""
 
     @classmethod
-    def of(cls, uri: str, exc: BaseException) -> "TrackingUnavailable":
+    def of(cls, uri: str, exc: BaseException) -> TrackingUnavailable:
         if is_no_room(exc):  # the store cannot take another write: the sweep stops as for an outage
             where = sqlite_path(uri)
             return cls(f"{redact(uri)} could not write: disk full at "
@@ -262,8 +262,10 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         try:  # any answer will do: a server without /health, or one that wants credentials
             requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s, **_tls()).close()
         except requests.exceptions.SSLError as exc:
-            raise UserError(f"tracking server {redact(uri)}: TLS failed ({_why(exc)}); set MLFLOW_TRACKING_SERVER_CERT_PATH "
-                            "to the CA bundle that signed its certificate, or MLFLOW_TRACKING_INSECURE_TLS=true") from None
+            raise UserError(
+                f"tracking server {redact(uri)}: TLS failed ({_why(exc)}); set MLFLOW_TRACKING_SERVER_CERT_PATH "
+                "to the CA bundle that signed its certificate, or MLFLOW_TRACKING_INSECURE_TLS=true"
+            ) from None
         except requests.exceptions.ReadTimeout:
             raise UserError(f"tracking server {redact(uri)} accepted the connection but did not answer "
                             f"within {timeout_s:g} s; check that it is healthy, or {fix}") from None
@@ -276,7 +278,7 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         check_backend(uri, label="tracking store")
     elif parsed.scheme == "sqlite":
         check_sqlite_file(uri)
-    elif parsed.scheme in ("", "file") and not os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+    elif parsed.scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in ("true", "1"):
         _refuse_file_store(uri, Path(parsed.path if parsed.scheme == "file" else uri).expanduser())
 
 
@@ -455,7 +457,7 @@ def check_mlflow_store(uri: str, path: Path) -> None:
     if not path.exists():
         raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
     found = _tables(path)
-    if found is None or not _MLFLOW_TABLES <= found[0]:
+    if found is None or not found[0] >= _MLFLOW_TABLES:
         raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
                         "pass the store's .db file")
     # A store at another MLflow schema is not migrated here: MLflow's own check at opening refuses it,

@@ -17,8 +17,9 @@ Never imports torch or mlflow (config reads targets from grid files, train stops
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from pipeline.names import TAG_TARGET, TAG_TARGET_STATUS, TIME_TO_TARGET, WALL_TO_TARGET
 

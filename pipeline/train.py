@@ -153,7 +153,9 @@ def _torch_threads(config: RunConfig):
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, split: Split, device: torch.device, precision: str = "fp32") -> tuple[float, float]:
+def evaluate(
+    model: torch.nn.Module, split: Split, device: torch.device, precision: str = "fp32"
+) -> tuple[float, float]:
     """Mean cross-entropy and accuracy over `split`, in eval mode, at the run's precision."""
     model.eval()
     cuda, channels_last = device.type == "cuda", uses_channels_last(device)
@@ -189,7 +191,7 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
 
 def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
                 device: torch.device, precision: str, channels_last: bool,
-                scaler: "torch.amp.GradScaler | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
+                scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One eager training step on a batch already on the device: forward and loss at `precision`,
     then backward and Adam (through the scaler with fp16 on CUDA). Returns (logits, loss)."""
     with autocast(device, precision):

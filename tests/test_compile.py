@@ -125,5 +125,7 @@ def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged
     table = comparison.table.set_index("run_ids")
     assert table.loc["old", "compile"] == "false" and table.loc["new", "compile_speedup"] == 2.0
     shown = display_frame(comparison).set_index(comparison.table["run_ids"])
-    assert shown.loc["upload", "data path"] == "on device (no host data path)" and shown.loc["old", "data path"] == "host"
-    assert shown.loc["old", "compile speedup"] == "ref" and shown.loc["new", "compile speedup"] == "2.00x faster (n too small (1 run))"
+    assert shown.loc["upload", "data path"] == "on device (no host data path)"
+    assert shown.loc["old", "data path"] == "host"
+    assert shown.loc["old", "compile speedup"] == "ref"
+    assert shown.loc["new", "compile speedup"] == "2.00x faster (n too small (1 run))"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 MODULES = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")}
 
