@@ -22,7 +22,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from pipeline.errors import UserError
 from pipeline.point import FAILED, FINISHED, NOT_RUN, Outcome, PointJob, Progress, run_point
@@ -113,7 +113,7 @@ class LocalExecutor:
         pass
 
 
-def _is_remote(address: str | None) -> bool:
+def _is_remote(address: str | None) -> TypeGuard[str]:
     return bool(address) and address != "local"
 
 
@@ -152,7 +152,8 @@ class RayExecutor:
         self.ray, self.reporter = ray, reporter
         self.started_here = not ray.is_initialized()
         if self.started_here:
-            quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+            quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                     "logging_level": logging.WARNING}
             if _is_remote(address):
                 check_ray_address(address)
             try:
@@ -297,13 +298,15 @@ def concurrency_by_node(outcomes: Sequence[Outcome]) -> dict[str, int]:
     Spans are the workers' clocks: compared only within one node, where they are one clock."""
     from pipeline.names import TAG_RAY_NODE
 
-    by_node: dict[str, list[Outcome]] = {}
+    by_node: dict[str, list[tuple[str, tuple[float, float]]]] = {}  # node: (run id, span) of each run
     for outcome in outcomes:
-        if outcome.trained and outcome.run_id and outcome.span and outcome.tags.get(TAG_RAY_NODE):
-            by_node.setdefault(outcome.tags[TAG_RAY_NODE], []).append(outcome)
+        node = outcome.tags.get(TAG_RAY_NODE)
+        if outcome.trained and outcome.run_id and outcome.span and node:
+            by_node.setdefault(node, []).append((outcome.run_id, outcome.span))
     counts: dict[str, int] = {}
     for together in by_node.values():
-        counts.update(zip((o.run_id for o in together), concurrency([o.span for o in together])))
+        run_ids = [run_id for run_id, _ in together]
+        counts.update(zip(run_ids, concurrency([span for _, span in together])))
     return counts
 
 

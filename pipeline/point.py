@@ -190,7 +190,9 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
             # must never be FINISHED before its summary and model are logged.
             with tracker.system_metrics(run_id, job.system_metrics):
                 started, cpu = time.time(), contention.sample()
-                result = fit(job.point.config, dataset, device, hooks, resume=resume, stop_at=job.stop_at)
+                # _PointHooks has every method of train.Hooks; subclassing it would import torch with this module.
+                result = fit(job.point.config, dataset, device, hooks,  # type: ignore[arg-type]
+                             resume=resume, stop_at=job.stop_at)
                 load, outcome.span = contention.since(cpu), (started, time.time())
                 outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
                 timing = _measured(outcome, job.target, load)
@@ -371,6 +373,8 @@ class _PointHooks:
     def save_state(self, state: dict) -> None:
         import torch
 
+        if self.checkpoint is None:  # then checkpointing is False, and fit never calls this
+            return
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
         with replacing(self.checkpoint) as temporary:  # an interrupted write never spoils the last good one
             torch.save({**state, "run_id": self.run_id}, temporary)

@@ -123,8 +123,10 @@ def stop_reason(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
         return judgement.why_none
     unclear = judgement.unclear
     if not unclear:
-        clear = "significant" if all(s.ratio.significant for s in judgement.speedups) \
-            else f"significant or within ±{100 * spec.half_width:g}%"
+        if spec.half_width is None or all(s.ratio.significant for s in judgement.speedups):
+            clear = "significant"
+        else:
+            clear = f"significant or within ±{100 * spec.half_width:g}%"
         return f"every speedup is {clear} ({_named(list(judgement.speedups))})"
     if rounds >= spec.most_repeats:
         return f"max_repeats {spec.most_repeats} reached; {_still_unclear(unclear)}"

@@ -92,7 +92,8 @@ class Difference:
 def finite(values: Sequence[float]) -> np.ndarray:
     """The finite values of one side (a run without the figure gives NaN, and is left out)."""
     array = np.asarray(list(values), dtype=float)
-    return array[np.isfinite(array)]
+    kept: np.ndarray = array[np.isfinite(array)]  # numpy types a mask's selection as Any
+    return kept
 
 
 def welch(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

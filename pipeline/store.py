@@ -423,8 +423,8 @@ def _open_error(uri: str, path: Path | None, exc: Exception, new: bool) -> UserE
     hint = ""
     if isinstance(exc, ModuleNotFoundError):
         hint = f"; install the {exc.name} package for this store"
-    elif code is None and user_error(exc, "") is not None:
-        hint = f"; {USER_CAUSED[error_code(exc)]}"
+    elif code is None and (mlflow_code := error_code(exc)) in USER_CAUSED and user_error(exc, "") is not None:
+        hint = f"; {USER_CAUSED[mlflow_code]}"
     elif new and _creation_race(exc):  # both migrations failed half-way: alembic's copy is left behind
         hint = (f"; another program created this new store at the same moment and left it half made: "
                 f"delete {path} and run again")
@@ -660,7 +660,8 @@ def fluent_target(uri: str, experiment_id: str):
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(previous_uri)
+        # None puts back "not set" (MLflow keeps the value as given); no public call unsets it.
+        mlflow.set_tracking_uri(previous_uri)  # type: ignore[arg-type]
         if previous_experiment is None:
             os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
         else:
