@@ -5,7 +5,10 @@ torch or mlflow)."""
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 MODULES = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")}
@@ -64,3 +67,30 @@ def test_imports_flow_one_way():
         imports = _imports(ast.parse(MODULES[name].read_text()), type_checking=False)
         assert not any(m.split(".")[0] in ("torch", "mlflow") for m in imports), name
     assert GRAPH["idx"] <= {"errors"}
+
+
+# Logs, timing dumps and profiles: what a local run leaves behind, never the repository's content.
+LITTER_SUFFIXES = (".log", ".time", ".out", ".prof", ".pstats")
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(["git", *args], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if done.returncode == 128:  # not a git checkout (an unpacked sdist): nothing is tracked
+        pytest.skip(f"not a git checkout: {done.stderr.strip()}")
+    return done
+
+
+def test_no_tracked_file_is_a_log_or_a_timing_dump():
+    tracked = _git("ls-files").stdout.splitlines()
+    assert tracked, "git ls-files listed nothing"
+    assert [path for path in tracked if path.endswith(LITTER_SUFFIXES)] == []
+
+
+def test_gitignore_keeps_logs_and_timing_dumps_out():
+    """A new log anywhere in the tree is ignored, so `git add -A` cannot commit one."""
+    candidates = [f"busy{suffix}" for suffix in LITTER_SUFFIXES] + ["docs/gpu/run.log", "benchmarks/scale.time"]
+    ignored = _git("check-ignore", "--no-index", *candidates).stdout.splitlines()
+    assert sorted(ignored) == sorted(candidates)
