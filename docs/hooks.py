@@ -1,8 +1,11 @@
 """MkDocs hook: the reference pages are generated from the code, so the docs cannot drift from it.
 
-A page says `<!-- grid-keys -->` where the grid-key table goes (from the one table of keys,
-pipeline.config.KEYS) and `<!-- cli-reference -->` where the command-line reference goes (from the
-Click commands of pipeline.cli).
+A page says `<!-- grid-keys -->` where the grid-key reference table goes and `<!-- grid-key-values -->`
+where the short table of keys, values and defaults goes (both from the one table of keys,
+pipeline.config.KEYS: what a key accepts is its check's own words, the words its errors use),
+`<!-- later-grid-keys -->` where a sentence names the keys added after runs were recorded, and
+`<!-- cli-reference -->` where the command-line reference goes (from the Click commands of
+pipeline.cli).
 
 The command-line reference is built from Click's public help API, the calls `pipeline COMMAND
 --help` itself makes: each option's left column (its names and metavar) and its `[default: ...]`
@@ -20,19 +23,41 @@ from typing import Any, Callable
 import click
 
 GRID_KEYS = "<!-- grid-keys -->"
+GRID_KEY_VALUES = "<!-- grid-key-values -->"
+LATER_KEYS = "<!-- later-grid-keys -->"
 CLI_REFERENCE = "<!-- cli-reference -->"
 PROG_NAME = "pipeline"
 
 
 def grid_keys_table() -> str:
+    """Every grid key: what it accepts, its default and what it does (the reference page)."""
+    from pipeline.config import KEYS
+
+    rows = ["| key | values | default | what it does |", "|---|---|---|---|"]
+    rows += [f"{row} {cell(key.help)} |" for row, key in zip(_key_rows(), KEYS.values())]
+    return "\n".join(rows) + "\n"
+
+
+def grid_key_values_table() -> str:
+    """Every grid key: what it accepts and its default (the grids page, beside a link to the reference)."""
+    rows = ["| key | values | default |", "|---|---|---|", *_key_rows()]
+    return "\n".join(rows) + "\n"
+
+
+def later_keys() -> str:
+    """The keys added after runs were recorded (config.Key.later), in a sentence: `a`, `b`, `c`."""
+    from pipeline.config import KEYS
+
+    return ", ".join(f"`{name}`" for name, key in KEYS.items() if key.later)
+
+
+def _key_rows() -> list[str]:
+    """Each grid key's row start, `| name | values | default |`, in the table's order."""
     from pipeline.config import DEFAULTS, KEYS
     from pipeline.grid import format_value
 
-    rows = ["| key | default | what it does |", "|---|---|---|"]
-    for name, key in KEYS.items():
-        default = format_value(DEFAULTS[name])
-        rows.append(f"| `{name}` | `{default}` | {key.help} |")
-    return "\n".join(rows) + "\n"
+    return [f"| `{name}` | {cell(key.check.allowed)} | `{format_value(DEFAULTS[name])}` |"
+            for name, key in KEYS.items()]
 
 
 def cli_reference() -> str:
@@ -138,7 +163,8 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-GENERATED: dict[str, Callable[[], str]] = {GRID_KEYS: grid_keys_table, CLI_REFERENCE: cli_reference}
+GENERATED: dict[str, Callable[[], str]] = {GRID_KEYS: grid_keys_table, GRID_KEY_VALUES: grid_key_values_table,
+                                           LATER_KEYS: later_keys, CLI_REFERENCE: cli_reference}
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:

@@ -73,13 +73,15 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
     from pipeline.config import check_repeats, load_grid
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_grid
+    from pipeline.store import process_settings
 
     _check_overrides(overrides)
     spec = load_grid(grid, overrides, name=experiment or "notebook")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir, rerun=rerun,
                       checkpoint=checkpoint, fail_fast=fail_fast, system_metrics=system_metrics,
                       repeats=None if repeats is None else check_repeats(repeats))
-    result = run_grid(spec, Reporter(quiet=quiet), options)
+    with process_settings():  # as the CLI runs a sweep; put back when the call returns
+        result = run_grid(spec, Reporter(quiet=quiet), options)
     comparison = _table(result.tracking_uri, parent_run=result.parent_run_id) if result.parent_run_id \
         else _empty()
     return SweepRun(result.parent_run_id, result.experiment_id, result.tracking_uri, result.outcomes,

@@ -8,13 +8,17 @@ a notebook's process leaves its backend and figures alone).
 from __future__ import annotations
 
 import math
+import numbers
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.config import KEYS
 from pipeline.files import replacing
+from pipeline.grid import format_value, short
 from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TIME_SHARES
+from pipeline.palette import colours
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,10 +56,8 @@ def _timed(comparison: "Comparison") -> str:
 
 
 def _settings(comparison: "Comparison") -> Iterator[tuple[pd.Series, str, str]]:
-    """Each row of the table (a setting) with its label and its colour: the UI's (view.colours, one
+    """Each row of the table (a setting) with its label and its colour: the UI's (palette.colours, one
     per row), so that a setting has one colour in every chart and in the MLflow UI."""
-    from pipeline.view import colours
-
     t = comparison.table
     for (_, row), colour in zip(t.iterrows(), colours(comparison)):
         yield row, comparison.label(row), colour
@@ -79,9 +81,33 @@ def _missing(value: Any) -> bool:
     return value is None or math.isnan(float(value))
 
 
-def _whole(value: Any) -> int | None:
-    """A setting's number (batch size, workers); None where its runs did not record it."""
-    return None if _missing(value) else int(value)
+def _group_keys() -> list[str]:
+    """The keys the epoch chart groups its bars by: those the table gives words on a chart's axis
+    (config.Key.chart_group), in the table's order."""
+    return [name for name, key in KEYS.items() if key.chart_group]
+
+
+def _group_value(value: Any) -> Any:
+    """A setting's value of a group key in JSON's types: None where its runs did not record it, a
+    whole number as an int (a column is floats where some run lacks the param)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value.item() if hasattr(value, "item") else value  # a numpy scalar as its Python value
+
+
+def _tick(key: str, value: Any) -> str:
+    """One group key's value on a tick, as run names show it but readable apart: "bs 128", "w 2",
+    "cpu", "compiled" ("?" for a value its runs did not record)."""
+    name = KEYS[key].name
+    if value is None:
+        return f"{name} ?" if isinstance(name, str) and name else "?"
+    if isinstance(name, tuple):
+        return short(key, value)
+    return f"{name} {format_value(value)}" if name else format_value(value)
 
 
 def pareto(points: list[tuple[float, float]]) -> list[int]:
@@ -143,33 +169,37 @@ def _tradeoff(comparison: "Comparison") -> dict:
 
 
 def _epoch_duration(comparison: "Comparison") -> dict:
-    """Steady-state epoch duration (timing.steady), one bar per setting in its colour, grouped by
-    (batch size, workers): the median over the setting's timed runs, whiskers from its first to its
-    third quartile."""
+    """Steady-state epoch duration (timing.steady), one bar per setting in its colour, grouped by the
+    group keys (batch size, workers: _group_keys): the median over the setting's timed runs, whiskers
+    from its first to its third quartile."""
+    groups = _group_keys()
     bars, left_out = [], []
     for row, label, colour in _settings(comparison):
         if _missing(row["epoch_duration_s"]):
             left_out.append(_not_shown(row, label, "epoch_duration_s"))
             continue
         bars.append({"label": label, "colour": colour,
-                     "category": [_whole(row["batch_size"]), _whole(row["num_workers"])],
+                     "category": [_group_value(row[key]) if key in row else None for key in groups],
                      "value": round(float(row[STEADY_EPOCH]), 3),  # the figure every surface shows
                      "low": round(float(row["epoch_duration_s_q1"]), 3),
                      "high": round(float(row["epoch_duration_s_q3"]), 3)})
     categories = sorted({tuple(bar["category"]) for bar in bars}, key=lambda c: [(v is None, v or 0) for v in c])
     for bar in bars:
         bar["category"] = categories.index(tuple(bar["category"]))
-    return {"kind": "epoch_duration", "categories": [list(c) for c in categories], "bars": bars,
-            "legend": "setting", "left_out": left_out, "xlabel": "batch size / DataLoader workers",
+    words = [KEYS[key].chart_group for key in groups]
+    return {"kind": "epoch_duration", "categories": [list(c) for c in categories],
+            "ticks": ["\n".join(_tick(key, value) for key, value in zip(groups, c)) for c in categories],
+            "bars": bars, "legend": "setting", "left_out": left_out, "xlabel": " / ".join(words),
             "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian over the runs, "
                       "whiskers: first to third quartile",
-            "title": f"Epoch duration by batch size and workers\n{comparison.sweep.name}"}
+            "title": f"Epoch duration by {' and '.join(words)}\n{comparison.sweep.name}"}
 
 
 def _speedup(comparison: "Comparison") -> dict:
     """Every speedup a row has over its reference twin, one bar each, whiskers at its 95% interval;
     the label says it in words, with (n.s.) where the interval includes no difference."""
-    from pipeline.compare import SPEEDUPS, cell
+    from pipeline.compare import SPEEDUPS
+    from pipeline.sentences import cell
 
     t = comparison.table
     bars = []
@@ -251,12 +281,6 @@ def _span(values: list[float], floor: float, ceiling: float = math.inf, pad: flo
     return max(floor, low - room), min(ceiling, high + room)
 
 
-def _category_text(batch_size: int | None, workers: int | None) -> str:
-    """A group of bars's tick: "bs 128\n2 workers" ("?" for a value its runs did not record)."""
-    b, w = ("?" if v is None else v for v in (batch_size, workers))
-    return f"bs {b}\n{w} worker{'' if w == 1 else 's'}"
-
-
 def _draw_epoch_duration(chart: dict) -> Figure:
     categories, bars = chart["categories"], chart["bars"]
     groups = [[bar for bar in bars if bar["category"] == j] for j in range(len(categories))]
@@ -272,7 +296,7 @@ def _draw_epoch_duration(chart: dict) -> Figure:
     # Above each bar, upright: its time to the ms (as every table says it) and its setting's name.
     ax.bar_label(drawn, labels=[f"{bar['value']:.3f}  {bar['label']}" for bar in bars], rotation=90, fontsize=7,
                  padding=3)
-    ax.set_xticks(range(len(categories)), [_category_text(b, w) for b, w in categories])
+    ax.set_xticks(range(len(categories)), chart["ticks"])
     ax.set_xlabel(chart["xlabel"])
     ax.set_ylabel(chart["ylabel"])
     # Right of the axes, one entry per setting: the upright labels fill the space above the bars.

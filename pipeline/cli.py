@@ -147,9 +147,9 @@ def main() -> None:
                  pipeline validate experiments/quickstart.yaml
                  pipeline run experiments/quickstart.yaml
     """
-    from pipeline.store import configure_process
+    from pipeline.store import process_settings
 
-    configure_process()
+    click.get_current_context().with_resource(process_settings())  # for the command, then put back
 
 
 @main.command(short_help="Write the example grids and their JSON Schema into DIR to edit.")
@@ -377,11 +377,12 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     from dataclasses import replace
 
     from pipeline import gate
-    from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, render, sweep_options
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, sweep_options
     from pipeline.comparison_folder import write_html, write_report
     from pipeline.records import read_sweep
     from pipeline.report import Reporter
     from pipeline.store import open_client, resolve_tracking_uri
+    from pipeline.tables import render, render_gate
 
     if fail_if_slower is not None and baseline is None:
         raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
@@ -421,7 +422,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
         if fmt == "table":
             Reporter().gate(result)
         else:
-            click.echo(gate.render(result, fmt), nl=False)
+            click.echo(render_gate(result, fmt), nl=False)
         sys.exit(result.exit_code)
     if fmt == "table":
         Reporter().comparison(comparison, wide)
@@ -548,20 +549,18 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
             limit: int | None, tracking_uri: str | None) -> None:
     """Classify IMAGE_FILES (PNG/JPEG, any size, colour or grey), or measure accuracy on a
     Fashion-MNIST split when no files are given."""
-    import mlflow
-
     from pipeline import data as data_mod
     from pipeline import predict as predict_mod
     from pipeline.report import class_accuracy_table, make_console
-    from pipeline.store import resolve_tracking_uri
+    from pipeline.store import fluent_target, resolve_tracking_uri
 
     target = predict_mod.check_inputs(device, images, bool(data_dir or limit))
     batch = predict_mod.read_images(list(images)) if images else None
     uri = resolve_tracking_uri(tracking_uri)
     predict_mod.check_store(model_uri, uri)
-    mlflow.set_tracking_uri(uri)
     dataset = None if images else data_mod.load(data_dir)
-    model = predict_mod.load(model_uri, target)
+    with fluent_target(uri):  # MLflow resolves runs:/ and models:/ URIs through its fluent target
+        model = predict_mod.load(model_uri, target)
     if images:
         for p in predict_mod.predict_files(model, list(images), batch, target):
             click.echo(f"{p.path}\t{p.class_name}\t{p.probability:.3f}")

@@ -1,5 +1,5 @@
 """Compare a sweep's settings: one row per setting (its repeats aggregated), speedups with 95%
-intervals, time to a target, where the time went, and the one best setting.
+intervals, time to a target, where the time went, and the one best setting, as data.
 
 Works on plain RunRecords (records.read_sweep), so it needs no MLflow calls of its own. Runs that
 differ only in `repeat` (names.REPEAT) are one row. The run is the unit: each run gives one value
@@ -10,11 +10,13 @@ speedup is a win only if the faster row is no less accurate than its reference b
 quality margin. Runs recorded while other processes took the cores (names.TAG_CONTENDED) are
 counted in their row but left out of every speed figure, ranking, speedup and the best setting
 unless asked for (accuracy does not depend on the machine's load, so it counts every run).
+
+Analysis only: numbers, labels and picks, never text for a reader. What a comparison says in words
+is sentences.py's (the verdict, the speedup lines, the notes), its tables are tables.py's.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -37,8 +39,9 @@ if TYPE_CHECKING:
     from pipeline.records import RunRecord, SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices: every
-# setting that changes what a run measures (config.Key.twin), and the data sizes.
-TWIN_KEYS = (*(name for name, key in KEYS.items() if key.twin), "train_size", "test_size")
+# grid key that changes what a run measures (config.Key.twin), and the data sizes.
+GRID_TWIN_KEYS = tuple(name for name, key in KEYS.items() if key.twin)
+TWIN_KEYS = (*GRID_TWIN_KEYS, "train_size", "test_size")
 # What makes one row: a setting on one device of one kind of hardware. Its repeats are its runs.
 ROW_KEYS = ("device", "hardware", *TWIN_KEYS)
 # The axes whose twins get a speedup: the column, its reference value, the speedup column.
@@ -51,7 +54,6 @@ _LATER_DEFAULTS = {key: format_value(DEFAULTS[key]) for key in LATER_KEYS}  # as
 # A run's steady-state summary, as each child logs it and as every view of the sweep shows it.
 SUMMARY = (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY)
 SPEEDUPS = (*(column for _, _, column in TWIN_AXES), VERSUS, TARGET_SPEEDUP)
-SPEEDUP_LABELS = tuple(column.replace("_", " ") for column in SPEEDUPS)  # their columns in the human view
 INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 # With each speedup, the faster row's accuracy against its reference's (a difference, with its
 # interval) and whether the speedup is a win: significant, and not less accurate beyond the margin.
@@ -73,7 +75,7 @@ KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", "timed_runs", *SUMMARY, "e
                "epoch_duration_s_q1", "epoch_duration_s_q3", "timed", "images_per_s", "test_accuracy",
                *(f"{c}{s}" for c in SPEEDUPS for s in ("", *INTERVAL_SUFFIXES, *QUALITY_SUFFIXES)),
                "peak_memory_mb", "best", "best_run_id", "run_ids")
-# The labels the human view (table, markdown) gives the data columns; --sort takes either name.
+# The labels the human view (tables.py) gives the data columns; --sort takes either name.
 LABELS = {
     "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
     "epoch_duration_s": "epoch_s", "images_per_s": "img/s", "run_duration_s": "run_s",
@@ -103,12 +105,39 @@ def sweep_options(parent, options: CompareOptions, quality_margin: float | None 
     return replace(options, target=parent.data.tags.get(TAG_TARGET), quality_margin=margin)
 
 
+Row = dict[str, Any]  # one row of the comparison's table, as a plain dict (with its index under "index")
+
+
+@dataclass(frozen=True)
+class TwinSpeedup:
+    """One row's speedup over the reference row of its twin group (TwinGroup)."""
+
+    row: Row  # the row's settings, runs and figures, as _twins reads them
+    ratio: stats.Ratio  # the reference's figure over the row's: > 1 is faster
+    worse: stats.Difference | None  # a faster row's accuracy change, where it is a loss beyond the margin
+    runs: int  # the runs its figure counts
+
+
+@dataclass(frozen=True)
+class TwinGroup:
+    """Rows equal in everything but `axis`, each with its speedup over the one with `reference_value`
+    there (the cpu row for devices, the fp32 row for precisions): what a speedup line says."""
+
+    axis: str
+    reference_value: str
+    column: str  # the table's speedup column: "speedup", "precision_speedup", ...
+    what: str  # the figure compared: "epoch time", or "time to TARGET"
+    reference: Row
+    reference_runs: int  # the runs the reference's figure counts
+    speedups: tuple[TwinSpeedup, ...]
+
+
 @dataclass
 class Comparison:
     sweep: "SweepRecord"
     table: pd.DataFrame  # one row per setting (its repeats aggregated); columns above
-    speedups: list[str]  # one summary line per twin group with a reference row and another
-    notes: list[str] = field(default_factory=list)  # why a figure is missing, which runs were left out
+    # Each group of twin rows with a reference row and another, per speedup column, in build order.
+    twin_groups: list[TwinGroup] = field(default_factory=list)
     # One row per finished run, indexed by run id: the rows' material (one value per run and figure).
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     include_contended: bool = False
@@ -305,23 +334,22 @@ def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Compar
     options = options or CompareOptions()
     runs = pd.DataFrame([_run_row(run) for run in sweep.children])
     if runs.empty:
-        return Comparison(sweep, pd.DataFrame(), [], [], runs, options.include_contended, options.target,
+        return Comparison(sweep, pd.DataFrame(), [], runs, options.include_contended, options.target,
                           quality_margin=options.quality_margin)
     runs = runs.set_index("run_id", drop=False)
     known = runs["target"].dropna()
     target = options.target or (known.iloc[0] if len(known) else None)
     table = _settings(runs, target, options.include_contended)
-    comparison = Comparison(sweep, table, [], [], runs, options.include_contended, target,
+    comparison = Comparison(sweep, table, [], runs, options.include_contended, target,
                             quality_margin=options.quality_margin)
     versus = comparison.versus = _versus(comparison, options.versus) if options.versus else None
     for axis, reference, column in TWIN_AXES:
-        comparison.speedups += _speedups(comparison, axis, reference, column, comparison.epochs)
+        comparison.twin_groups += _speedups(comparison, axis, reference, column, comparison.epochs)
     if versus is not None:
-        comparison.speedups += _speedups(comparison, *versus, VERSUS, comparison.epochs)
+        comparison.twin_groups += _speedups(comparison, *versus, VERSUS, comparison.epochs)
     if target is not None:
-        comparison.speedups += _speedups(comparison, "device", "cpu", TARGET_SPEEDUP, comparison.to_target,
-                                         what=f"time to {target}")
-    comparison.notes = _notes(comparison)
+        comparison.twin_groups += _speedups(comparison, "device", "cpu", TARGET_SPEEDUP, comparison.to_target,
+                                            what=f"time to {target}")
     comparison.sorted_by = options.sort
     chosen = pick(comparison, BEST)
     table["best"] = [chosen is not None and index == chosen.index for index in table.index]
@@ -353,19 +381,6 @@ class Pick:
     run_id: str
     speed: str  # what it was fastest by: "time_to_target_s" or STEADY_EPOCH
     figures: dict[str, float]  # what it won on: its speed figure, its accuracy, and the runs behind them
-
-    def words(self) -> str:
-        """"cpu bs128 (0.412 s/epoch, test acc 0.8123, 3 runs; model from run 1a2b3c4d)"; "2 of 3 runs
-        timed" where contended runs were left out of the speed figure."""
-        runs, timed = int(self.figures["n"]), int(self.figures["timed_runs"])
-        counted = f"{runs} run{'s' if runs != 1 else ''}" if timed == runs else f"{timed} of {runs} runs timed"
-        return f"{self.label} ({self.figure_words()}, {counted}; model from run {self.run_id[:8]})"
-
-    def figure_words(self) -> str:
-        """What it won on: "0.412 s/epoch, test acc 0.8123" ("1.19 s to target, ..." by time to target)."""
-        speed = self.figures.get(self.speed, math.nan)
-        time = f"{speed:.2f} s to target" if self.speed == "time_to_target_s" else f"{speed:.3f} s/epoch"
-        return f"{time}, test acc {self.figures[FINAL_ACCURACY]:.4f}"
 
 
 def fastest_first(table: pd.DataFrame, target: str | None) -> pd.Index:
@@ -467,7 +482,10 @@ def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
     key, value = key.strip(), value.strip()
     if not sep or not key or not value:
         raise UserError(f"--versus {versus}: give KEY=VALUE, e.g. --versus num_workers=0 or --versus seed=0")
-    keys = ["device", *TWIN_KEYS[:-2]]
+    keys = ["device", *GRID_TWIN_KEYS]  # the grid keys a row's twins may differ in
+    if key in KEYS and key not in keys:  # gpus_per_run: where a run ran, not what it measured
+        raise UserError(f"--versus {versus}: runs that differ only in {key} are one setting; compare on one of "
+                        f"{', '.join(keys)}")
     if key not in keys:
         raise UserError(f"--versus {versus}: {key} is not a grid key; grid keys: {', '.join(keys)}")
     column = comparison.table[key]
@@ -478,9 +496,6 @@ def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
     if not _same(column, value).any():
         raise UserError(f"--versus {versus}: no run has {key}={value}; values in this sweep: {', '.join(present)}")
     return key, value
-
-
-Row = dict[str, Any]  # one row of the comparison's table, as a plain dict (with its index under "index")
 
 
 def _twins(comparison: Comparison, axis: str, reference_value: str) -> Iterator[tuple[Row, list[Row]]]:
@@ -535,12 +550,12 @@ def less_accurate(change: float, margin: float) -> bool:
 
 
 def _speedups(comparison: Comparison, axis: str, reference_value: str, column: str,
-              samples: Callable[[pd.Series], list[float]], what: str = "epoch time") -> list[str]:
+              samples: Callable[[pd.Series], list[float]], what: str = "epoch time") -> list[TwinGroup]:
     """Each row's speedup over its twin row that differs only in `axis`, where that twin has
     `reference_value` (the cpu row for devices, the fp32 row for precisions), with its 95% interval
     over one value per run (stats.ratio), and for a faster row its accuracy against the reference's;
     columns `column` and its INTERVAL_SUFFIXES, QUALITY_SUFFIXES and _vs are added to the table. One
-    summary line per group of twins."""
+    TwinGroup per group of twins with a speedup (sentences.speedup_lines says each in a line)."""
     table = comparison.table
     size = len(table)
     speedup, low, high = ([math.nan] * size for _ in range(3))
@@ -548,11 +563,9 @@ def _speedups(comparison: Comparison, axis: str, reference_value: str, column: s
     significant: list[bool | None] = [None] * size
     win: list[bool | None] = [None] * size
     versus = [""] * size
-    lines = []
-    varying = [k for k in ROW_KEYS if k in table and k not in (axis, "hardware") and table[k].nunique() > 1]
+    groups = []
     for reference, others in _twins(comparison, axis, reference_value):
-        label = " ".join(f"{k}={format_value(reference[k])}" for k in varying) or "all settings equal"
-        parts = []
+        found = []
         for row in others:
             index = row["index"]
             ratio = stats.ratio(samples(reference), samples(row))
@@ -568,436 +581,14 @@ def _speedups(comparison: Comparison, axis: str, reference_value: str, column: s
                 win[index] = bool(ratio.significant) and worse is None
             else:
                 win[index] = False
-            parts.append(f"{_value(axis, row[axis])} {verdict(ratio.estimate, ratio.low, ratio.high, worse=worse, runs=ratio.runs)} "
-                         f"({_figure(row, samples, what)})")
-        if not parts:
+            found.append(TwinSpeedup(row, ratio, worse, len(samples(row))))
+        if not found:
             continue
         speedup[reference["index"]] = 1.0
-        lines.append(f"{label}: {', '.join(parts)} vs {_value(axis, reference_value)} "
-                     f"({_figure(reference, samples, what)}); {_basis(reference, what)}")
+        groups.append(TwinGroup(axis, reference_value, column, what, reference, len(samples(reference)),
+                                tuple(found)))
     table[column], table[f"{column}_low"], table[f"{column}_high"] = speedup, low, high
     table[f"{column}_significant"], table[f"{column}_vs"] = significant, versus
     table[f"{column}_accuracy_change"], table[f"{column}_accuracy_change_low"] = change, change_low
     table[f"{column}_accuracy_change_high"], table[f"{column}_win"] = change_high, win
-    return lines
-
-
-def _figure(row: pd.Series, samples: Callable[[pd.Series], list[float]], what: str) -> str:
-    """A row's figure in a speedup line, as its table cell shows it (the median over its runs), and
-    how many runs the speedup counts."""
-    runs = len(samples(row))
-    figure = f"{row[STEADY_EPOCH]:.3f} s/epoch" if what == "epoch time" else f"{row['time_to_target_s']:.3f} s"
-    return f"{figure}, {runs} run{'s' if runs != 1 else ''}"
-
-
-def _basis(reference: pd.Series, what: str) -> str:
-    if what == "epoch time":
-        return f"each run's median epoch time, timed on {reference['timed']}"
-    return f"{what} of the runs that reached it"
-
-
-def _value(axis: str, value: Any) -> str:
-    """A twin axis's value as a speedup line names it: cuda, bf16, compile=true, num_workers=0."""
-    return str(value) if axis in ("device", "precision") else f"{axis}={format_value(value)}"
-
-
-def verdict(estimate: float, low: float, high: float, compact: bool = False,
-            worse: stats.Difference | None = None, runs: tuple[int, int] | None = None,
-            significance: bool = False) -> str:
-    """A speedup in words: "2.41x faster [2.30-2.52]", "1.02x slower [0.97-1.08] (n.s.)", or "(n too
-    small (1 run))" where there is no interval (`runs`: each side's runs, for the count). Slower is
-    said as the inverse ratio (never "x0.42"), its interval inverted with it. `worse`: the faster
-    row's accuracy change where it is below the reference's by more than the margin: ", but less
-    accurate by 0.012 [0.005-0.020]". `compact`: each part on its own line (a terminal cell).
-    `significance` (the verdict's lines): a significant one says so too, "(significant)", and one
-    without an interval says why it is withheld: "(significance withheld: n too small (1 run))"."""
-    if math.isnan(estimate):
-        return ""
-    faster = estimate >= 1
-    words = f"{estimate:.2f}x faster" if faster else f"{1 / estimate:.2f}x slower"
-    gap = "\n" if compact else " "  # a terminal cell: the interval on its second line
-    if math.isnan(low) or math.isnan(high):
-        why = stats.too_small(runs) if runs is not None and not compact else stats.TOO_SMALL
-        why = f"significance withheld: {why}" if significance and not compact else why
-        text = f"{words}{gap}" + (why if compact else f"({why})")
-    else:
-        lo, hi = (low, high) if faster else (1 / high, 1 / low)
-        text = f"{words}\n{lo:.2f}-{hi:.2f}" if compact else f"{words} [{lo:.2f}-{hi:.2f}]"
-        if not (low > 1 or high < 1):
-            text = f"{text}\nn.s." if compact else f"{text} (n.s.)"
-        elif significance and not compact:
-            text = f"{text} (significant)"
-    if worse is not None:
-        shortfall = f"{-worse.estimate:.4f}"
-        if worse.has_interval:
-            shortfall += f"\n{-worse.high:.4f}-{-worse.low:.4f}" if compact else f" [{-worse.high:.4f}-{-worse.low:.4f}]"
-        text += f"\nless accurate by {shortfall}" if compact else f", but less accurate by {shortfall}"
-    return text
-
-
-def headline(comparison: Comparison) -> list[str]:
-    """The answer first, in a few plain lines: the best setting by the one rule (pick) and the run
-    whose model stands for it; the fastest and the most accurate where they are other settings; the
-    first to the target among settings that reach it in at least half their runs; each axis's speedup
-    with its interval (device, precision, compile, --versus). Where every run is contended, the speed
-    claims are withheld and the lines say why. The sweep's end, `pipeline compare` and the parent
-    run's description all open with these lines."""
-    t = comparison.table
-    if t.empty:
-        return []
-    lines = []
-    withheld = withheld_line(comparison)
-    if withheld:
-        lines += withheld
-    best, fastest, accurate = (pick(comparison, rule) for rule in (BEST, SPEED, ACCURACY))
-    if best is not None:
-        lines.append(f"Best: {best.words()}" + _best_is(comparison, best, fastest, accurate))
-    if fastest is not None and best is not None and fastest.index != best.index:
-        lines.append(f"Fastest: {fastest.label} ({_figures(t.loc[fastest.index])}), but less accurate than "
-                     f"the most accurate by more than {comparison.quality_margin:g}")
-    if accurate is not None and (best is None or accurate.index != best.index):
-        lines.append(f"Most accurate: {accurate.label} ({_figures(t.loc[accurate.index], accuracy_first=True)})")
-    if comparison.target is not None and "target_runs" in t:
-        lines += _target_lines(comparison)
-    for axis, reference, column, what in _axes(comparison):
-        lines += _axis_lines(comparison, axis, reference, column, what)
-    return lines
-
-
-def short_verdict(comparison: Comparison, reason: bool = True) -> str:
-    """The verdict in one short line, for where one line is all a reader sees (the MLflow UI shows an
-    experiment's description folded to its first line): "Best: cpu bs128 (0.412 s/epoch, test acc
-    0.8123): the fastest and the most accurate" (without `reason`, up to the colon); the first
-    withheld line where every run is contended."""
-    t = comparison.table
-    if t.empty:
-        return ""
-    withheld = withheld_line(comparison)
-    if withheld:
-        return withheld[0]
-    best, fastest, accurate = (pick(comparison, rule) for rule in (BEST, SPEED, ACCURACY))
-    if best is None:
-        return ""
-    said = f"Best: {best.label} ({best.figure_words()})"
-    return said + _best_is(comparison, best, fastest, accurate) if reason else said
-
-
-def claims(comparison: Comparison) -> list[str]:
-    """Each setting's part of the verdict, one text per row of the table: which of its picks the
-    setting is (best, fastest, most accurate) and each speedup it has over its reference twin, in the
-    verdict's words with its significance ("bf16 vs fp32, epoch time: 1.52x faster [1.40-1.65]
-    (significant)"). The UI's view shows it beside each setting's figures (names.TAG_VERDICT)."""
-    t = comparison.table
-    said: dict[Any, list[str]] = {index: [] for index in t.index}
-    for rule, word in ((BEST, "best"), (SPEED, "fastest"), (ACCURACY, "most accurate")):
-        chosen = pick(comparison, rule)
-        if chosen is not None:
-            said[chosen.index].append(word)
-    for axis, reference, column, what in _axes(comparison):
-        if column not in t:
-            continue
-        for index, row in t[t[column].notna() & (t[f"{column}_vs"] != "")].iterrows():
-            said[index].append(f"{_value(axis, row[axis])} vs {_value(axis, reference)}, {what}: "
-                               f"{cell(comparison, row, column, significance=True)}")
-    return ["; ".join(parts) for parts in said.values()]
-
-
-def _best_is(comparison: Comparison, best: Pick, fastest: Pick | None, accurate: Pick | None) -> str:
-    """Why the best is the best, in words: ": the fastest and the most accurate", ": the fastest,
-    within 0.005 test acc of the most accurate", ..."""
-    if len(comparison.table) == 1:
-        return ""
-    is_fastest = fastest is not None and fastest.index == best.index
-    is_accurate = accurate is not None and accurate.index == best.index
-    within = f"within {comparison.quality_margin:g} test acc of the most accurate"
-    if is_fastest and is_accurate:
-        return ": the fastest and the most accurate"
-    if is_accurate:
-        return ": the most accurate (every faster setting is less accurate by more than the margin)"
-    return f": the fastest, {within}" if is_fastest else f": the fastest {within}"
-
-
-def withheld_line(comparison: Comparison) -> list[str]:
-    """Where every run is contended and not counted: why no speed claim is made, and what to do."""
-    runs = comparison.runs
-    if comparison.include_contended or runs.empty or not runs["contended"].all():
-        return []
-    share = runs[OTHERS_CPU_SHARE].median()
-    took = f" (others took {100 * share:.0f}% of the cores)" if not math.isnan(share) else ""
-    return [f"Speed withheld: {len(runs)} of {len(runs)} runs contended{took}",
-            "Rerun on a quiet machine, or pass --include-contended to count them"]
-
-
-def _target_lines(comparison: Comparison) -> list[str]:
-    """The first to the target among the settings that rank on it, and the ones that rarely get there."""
-    t = comparison.table
-    ranked = t[t["target_ranked"]]
-    timed = t[t["target_runs"] > 0]
-    lines = []
-    if len(ranked):
-        first = ranked.loc[ranked["time_to_target_s"].idxmin()]
-        lines.append(f"First to {comparison.target}: {comparison.label(first)} in {first['time_to_target_s']:.2f} s "
-                     f"({first['target_reached']}/{first['target_runs']} runs)")
-    elif len(timed):
-        lines.append(f"No setting reached {comparison.target} in at least half its runs")
-    rare = timed[(timed["target_reached"] > 0) & ~timed["target_ranked"]]
-    if len(rare):
-        names = ", ".join(f"{comparison.label(row)} ({row['target_reached']}/{row['target_runs']})"
-                          for _, row in rare.head(5).iterrows())
-        lines.append(f"Reached {comparison.target} in fewer than half their runs (not ranked): {names}"
-                     + (f" and {len(rare) - 5} more" if len(rare) > 5 else ""))
-    return lines
-
-
-def _figures(row: pd.Series, accuracy_first: bool = False) -> str:
-    """A setting's two headline figures: "0.123 s/epoch, test acc 0.8123" ("speed withheld" where
-    every run of it was contended)."""
-    speed = row[STEADY_EPOCH]
-    time = "speed withheld" if math.isnan(speed) else f"{speed:.3f} s/epoch"
-    accuracy = f"test acc {row[FINAL_ACCURACY]:.4f}"
-    return f"{accuracy}, {time}" if accuracy_first else f"{time}, {accuracy}"
-
-
-def _axes(comparison: Comparison) -> list[tuple[str, str, str, str]]:
-    """Each speedup column with its axis, the axis's reference value and what it times."""
-    axes = [(axis, reference, column, "epoch time") for axis, reference, column in TWIN_AXES]
-    if comparison.versus is not None:
-        axes.append((*comparison.versus, VERSUS, "epoch time"))
-    if comparison.target is not None:
-        axes.append(("device", "cpu", TARGET_SPEEDUP, "time to target"))
-    return axes
-
-
-def _axis_lines(comparison: Comparison, axis: str, reference: str, column: str, what: str) -> list[str]:
-    """One line per value of `axis` with a speedup over `reference`: "cuda:0 vs cpu, epoch time: 2.41x
-    faster [2.30-2.52]" where one setting has it; the slowest and fastest of several, each with its
-    interval and where it was measured."""
-    t = comparison.table
-    if column not in t:
-        return []
-    rows = t[t[column].notna() & (t[f"{column}_vs"] != "")]
-    lines = []
-    for value, group in rows.groupby(axis, sort=False):
-        group = group.sort_values(column)
-        said = [cell(comparison, r, column, significance=True) for _, r in group.iterrows()]
-        head = f"{_value(axis, value)} vs {_value(axis, reference)}, {what}"
-        if len(group) == 1:
-            where = _where(comparison, group.iloc[0], axis)
-            lines.append(f"{head}: {said[0]}" + (f" ({where})" if where else ""))
-        else:
-            low, high = group.iloc[0], group.iloc[-1]
-            lines.append(f"{head}: from {said[0]} ({_where(comparison, low, axis)}) to {said[-1]} "
-                         f"({_where(comparison, high, axis)}), over {len(group)} settings")
-    return lines
-
-
-def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = False,
-         significance: bool = False) -> str:
-    """A row's speedup in `column` in words (verdict), with its runs and its accuracy shortfall."""
-    change = row.get(f"{column}_accuracy_change", math.nan)
-    worse = None
-    if not math.isnan(change):
-        worse = stats.Difference(change, row[f"{column}_accuracy_change_low"], row[f"{column}_accuracy_change_high"])
-        worse = worse if less_accurate(change, comparison.quality_margin) else None
-    runs = None
-    if row.get(f"{column}_vs"):
-        # The reference's runs: its run ids are in `_vs`; it ranked on the target, or there would be no speedup.
-        samples = comparison.to_target if column == TARGET_SPEEDUP else comparison.epochs
-        runs = (len(samples({"run_ids": row[f"{column}_vs"], "target_ranked": True})), len(samples(row)))
-    return verdict(row[column], row[f"{column}_low"], row[f"{column}_high"], compact, worse, runs, significance)
-
-
-def _where(comparison: Comparison, row: pd.Series, axis: str) -> str:
-    """The settings that place a speedup, but for its own axis: "bs128 w0"."""
-    from pipeline.grid import short
-
-    devices = [str(row["device"])] if axis != "device" and comparison.table["device"].nunique() > 1 else []
-    return " ".join(devices + [short(k, row[k]) for k in comparison.varying if k != axis and k in KEYS])
-
-
-def _names(names: pd.Series, total: int, limit: int = 5) -> str:
-    """Run names for a note: all of them up to `limit`, else the first few and a count."""
-    names = list(names)
-    if len(names) == total and total > 1:
-        return f"all {total}"
-    shown = ", ".join(names[:limit])
-    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
-
-
-def _notes(comparison: Comparison) -> list[str]:
-    """Why a figure is missing or which runs were left out: energy, untargeted and contended runs."""
-    table, runs, notes = comparison.table, comparison.runs, []
-    if table["energy_j"].isna().any():
-        for source, group in table[table["energy_j"].isna()].groupby("energy_source", sort=False):
-            where = "every row" if len(group) == len(table) else ", ".join(group["run_name"])
-            notes.append(f"energy of {where}: {source}")
-    if comparison.target is not None and runs["target"].isna().any():
-        untargeted = runs[runs["target"].isna()]
-        notes.append(f"{_names(untargeted['run_name'], len(runs))} of {len(runs)} runs were trained without the "
-                     f"target ({comparison.target}): no time to target (\"-\"); `pipeline run GRID --rerun` times them")
-    contended = runs[runs["contended"]]
-    if len(contended):
-        figures = "; ".join(f"{name}: {detail}" for name, detail in
-                            zip(contended["run_name"][:5], contended["contended_detail"][:5]))
-        if comparison.include_contended:
-            notes.append(f"{len(contended)} contended run(s) counted in the speed figures (--include-contended): "
-                         f"{figures}")
-        else:
-            notes.append(f"{len(contended)} of {len(runs)} runs contended (other processes took the cores), left out "
-                         f"of every speed figure, ranking, speedup and the best setting: {figures}; "
-                         "--include-contended counts them")
-    return notes
-
-
-def render(comparison: Comparison, fmt: str) -> str:
-    """csv, markdown or json text of the comparison table (table format is drawn by report)."""
-    table = comparison.table
-    if fmt == "csv":
-        return table.to_csv(index=False)
-    if fmt == "json":
-        return json.dumps(json.loads(table.to_json(orient="records")), indent=2) + "\n"
-    if fmt == "markdown":
-        return markdown(display_frame(comparison))
-    raise ValueError(fmt)
-
-
-def display_frame(comparison: Comparison, compact: bool = False, stacked: bool = False) -> pd.DataFrame:
-    """The human view. Full (markdown, `pipeline compare --wide`): settings, n, results, time shares
-    and speedups, formatted; `stacked` (a terminal) puts intervals on their cell's second line.
-    `compact` (a terminal, by default): the decision columns only (decision_frame)."""
-    if compact:
-        return decision_frame(comparison)
-    t = comparison.table
-    always = sorted((k for k, key in KEYS.items() if key.shown == "always"), key=lambda k: k != "device")
-    settings = [k for k in always if k in t] + [k for k in comparison.varying if k in KEYS and KEYS[k].shown == "varying"]
-    out = t[settings].copy()
-    if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
-        out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"
-                            for v in t["data_on_device"]]
-    out["n"] = t["n"]
-    if t["contended"].any():
-        out["contended"] = _contended(t)
-    for key in FINAL:
-        out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
-    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=stacked)
-    out["timed"] = t["timed"]
-    if comparison.target is not None:
-        out[LABELS["time_to_target_s"]] = [_to_target(row, stacked) for _, row in t.iterrows()]
-    out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
-    if t["compile_s"].notna().any():  # compiling is its own one-off cost, in neither epoch column
-        out[LABELS["compile_s"]] = t["compile_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.1f}")
-    out[LABELS["images_per_s"]] = _images(t)
-    out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
-    if t["energy_j"].notna().any():
-        out["J/epoch"] = t["energy_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.1f}")
-        out["img/J"] = t["images_per_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
-    out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
-    for share in ("data_share", "transfer_share", "compute_share"):
-        out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
-    return pd.concat([out, speedup_columns(comparison, t, always=("speedup",), compact=stacked)], axis=1)
-
-
-def decision_frame(comparison: Comparison) -> pd.DataFrame:
-    """What a decision rests on, narrow enough for a 120-column terminal (a narrower one folds it into
-    tables that each repeat the settings: report.frame_tables): the device and the settings that vary,
-    n where a setting was repeated, the epoch time with its interquartile range under it, time to
-    target where timed, the speedups this sweep has (each interval on its cell's second line), test
-    accuracy and images/s. Columns with nothing in them for this sweep are left out. Fastest first,
-    unless --sort said otherwise (with a target the table already ranks by it)."""
-    t = comparison.table
-    if comparison.sorted_by is None and comparison.target is None:
-        t = t.sort_values("epoch_duration_s", kind="stable", na_position="last")
-    out = t[comparison.setting_columns].copy()
-    if (t["n"] > 1).any():
-        out["n"] = t["n"]
-    if t["contended"].any():
-        out["contended"] = _contended(t)
-    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=True)
-    if t["timed"].nunique() > 1:
-        out["timed"] = t["timed"]
-    if comparison.target is not None:
-        out[LABELS["time_to_target_s"]] = [_to_target(row, True) for _, row in t.iterrows()]
-    out = pd.concat([out, speedup_columns(comparison, t, compact=True)], axis=1)
-    out[LABELS["test_accuracy"]] = t[FINAL_ACCURACY].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
-    out[LABELS["images_per_s"]] = _images(t)
-    return out
-
-
-def _contended(t: pd.DataFrame) -> list[str]:
-    return [f"{c}/{n}" if c else "" for c, n in zip(t["contended"], t["n"])]
-
-
-def _spreads(t: pd.DataFrame, compact: bool) -> list[str]:
-    return [spread(m, q1, q3, compact) for m, q1, q3 in
-            zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
-
-
-def _images(t: pd.DataFrame) -> pd.Series:
-    return t[STEADY_IMAGES].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
-
-
-def caption(comparison: Comparison) -> str:
-    """What the compact view leaves out of its columns: the settings every row shares."""
-    t = comparison.table
-    shown = [k for k in KEYS if KEYS[k].shown == "always" and k != "device" and k in t and k not in comparison.varying]
-    same = ", ".join(f"{k} {format_value(t[k].iloc[0])}" for k in shown)
-    return f"every row: {same}" if same else ""
-
-
-def timed_title(comparison: Comparison) -> str:
-    """Which epochs the epoch times are, for a table's title: "epoch s: median of epochs 2-4"."""
-    labels = comparison.table["timed"].unique()
-    timed = labels[0] if len(labels) == 1 else "the steady epochs (see timed)"
-    return f"epoch s: median of {timed}, quartiles under it"
-
-
-def spread(median: float, q1: float, q3: float, compact: bool) -> str:
-    """A median epoch time and its interquartile range: "0.300 [0.290-0.310]" (none where they agree;
-    "-" where every run was contended and the figure is withheld)."""
-    if math.isnan(median):
-        return "-"
-    if math.isnan(q1) or f"{q1:.3f}" == f"{q3:.3f}":
-        return f"{median:.3f}"
-    return f"{median:.3f}\n{q1:.3f}-{q3:.3f}" if compact else f"{median:.3f} [{q1:.3f}-{q3:.3f}]"
-
-
-def _to_target(row: pd.Series, compact: bool) -> str:
-    """A row's median time to target and how many of its timed runs reached it: "1.23 (3/4)"; "not
-    reached (1/4)" where fewer than half did (it does not rank on it); "-" where its runs were
-    trained without the target."""
-    if not row["target_runs"]:
-        return "-"
-    reached = f"({row['target_reached']}/{row['target_runs']})"
-    time = f"{row['time_to_target_s']:.2f}" if ranks_on_target(row) else "not reached"
-    return f"{time}\n{reached}" if compact else f"{time} {reached}"
-
-
-def speedup_columns(comparison: Comparison, frame: pd.DataFrame | None = None, always: tuple[str, ...] = (),
-                    compact: bool = False) -> pd.DataFrame:
-    """One text column per speedup in `frame` (the comparison's table, or rows of it; and those in
-    `always`): "ref" on the reference row, "2.41x faster [2.30-2.52]" on its twins (cell, with a
-    faster row's accuracy shortfall beyond the margin), empty where a row has no twin."""
-    frame = comparison.table if frame is None else frame
-    columns = {}
-    for column, label in zip(SPEEDUPS, SPEEDUP_LABELS):
-        values = frame[column] if column in frame else pd.Series([math.nan] * len(frame), index=frame.index)
-        if column not in always and not values.notna().any():
-            continue
-        cells = []
-        for index, value in values.items():
-            reference = frame.at[index, f"{column}_vs"] == "" if f"{column}_vs" in frame else False
-            if math.isnan(value):
-                cells.append("")
-            elif reference:
-                cells.append("ref")
-            else:
-                cells.append(cell(comparison, frame.loc[index], column, compact))
-        columns[label] = cells
-    return pd.DataFrame(columns, index=frame.index)
-
-
-def markdown(frame: pd.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *body]) + "\n"
+    return groups

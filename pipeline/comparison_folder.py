@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline import charts
-from pipeline.compare import Comparison, render
+from pipeline.compare import Comparison
 from pipeline.files import atomic_write
+from pipeline.sentences import notes, speedup_lines
+from pipeline.tables import render
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -24,7 +26,7 @@ def write_report(comparison: Comparison, folder: Path) -> list[Path]:
     # Charts compare rows; a one-row sweep has nothing to compare (and matplotlib costs ~1 s).
     paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
     atomic_write(folder / "results.csv", render(comparison, "csv"))
-    speedups = "".join(f"- {line}\n" for line in comparison.speedups + comparison.notes)
+    speedups = "".join(f"- {line}\n" for line in speedup_lines(comparison) + notes(comparison))
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
     atomic_write(folder / "results.md", title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
     return [*paths, folder / "results.csv", folder / "results.md"]

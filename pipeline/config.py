@@ -28,6 +28,7 @@ import os
 import numbers
 import re
 import stat
+from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,8 +88,41 @@ class GridSpec:
 
 
 # --- value checks --------------------------------------------------------------------------------
-# Each check takes the raw YAML value and returns the coerced value or raises ValueError with a
-# short description of what is allowed.
+# Each check is called with the raw YAML (or CLI) value and returns the coerced value, or raises
+# ValueError with `allowed`: what it accepts, in words. `schema()` says the same in JSON Schema's
+# words (`pipeline schema`: an editor's check while a grid is written). One object holds the bounds
+# that the check, its error, the docs' key tables and the schema read, so they cannot drift apart.
+
+# YAML 1.1 (PyYAML, the loader) reads `1e-3` as text, and the checks turn text into a number
+# deliberately; an editor reads YAML 1.2, where it is a number. A schema accepts numbers written as
+# text, and leaves their bounds to the loader.
+NUMBER_TEXT = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+
+
+def number_schema(minimum: float | None = None, exclusive_minimum: float | None = None,
+                  maximum: float | None = None, exclusive_maximum: float | None = None,
+                  integer: bool = False) -> dict[str, Any]:
+    """A JSON Schema for a number within bounds (None: no bound there), or a number written as text."""
+    bounds = {"minimum": minimum, "exclusiveMinimum": exclusive_minimum, "maximum": maximum,
+              "exclusiveMaximum": exclusive_maximum}
+    number = {"type": "integer" if integer else "number", **{k: v for k, v in bounds.items() if v is not None}}
+    return {"anyOf": [number, {"type": "string", "pattern": NUMBER_TEXT}]}
+
+
+def any_case(word: str) -> str:
+    """A regex for `word` in any case: the checks lower-case words (`CPU` is `cpu`), and JSON
+    Schema's regexes (ECMA 262) have no case-insensitive flag."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+def text_schema(*alternatives: str) -> dict[str, Any]:
+    """A JSON Schema for a string matching one of the regexes, with the blanks around it the checks strip."""
+    return {"type": "string", "pattern": rf"^\s*({'|'.join(alternatives)})\s*$"}
+
+
+def words_schema(*words: str) -> dict[str, Any]:
+    """A JSON Schema for one of `words`, in any case."""
+    return text_schema(*map(any_case, words))
 
 
 def _plain(value: Any) -> Any:
@@ -117,37 +151,76 @@ def _number(value: Any) -> float:
     raise ValueError
 
 
-def _float_check(allowed: str, ok: Callable[[float], bool]) -> Callable[[Any], float]:
-    """A finite number for which `ok` holds, else ValueError(allowed)."""
+class Check(ABC):
+    """A value's check: called with the raw value, it returns the coerced value or raises
+    ValueError(self.allowed). A subclass says what it accepts in words (`allowed`, a str) and in
+    JSON Schema's (`schema()`); one without a schema cannot be made, so neither can a grid key
+    without bounds."""
 
-    def check(value: Any) -> float:
+    allowed: str
+
+    @abstractmethod
+    def __call__(self, value: Any) -> Any: ...
+
+    @abstractmethod
+    def schema(self) -> dict[str, Any]:
+        """What the check accepts as JSON Schema (draft 7). It may accept more than the check, never less."""
+
+
+@dataclass(frozen=True)
+class Number(Check):
+    """A finite number within the bounds given (None: none on that side)."""
+
+    allowed: str  # the bounds in words, with examples: "a positive number, e.g. 0.01 or 1.0e-3"
+    minimum: float | None = None
+    exclusive_minimum: float | None = None
+    maximum: float | None = None
+    exclusive_maximum: float | None = None
+
+    def __call__(self, value: Any) -> float:
         try:
             number = _number(value)
         except ValueError:
-            raise ValueError(allowed) from None
-        if not math.isfinite(number) or not ok(number):
-            raise ValueError(allowed)
+            raise ValueError(self.allowed) from None
+        if not math.isfinite(number) or not self._within(number):
+            raise ValueError(self.allowed)
         return number
 
-    return check
+    def _within(self, number: float) -> bool:
+        return ((self.minimum is None or number >= self.minimum)
+                and (self.exclusive_minimum is None or number > self.exclusive_minimum)
+                and (self.maximum is None or number <= self.maximum)
+                and (self.exclusive_maximum is None or number < self.exclusive_maximum))
+
+    def schema(self) -> dict[str, Any]:
+        return number_schema(self.minimum, self.exclusive_minimum, self.maximum, self.exclusive_maximum)
 
 
-def _positive_float(examples: str) -> Callable[[Any], float]:
-    return _float_check(f"a positive number, e.g. {examples}", lambda number: number > 0)
+def _positive_float(examples: str) -> Number:
+    return Number(f"a positive number, e.g. {examples}", exclusive_minimum=0)
 
 
-def _non_negative_float(examples: str) -> Callable[[Any], float]:
-    return _float_check(f"a number >= 0, e.g. {examples}", lambda number: number >= 0)
+def _non_negative_float(examples: str) -> Number:
+    return Number(f"a number >= 0, e.g. {examples}", minimum=0)
 
 
-def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:
+@dataclass(frozen=True)
+class Integer(Check):
     """An integer in [minimum, maximum]. The upper bounds are what the loop accepts: torch's
     samplers and seeds take 32- or 64-bit integers, and a larger value would pass here only to fail
     the run later ("Overflow when unpacking long long")."""
-    lower = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    allowed = f"{lower} up to {maximum:,}".replace(",", "_")
 
-    def check(value: Any) -> int:
+    minimum: int
+    maximum: int
+    why: str = ""  # after the bounds in the error, in parentheses: why the minimum is what it is
+
+    @property
+    def allowed(self) -> str:  # type: ignore[override]  # a property for the base's attribute
+        lower = "a positive integer" if self.minimum == 1 else f"an integer >= {self.minimum}"
+        bounds = f"{lower} up to {self.maximum:,}".replace(",", "_")
+        return f"{bounds} ({self.why})" if self.why else bounds
+
+    def __call__(self, value: Any) -> int:
         value = _plain(value)
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             number: float | int = int(value)  # exact: a float would round 2**63 and beyond
@@ -155,34 +228,64 @@ def _int_between(minimum: int, maximum: int) -> Callable[[Any], int]:
             try:
                 number = _number(value)
             except ValueError:
-                raise ValueError(allowed) from None
+                raise ValueError(self.allowed) from None
             if not math.isfinite(number) or not number.is_integer():
-                raise ValueError(allowed)
-        if not minimum <= number <= maximum:
-            raise ValueError(allowed)
+                raise ValueError(self.allowed)
+        if not self.minimum <= number <= self.maximum:
+            raise ValueError(self.allowed)
         return int(number)
 
-    return check
+    def schema(self) -> dict[str, Any]:
+        return number_schema(minimum=self.minimum, maximum=self.maximum, integer=True)
 
 
-def _device(value: Any) -> str:
-    if not isinstance(value, str) or not DEVICE_PATTERN.match(value.strip().lower()):
-        raise ValueError(DEVICE_CHOICES)
-    return value.strip().lower()
+class Device(Check):
+    """A device name: cpu, mps, auto, cuda or cuda:N, in any case (kept lower-case)."""
+
+    allowed = DEVICE_CHOICES
+
+    def __call__(self, value: Any) -> str:
+        if not isinstance(value, str) or not DEVICE_PATTERN.match(value.strip().lower()):
+            raise ValueError(self.allowed)
+        return value.strip().lower()
+
+    def schema(self) -> dict[str, Any]:
+        return text_schema(*map(any_case, ("cpu", "mps", "auto")), any_case("cuda") + r"(:\d+)?")  # DEVICE_PATTERN
 
 
-def _precision(value: Any) -> str:
-    text = str(value).strip().lower() if isinstance(value, str) else None
-    if text not in PRECISIONS:
-        raise ValueError(", ".join(PRECISIONS))
-    return text
+@dataclass(frozen=True)
+class Choice(Check):
+    """One of a few words, in any case (kept lower-case)."""
+
+    words: tuple[str, ...]
+
+    @property
+    def allowed(self) -> str:  # type: ignore[override]  # a property for the base's attribute
+        return ", ".join(self.words)
+
+    def __call__(self, value: Any) -> str:
+        text = str(value).strip().lower() if isinstance(value, str) else None
+        if text not in self.words:
+            raise ValueError(self.allowed)
+        return text
+
+    def schema(self) -> dict[str, Any]:
+        return words_schema(*self.words)
 
 
-def _boolean(value: Any) -> bool:
-    value = _plain(value)
-    if not isinstance(value, bool):
-        raise ValueError("true or false")
-    return value
+class Boolean(Check):
+    """true or false: YAML's booleans (and numpy's), never a word or a number that stands for one."""
+
+    allowed = "true or false"
+
+    def __call__(self, value: Any) -> bool:
+        value = _plain(value)
+        if not isinstance(value, bool):
+            raise ValueError(self.allowed)
+        return value
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "boolean"}
 
 
 # --- the table of grid keys ----------------------------------------------------------------------
@@ -191,10 +294,11 @@ def _boolean(value: Any) -> bool:
 @dataclass(frozen=True)
 class Key:
     """What the pipeline knows about one grid key, kept as its RunConfig field's metadata. Every
-    module that lists grid keys (validation, run keys, run names, twins, chart variants, the
-    `pipeline train` options, MLproject's test) reads them from KEYS, so adding a key is one field."""
+    module that lists grid keys (validation and its errors, the schema, run keys, run names, twins,
+    chart variants and groups, registry tags, the `pipeline train` options, the docs' key tables,
+    MLproject's test) reads them from KEYS, so adding a key is one field (tests/test_keys.py adds one)."""
 
-    check: Callable[[Any], Any]  # raw YAML or CLI value -> the coerced value, or ValueError(what is allowed)
+    check: Check  # raw YAML or CLI value -> the coerced value, or ValueError(what is allowed); and its schema
     help: str  # what it does, in a line: `pipeline train --help`
     name: str | tuple[str, str]  # in run names: a prefix ("bs": bs1000; "": the value), or the words for true, false
     later: bool = False  # added after runs were recorded: joins a run key only when not at its default
@@ -202,6 +306,7 @@ class Key:
     variant: bool = False  # another way to run the same training on a device: its own bar in the charts
     shown: Literal["always", "varying", "never"] = "varying"  # compare's table: "varying" when runs differ in it
     train: bool = True  # an option of `pipeline train` and a parameter of MLproject's train entry point
+    chart_group: str = ""  # words for it on a chart's axis: the epoch chart groups its bars by the keys that have them
 
 
 def _key(default: Any, **metadata: Any) -> Any:
@@ -215,18 +320,18 @@ class RunConfig:
 
     lr: float = _key(0.01, check=_positive_float("0.01 or 1.0e-3"), help="Adam's learning rate.",
                      name="lr", shown="always")
-    batch_size: int = _key(100, check=_int_between(1, 2**31 - 1), help="Training images per step.",
-                           name="bs", shown="always")
-    num_workers: int = _key(0, check=_int_between(0, 1024), help="DataLoader worker processes.",
-                            name="w", shown="always")
+    batch_size: int = _key(100, check=Integer(1, 2**31 - 1), help="Training images per step.",
+                           name="bs", shown="always", chart_group="batch size")
+    num_workers: int = _key(0, check=Integer(0, 1024), help="DataLoader worker processes.",
+                            name="w", shown="always", chart_group="DataLoader workers")
     # The device is the axis compared: twins are runs that differ in it (or in precision, compile).
-    device: str = _key("auto", check=_device, help="cpu, cuda, cuda:N, mps or auto.",
+    device: str = _key("auto", check=Device(), help="cpu, cuda, cuda:N, mps or auto.",
                        name="", twin=False, shown="always")
-    epochs: int = _key(1, check=_int_between(1, 1_000_000), help="Passes over the training set.",
+    epochs: int = _key(1, check=Integer(1, 1_000_000), help="Passes over the training set.",
                        name="ep", shown="always")
-    seed: int = _key(0, check=_int_between(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
+    seed: int = _key(0, check=Integer(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
                      help="Seeds the weights and the shuffling.", name="seed")
-    shuffle: bool = _key(True, check=_boolean, help="Shuffle training batches each epoch.",
+    shuffle: bool = _key(True, check=Boolean(), help="Shuffle training batches each epoch.",
                          name=("shuffle", "noshuffle"))
     # Where a point runs under --executor ray, not what it trains: no twin key, no column, and one
     # `pipeline train` run has the machine to itself.
@@ -235,17 +340,17 @@ class RunConfig:
                                name="gpu", twin=False, shown="never", train=False)
     # Settings added after runs were recorded (later=True): a run key includes them only when they
     # are not at their default, so runs made before they existed are still recognised as done.
-    data_on_device: bool = _key(False, check=_boolean,  # compare gives it a column of its own, "data path"
+    data_on_device: bool = _key(False, check=Boolean(),  # compare gives it a column of its own, "data path"
                                 help="Upload the data once and index batches on the device (num_workers 0).",
                                 name=("ondevice", "hostdata"), later=True, variant=True, shown="never")
-    cuda_graph: bool = _key(False, check=_boolean, help="Replay the training step as a CUDA graph (cuda only).",
+    cuda_graph: bool = _key(False, check=Boolean(), help="Replay the training step as a CUDA graph (cuda only).",
                             name=("graph", "eager"), later=True, variant=True)
-    precision: str = _key("fp32", check=_precision,
+    precision: str = _key("fp32", check=Choice(PRECISIONS),
                           help="fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA).",
                           name="", later=True, variant=True)
-    compile: bool = _key(False, check=_boolean, help="torch.compile the model; compiling is timed as compile_s.",
+    compile: bool = _key(False, check=Boolean(), help="torch.compile the model; compiling is timed as compile_s.",
                          name=("compiled", "eager"), later=True, variant=True)
-    prefetch: bool = _key(False, check=_boolean,
+    prefetch: bool = _key(False, check=Boolean(),
                           help="Gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0).",
                           name=("prefetch", "noprefetch"), later=True, variant=True)
     weight_decay: float = _key(0.0, check=_non_negative_float("0, 1.0e-4 or 0.01"),
@@ -254,7 +359,7 @@ class RunConfig:
     # torch's intra-op thread pool (torch.set_num_threads) for the run. On a machine shared with other
     # multithreaded work, a pool as wide as the cores waits on threads the neighbours hold: one
     # thread can be the fastest setting there (benchmarks/workers_under_load.py).
-    threads: int = _key(0, check=_int_between(0, 1024),
+    threads: int = _key(0, check=Integer(0, 1024),
                         help="torch's intra-op threads; 0: torch's default (the cores, or OMP_NUM_THREADS).",
                         name="t", later=True)
 
@@ -271,34 +376,30 @@ DEFAULTS: dict[str, Any] = RunConfig().as_params()
 LATER_KEYS = tuple(name for name, key in KEYS.items() if key.later)
 
 
-_DATA_KEYS: dict[str, Callable[[Any], Any]] = {
+DATA_SIZE = Integer(1, 2**31 - 1)  # data.train_size and data.test_size: the first N images
+# The `data:` keys and their checks.
+DATA_KEYS: dict[str, Callable[[Any], Any]] = {
     "root": lambda v: _nonempty_string(v, "a folder path"),
-    "train_size": _int_between(1, 2**31 - 1),
-    "test_size": _int_between(1, 2**31 - 1),
+    "train_size": DATA_SIZE,
+    "test_size": DATA_SIZE,
 }
 _TOP_KEYS = ("experiment", "data", "grid", "checkpoint", "repeats", "max_repeats", "half_width", "target",
              "stop_at_target", "quality_margin")
 MAX_REPEATS = 10_000  # far past any useful count; --max-points bounds the runs a sweep trains anyway
-_repeats = _int_between(1, MAX_REPEATS)
 AUTO = "auto"
 # The fewest runs a side that the comparison judges (stats.py: Welch's t on the logs of per-run values
 # needs two per side for a spread); `repeats: auto` starts with this many rounds.
 MIN_RUNS = 2
 DEFAULT_MAX_REPEATS = 8  # `repeats: auto`'s cap when the grid names none
 DEFAULT_QUALITY_MARGIN = 0.005
-_max_repeats_range = _int_between(MIN_RUNS, MAX_REPEATS)
-
-
-def _max_repeats(value: Any) -> int:
-    try:
-        return _max_repeats_range(value)
-    except ValueError as exc:
-        raise ValueError(f"{exc} (the comparison judges from {MIN_RUNS} runs a side)") from None
-
-
-_fraction = _float_check("a number above 0 and below 1, e.g. 0.05", lambda number: 0 < number < 1)
-_margin = _float_check("a number >= 0 and below 1, e.g. 0.005 (half a point of accuracy)",
-                       lambda number: 0 <= number < 1)
+# The checks of the top-level settings that take a number (`repeats` also takes auto: check_repeats).
+SETTING_CHECKS: dict[str, Check] = {
+    "repeats": Integer(1, MAX_REPEATS),
+    "max_repeats": Integer(MIN_RUNS, MAX_REPEATS, why=f"the comparison judges from {MIN_RUNS} runs a side"),
+    "half_width": Number("a number above 0 and below 1, e.g. 0.05", exclusive_minimum=0, exclusive_maximum=1),
+    "quality_margin": Number("a number >= 0 and below 1, e.g. 0.005 (half a point of accuracy)", minimum=0,
+                             exclusive_maximum=1),
+}
 
 
 def _nonempty_string(value: Any, allowed: str) -> str:
@@ -314,7 +415,7 @@ def check_repeats(value: Any, where: str = "") -> int | str:
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     try:
-        return _repeats(value)
+        return SETTING_CHECKS["repeats"](value)
     except ValueError as exc:
         raise UserError(f"{where}repeats: got {value!r}; expected {exc}, or auto (rounds until the "
                         "speedups are clear)") from None
@@ -520,11 +621,11 @@ def _spec(raw: dict, path: Path, where: str) -> GridSpec:
 
     data_raw = raw.get("data") or {}
     if not isinstance(data_raw, dict):
-        raise UserError(f"{where}data: expected a mapping with keys {', '.join(_DATA_KEYS)}")
+        raise UserError(f"{where}data: expected a mapping with keys {', '.join(DATA_KEYS)}")
     data_values = {}
     for key, value in data_raw.items():
-        if key not in _DATA_KEYS:
-            raise _unknown_key(f"{where}data.", key, list(_DATA_KEYS))
+        if key not in DATA_KEYS:
+            raise _unknown_key(f"{where}data.", key, list(DATA_KEYS))
         if value is not None:
             data_values[key] = _data_value(key, value, f"{where}data.")
 
@@ -546,7 +647,8 @@ def _spec(raw: dict, path: Path, where: str) -> GridSpec:
 
     checkpoint = _boolean_setting("checkpoint", raw.get("checkpoint", False), where)
     repeats, max_repeats, half_width = _repeat_settings(raw, where)
-    quality_margin = _checked("quality_margin", _margin, raw.get("quality_margin", DEFAULT_QUALITY_MARGIN), where)
+    quality_margin = _checked("quality_margin", SETTING_CHECKS["quality_margin"],
+                              raw.get("quality_margin", DEFAULT_QUALITY_MARGIN), where)
     target = None if raw.get("target") is None else _target(raw["target"], where)
     stop_at_target = _boolean_setting("stop_at_target", raw.get("stop_at_target", False), where)
     if stop_at_target and target is None:
@@ -572,10 +674,13 @@ def _repeat_settings(raw: dict, where: str) -> tuple[int, int | None, float | No
                                 f"or drop {key}")
         return int(repeats), None, None
     max_repeats = raw.get("max_repeats")
-    max_repeats = DEFAULT_MAX_REPEATS if max_repeats is None else _checked("max_repeats", _max_repeats,
-                                                                         max_repeats, where)
+    if max_repeats is None:
+        max_repeats = DEFAULT_MAX_REPEATS
+    else:
+        max_repeats = _checked("max_repeats", SETTING_CHECKS["max_repeats"], max_repeats, where)
     half_width = raw.get("half_width")
-    half_width = None if half_width is None else _checked("half_width", _fraction, half_width, where)
+    if half_width is not None:
+        half_width = _checked("half_width", SETTING_CHECKS["half_width"], half_width, where)
     return MIN_RUNS, max_repeats, half_width
 
 
@@ -596,7 +701,7 @@ def _experiment(value: Any, where: str) -> str:
 
 def _data_value(key: str, value: Any, where: str) -> Any:
     try:
-        return _DATA_KEYS[key](value)
+        return DATA_KEYS[key](value)
     except ValueError as exc:
         raise UserError(f"{where}{key}: got {value!r}; expected {exc} or null") from None
 
@@ -636,7 +741,7 @@ _SET_EXAMPLES = "e.g. --set epochs=2, --set batch_size=100,1000 or --set repeats
 
 def settable_keys() -> list[str]:
     """What `--set` accepts, for its help and its "did you mean"."""
-    return [*KEYS, *SETTABLE, *(f"data.{key}" for key in _DATA_KEYS), "target.METRIC"]
+    return [*KEYS, *SETTABLE, *(f"data.{key}" for key in DATA_KEYS), "target.METRIC"]
 
 
 def _override(raw: dict, item: str) -> None:
@@ -662,13 +767,9 @@ def _override(raw: dict, item: str) -> None:
         raw[key] = _boolean_setting(key, value, where)
     elif key == "repeats":
         raw[key] = check_repeats(value, where)
-    elif key == "max_repeats":
-        raw[key] = _checked(key, _max_repeats, value, where)
-    elif key == "half_width":
-        raw[key] = _checked(key, _fraction, value, where)
-    elif key == "quality_margin":
-        raw[key] = _checked(key, _margin, value, where)
-    elif key.startswith("data.") and key[len("data."):] in _DATA_KEYS:
+    elif key in ("max_repeats", "half_width", "quality_margin"):
+        raw[key] = _checked(key, SETTING_CHECKS[key], value, where)
+    elif key.startswith("data.") and key[len("data."):] in DATA_KEYS:
         data = raw.get("data")
         data_key = key[len("data."):]
         checked = None if value is None else _data_value(data_key, value, f"{where}data.")

@@ -364,9 +364,8 @@ def _run_remote(job: PointJob, cpus: float, login: Login | None = None) -> Outco
 
     from pipeline.device import DeviceUnavailable, resolve
     from pipeline.names import TAG_RAY_NODE
-    from pipeline.store import configure_process
+    from pipeline.store import process_settings
 
-    configure_process()
     if login is not None:
         login.apply()
     torch.set_num_threads(max(1, int(cpus)))
@@ -376,7 +375,8 @@ def _run_remote(job: PointJob, cpus: float, login: Login | None = None) -> Outco
         return Outcome(job.point, FAILED, reason=f"on node {os.uname().nodename}: {exc}")
     # The node, host and hardware a child records are this worker's, not the driver's.
     node = ((TAG_RAY_NODE, ray.get_runtime_context().get_node_id()),) if ray.is_initialized() else ()
-    return run_point(dataclasses.replace(job, device=str(device), where=node))
+    with process_settings():
+        return run_point(dataclasses.replace(job, device=str(device), where=node))
 
 
 def _run_remote_gpu(job: PointJob, cpus: float, login: Login | None = None) -> Outcome:

@@ -15,11 +15,13 @@ Every point gets one state:
 With `--fail-if-slower` the exit code says it: 0 when every point was judged and none is SLOWER, 1 on
 a slowdown, 3 when some point is INCONCLUSIVE and none is SLOWER (`--allow-inconclusive`: 0). Noise
 alone fails a build in at most 2.5% of A/A pairs (tests/test_calibration.py measures it).
+
+Analysis only: the states and numbers. The gate's verdict in words is sentences.gate_verdict, its
+tables (terminal, markdown, csv, json) tables.py's.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pipeline import stats
-from pipeline.compare import ROW_KEYS, TWIN_KEYS, markdown
+from pipeline.compare import ROW_KEYS, TWIN_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
 
@@ -75,17 +77,6 @@ class Change:
             return math.nan, math.nan, math.nan
         return tuple(100 * (v - 1) for v in (self.ratio.estimate, self.ratio.low, self.ratio.high))
 
-    def words(self) -> str:
-        """"+12.4% slower [+8.1%, +16.9%]", "-3.0% faster [-5.2%, +0.9%] (n.s.)", "+80.0% slower (n too
-        small (1 run))", or the reason a point has no change to tell ("only in the baseline")."""
-        change, low, high = self.percent
-        if math.isnan(change):
-            return self.reason
-        text = f"{change:+.1f}% {'slower' if change > 0 else 'faster'}"
-        if not self.ratio.has_interval:
-            return f"{text} ({self.ratio.why_no_interval})"
-        return f"{text} [{low:+.1f}%, {high:+.1f}%]" + ("" if self.ratio.significant else " (n.s.)")
-
 
 @dataclass(frozen=True)
 class GateResult:
@@ -95,16 +86,17 @@ class GateResult:
     threshold: float | None  # --fail-if-slower PCT, or None: report only
     allow_inconclusive: bool = False
 
-    def _in(self, state: str) -> list[Change]:
+    def in_state(self, state: str) -> list[Change]:
+        """The points in `state` (FASTER, SLOWER, NO CHANGE or INCONCLUSIVE)."""
         return [c for c in self.changes if c.state == state]
 
     @property
     def failing(self) -> list[Change]:
-        return self._in(SLOWER) if self.threshold is not None else []
+        return self.in_state(SLOWER) if self.threshold is not None else []
 
     @property
     def inconclusive(self) -> list[Change]:
-        return self._in(INCONCLUSIVE)
+        return self.in_state(INCONCLUSIVE)
 
     @property
     def exit_code(self) -> int:
@@ -113,30 +105,6 @@ class GateResult:
         if self.failing:
             return EXIT_SLOWER
         return EXIT_INCONCLUSIVE if self.inconclusive and not self.allow_inconclusive else 0
-
-    def verdict(self) -> str:
-        counts = ", ".join(f"{len(self._in(state))} {state}" for state in (SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE)
-                           if self._in(state))
-        judged = len(self.changes) - len(self.inconclusive)
-        if self.threshold is None:
-            return f"{counts}; no --fail-if-slower, so the gate does not fail"
-        if self.failing:
-            names = ", ".join(c.point for c in self.failing)
-            unjudged = f"; {self._unjudged()}" if self.inconclusive else ""
-            return (f"FAIL: {len(self.failing)} of {judged} judged points slower by more than {self.threshold:g}% "
-                    f"with the interval above no change: {names}{unjudged}")
-        if self.inconclusive:
-            head = "PASS (--allow-inconclusive)" if self.allow_inconclusive else "INCONCLUSIVE"
-            return (f"{head}: {self._unjudged()}; none of the {judged} judged is slower by more than "
-                    f"{self.threshold:g}%")
-        return f"PASS: none of the {judged} points is slower by more than {self.threshold:g}% ({counts})"
-
-
-    def _unjudged(self) -> str:
-        """"1 of 3 points not judged (cpu batch_size=512: only in the baseline)"."""
-        reasons = "; ".join(f"{c.point}: {c.reason}" for c in self.inconclusive[:5])
-        more = f"; and {len(self.inconclusive) - 5} more" if len(self.inconclusive) > 5 else ""
-        return f"{len(self.inconclusive)} of {len(self.changes)} points not judged ({reasons}{more})"
 
 
 def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: "SweepRecord") -> "SweepRecord":
@@ -252,35 +220,3 @@ def frame(result: GateResult) -> pd.DataFrame:
                      "significant": c.ratio.significant if c.ratio is not None else None,
                      "runs": c.runs[0], "baseline_runs": c.runs[1], "fails": c in result.failing})
     return pd.DataFrame(rows)
-
-
-def display_frame(result: GateResult) -> pd.DataFrame:
-    """The human view: one row per point."""
-    def seconds(value: float) -> str:
-        return "-" if math.isnan(value) else f"{value:.3f}"
-
-    return pd.DataFrame({
-        "point": [c.point for c in result.changes],
-        "state": [c.state for c in result.changes],
-        "baseline s/epoch": [seconds(c.baseline_s) for c in result.changes],
-        "s/epoch": [seconds(c.current_s) for c in result.changes],
-        "change": [c.words() for c in result.changes],
-        "runs": [f"{c.runs[0]} vs {c.runs[1]}" if c.ratio is not None or any(c.runs) else "-"
-                 for c in result.changes],
-    })
-
-
-def title(result: GateResult) -> str:
-    return f"Epoch time of {result.current.name} against the baseline {result.baseline.name}"
-
-
-def render(result: GateResult, fmt: str) -> str:
-    """csv, json or markdown (a CI comment: a heading, one row per point, the verdict)."""
-    if fmt == "csv":
-        return frame(result).to_csv(index=False)
-    if fmt == "json":
-        return json.dumps({"verdict": result.verdict(), "exit_code": result.exit_code,
-                           "points": json.loads(frame(result).to_json(orient="records"))}, indent=2) + "\n"
-    if fmt == "markdown":
-        return f"### {title(result)}\n\n{markdown(display_frame(result))}\n**{result.verdict()}**\n"
-    raise ValueError(fmt)

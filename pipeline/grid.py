@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from pipeline.config import KEYS, GridSpec, RunConfig
+from pipeline.config import DEFAULTS, KEYS, GridSpec, RunConfig
 from pipeline.errors import UserError
 
 
@@ -76,6 +76,14 @@ def short(key: str, value: Any) -> str:
     if isinstance(name, tuple):  # a flag's value, or its param as logged ("true")
         return name[0 if str(value).lower() == "true" else 1]
     return f"{name}{format_value(value)}"
+
+
+def single_name(config: RunConfig) -> str:
+    """A run's name outside a grid (`pipeline train`), as a grid names its points: the device, then
+    each key set away from its default, in the table's order: "cpu", "cuda bs1000 w2 ep3"."""
+    values = config.as_params()
+    changed = [key for key in KEYS if key != "device" and values[key] != DEFAULTS[key]]
+    return " ".join(short(key, values[key]) for key in ["device", *changed])
 
 
 def expand(spec: GridSpec, limit: int | None = None) -> list[GridPoint]:

@@ -2,7 +2,7 @@
 writes it, and every published sweep carries it as its parent run's `report.html` (MLflow's artifact
 view shows it in place).
 
-It holds the verdict (compare.headline), the decision table with its intervals, the charts (speed
+It holds the verdict (sentences.headline), the decision table with its intervals, the charts (speed
 against accuracy with the best trade-offs, epoch time by setting with its spread, where each epoch's
 time goes), the hardware and software of every host, and the commands that run the sweep again.
 Everything is inside the file: the charts are PNGs in data URIs, the style is inline, nothing is
@@ -79,7 +79,8 @@ def provenance(client, parent_run_id: str) -> Provenance:
 
 def render(comparison: "Comparison", source: Provenance | None = None) -> str:
     """The whole report, as text."""
-    from pipeline.compare import caption, headline, render as render_data, timed_title
+    from pipeline.sentences import headline, notes, speedup_lines
+    from pipeline.tables import caption, render as render_data, timed_title
 
     source = source or Provenance()
     sweep = comparison.sweep
@@ -98,8 +99,8 @@ def render(comparison: "Comparison", source: Provenance | None = None) -> str:
         "<h2>Settings</h2>",
         f'<p class="muted">{escape(timed_title(comparison))}. {escape(caption(comparison))}</p>',
         _table(comparison),
-        *(f"<p>{escape(line)}</p>" for line in comparison.speedups),
-        *(f'<p class="muted">{escape(line)}</p>' for line in comparison.notes),
+        *(f"<p>{escape(line)}</p>" for line in speedup_lines(comparison)),
+        *(f'<p class="muted">{escape(line)}</p>' for line in notes(comparison)),
         "<h2>Charts</h2>",
         *_figures(comparison),
         "<h2>Hardware and software</h2>",
@@ -117,9 +118,9 @@ def render(comparison: "Comparison", source: Provenance | None = None) -> str:
 
 
 def _table(comparison: "Comparison") -> str:
-    """The decision table (compare.decision_frame: what a decision rests on, intervals included),
+    """The decision table (tables.decision_frame: what a decision rests on, intervals included),
     each interval under its figure."""
-    from pipeline.compare import decision_frame
+    from pipeline.tables import decision_frame
 
     frame = decision_frame(comparison)
     text = {"device"} | set(comparison.varying)

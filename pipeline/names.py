@@ -74,7 +74,7 @@ TAG_GRID_SIZE = "pipeline.grid_size"
 TAG_OVERRIDES = "pipeline.overrides"  # a sweep's `--set KEY=VALUE` items, e.g. "--set epochs=1 --set device=cpu"
 TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
-TAG_VERDICT = "pipeline.verdict"  # a published sweep's child: its setting's part of the verdict (compare.claims)
+TAG_VERDICT = "pipeline.verdict"  # a published sweep's child: its setting's part of the verdict (sentences.claims)
 TAG_SETTING = "pipeline.setting"  # a published sweep's child: its setting's name ("cpu bs128 w0"), which the view groups by
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
 TAG_CREATE_TOKEN = "pipeline.create_token"  # unique per created run: a retried create finds it

@@ -80,6 +80,7 @@ def picked_run(client, *, experiment: str | None = None, parent_run_id: str | No
     no FINISHED run, or when every run is contended and the rule needs a speed figure."""
     from pipeline.compare import HISTORIES, RULES, CompareOptions, build, pick, sweep_options
     from pipeline.records import read_sweep
+    from pipeline.sentences import pick_words
 
     sweep = read_sweep(client, experiment, parent_run_id, histories=HISTORIES)
     if not sweep.children:
@@ -91,7 +92,7 @@ def picked_run(client, *, experiment: str | None = None, parent_run_id: str | No
                         "cores), so no speed figure counts; rerun on a quiet machine, --by accuracy, or --run-id ID")
     tags = {TAG_RULE: rule, TAG_SETTING: chosen.label, TAG_SWEEP: sweep.run_id,
             **{name: f"{value:g}" for name, value in chosen.figures.items()}}
-    return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {chosen.words()}", tags)
+    return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {pick_words(chosen)}", tags)
 
 
 def metric_reason(run, metric: str) -> Reason:
@@ -184,13 +185,8 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
         existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
         created = force or not existing
         if created:
-            tags: dict[str, Any] = {TAG_SOURCE_RUN: run_id, **reason.tags, "hardware": run.data.tags.get(TAG_HARDWARE, "")}
-            tags.update({k: run.data.params[k] for k in KEYS if k in run.data.params})
-            tags.update({k: run.data.metrics[k] for k in (STEADY_EPOCH, FINAL_ACCURACY) if k in run.data.metrics
-                         and k not in tags})
-            tags["device_used"] = run.data.tags.get(TAG_DEVICE, run.data.params.get("device", ""))
             version = client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id,
-                                                  tags={k: str(v) for k, v in tags.items()}, model_id=model_id,
+                                                  tags=version_tags(run, reason), model_id=model_id,
                                                   description=version_description(run, reason))
         else:
             version = max(existing, key=lambda v: int(v.version))
@@ -198,6 +194,18 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
     except MlflowException as exc:
         raise UserError(f"registering {name!r}: {first_line(exc)}") from None
     return Registration(name, str(version.version), alias, run_id, reason, created)
+
+
+def version_tags(run, reason: Reason) -> dict[str, str]:
+    """A new version's tags: the run it came from, why it was picked, and its setting: every grid key
+    the run logged as a param (config.KEYS), the hardware and device it used, and its figures."""
+    tags: dict[str, Any] = {TAG_SOURCE_RUN: run.info.run_id, **reason.tags,
+                            "hardware": run.data.tags.get(TAG_HARDWARE, "")}
+    tags.update({k: run.data.params[k] for k in KEYS if k in run.data.params})
+    tags.update({k: run.data.metrics[k] for k in (STEADY_EPOCH, FINAL_ACCURACY) if k in run.data.metrics
+                 and k not in tags})
+    tags["device_used"] = run.data.tags.get(TAG_DEVICE, run.data.params.get("device", ""))
+    return {k: str(v) for k, v in tags.items()}
 
 
 def version_description(run, reason: Reason) -> str:

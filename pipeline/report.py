@@ -209,7 +209,7 @@ class Reporter:
     # --- after training ------------------------------------------------------------------------------
 
     def comparison(self, comparison: "Comparison", wide: bool = False) -> None:
-        """`pipeline compare --format table`: the verdict (compare.headline), then one row per setting,
+        """`pipeline compare --format table`: the verdict (sentences.headline), then one row per setting,
         its decision columns only (`wide`: every column; in several tables where the terminal is too
         narrow for one), then one line per speedup group."""
         self.headline(comparison)
@@ -218,23 +218,26 @@ class Reporter:
         self.speedups(comparison)
 
     def headline(self, comparison: "Comparison") -> None:
-        from pipeline.compare import headline
+        from pipeline.sentences import headline
 
         for line in headline(comparison):
             self.console.print(line, markup=False, style="bold")
 
     def gate(self, result: "GateResult") -> None:
         """`pipeline compare --baseline`: one row per point, then the verdict."""
-        from pipeline import gate
+        from pipeline.sentences import gate_verdict
+        from pipeline.tables import gate_display_frame, gate_title
 
-        for table in frame_tables(gate.title(result), gate.display_frame(result), self.console.width, keys=["point"]):
+        for table in frame_tables(gate_title(result), gate_display_frame(result), self.console.width, keys=["point"]):
             self.console.print(table)
-        self.console.print(result.verdict(), markup=False)
+        self.console.print(gate_verdict(result), markup=False)
 
     def speedups(self, comparison: "Comparison") -> None:
-        for line in comparison.speedups:
+        from pipeline.sentences import notes, speedup_lines
+
+        for line in speedup_lines(comparison):
             self.console.print(f"speedup  {line}", markup=False)
-        for line in comparison.notes:
+        for line in notes(comparison):
             self.console.print(f"note     {line}", markup=False)
 
     def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker",
@@ -261,10 +264,12 @@ class Reporter:
             self.console.print("Charts and tables: the parent run's comparison/ artifacts; "
                                "or `pipeline compare --out DIR`")
         published = comparison is not None and not comparison.table.empty
-        command, url = tracker.ui(result.parent_run_id if published else None)
+        command, url = tracker.ui()
         if published:
             from pipeline import view
 
+            if result.parent_run_id:
+                url = view.page(url, result.parent_run_id)  # the sweep's saved view
             if not view.supported():
                 self.note(view.unverified_note())
         # Never wrapped, whatever the width: a command or a link broken over lines cannot be pasted.
@@ -294,11 +299,11 @@ def target_line(spec: "GridSpec") -> str:
 
 
 def comparison_tables(comparison: "Comparison", wide: bool = False, width: int | None = None) -> list[Table]:
-    """One row per setting: its decision columns (compare.decision_frame) or, `wide`, every column,
+    """One row per setting: its decision columns (tables.decision_frame) or, `wide`, every column,
     within `width` (frame_tables: folded into several tables that each repeat the setting columns,
     speedups last, where one does not fit); the title says which epochs the times are, the caption
     the settings every row shares."""
-    from pipeline.compare import SPEEDUP_LABELS, caption, display_frame, timed_title
+    from pipeline.tables import SPEEDUP_LABELS, caption, display_frame, timed_title
 
     sweep = comparison.sweep
     rows, runs = len(comparison.table), len(comparison.runs)

@@ -46,7 +46,7 @@ class Speedup:
         return self.half_width is not None and self.ratio.half_width <= self.half_width
 
     def __str__(self) -> str:
-        from pipeline.compare import verdict
+        from pipeline.sentences import verdict
 
         ratio = self.ratio
         said = f"{self.label}: {verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)}"

@@ -20,14 +20,14 @@ import socket
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pipeline import idx, interrupts, results
 from pipeline.config import GridSpec, RunConfig
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
 from pipeline.grid import (MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, grid_size,
-                           round_points, run_count)
+                           round_points, run_count, single_name)
 from pipeline.config import AUTO, effective_yaml, with_repeats
 from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FINAL_ACCURACY, BEST_STEADY_EPOCH,
                             CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, ROUNDS, STEADY_EPOCH, STEADY_IMAGES,
@@ -126,18 +126,23 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
         check_size(spec, options.max_points)
     # A dry run of a grid too big to run plans its first points only (and says the run would refuse).
     points = expand(spec, limit=SHOWN_POINTS if run_count(spec) > options.max_points else None)
-    return _run_grid(spec, plan(points), reporter, options, executor)
+    options = replace(options, checkpoint=options.checkpoint or spec.checkpoint)
+    # Before planning, which imports torch (seconds): a store, folder or data folder that cannot be
+    # used is one line at once.
+    store = None if options.dry_run else _check_inputs(options, options.data_dir or spec.data.root)
+    return _run_grid(spec, plan(points), reporter, options, executor, store)
 
 
 def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options,
-              executor: Executor | None) -> SweepResult:
+              executor: Executor | None, store: tuple[str, Any] | None) -> SweepResult:
+    from pipeline import data as data_mod
+
     if options.require_devices:
         _require_devices(planned)
-    options = replace(options, checkpoint=options.checkpoint or spec.checkpoint)
-    if options.dry_run:
+    if options.dry_run or store is None:
         return _dry_run(spec, planned, reporter, options)
-    uri, client, dataset = _check_inputs(options, options.data_dir or spec.data.root, spec.data.train_size,
-                                         spec.data.test_size)
+    uri, client = store
+    dataset = data_mod.load(options.data_dir or spec.data.root, spec.data.train_size, spec.data.test_size)
     reporter.data(dataset.description)
     executor = executor or open_executor(options.executor, options.ray_address, uri, reporter)
     try:  # Ray is up (or refused) before the experiment exists: a failed start leaves nothing behind
@@ -153,12 +158,11 @@ def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", opti
 def run_single(config: RunConfig, reporter: "Reporter", options: Options = Options()) -> SweepResult:
     """One run (`pipeline train`): a top-level run, or the `mlflow run` project run itself.
     It always trains: it is one explicit run, not a point of a sweep that may be done."""
+    from pipeline import data as data_mod
     from pipeline.executors import LocalExecutor
-    from pipeline.grid import format_value
 
-    values = config.as_params()
-    name = " ".join(f"{k}={format_value(values[k])}" for k in ("lr", "batch_size", "num_workers", "device"))
-    (item,) = plan([GridPoint(1, config, name)])
+    uri, client = _check_inputs(options, options.data_dir)  # at once, before planning imports torch
+    (item,) = plan([GridPoint(1, config, single_name(config))])
     if item.device is None:
         from pipeline.device import DeviceUnavailable, resolve
 
@@ -167,7 +171,7 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
         except DeviceUnavailable:  # the device itself is missing
             raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto") from None
         raise UserError(f"pipeline train: {item.reason}")  # a setting this device cannot run
-    uri, client, dataset = _check_inputs(options, options.data_dir, None, None)
+    dataset = data_mod.load(options.data_dir)
     reporter.data(dataset.description)
     sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)
     _assign_run_keys([item], sweep.identity)
@@ -175,17 +179,17 @@ def run_single(config: RunConfig, reporter: "Reporter", options: Options = Optio
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
     result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
-    reporter.summary(tuple((k, (v,)) for k, v in values.items()), result, sweep.tracker)
+    reporter.summary(tuple((k, (v,)) for k, v in config.as_params().items()), result, sweep.tracker)
     return result
 
 
 # --- the steps --------------------------------------------------------------------------------------
 
 
-def _check_inputs(options: Options, data_root: str | None, train_size: int | None, test_size: int | None):
-    """Fail in seconds on a store that cannot be used, then load (and verify) the data once.
-    Returns the store's URI, its client (None for sqlite: opened once the data is found) and the data."""
-    from pipeline import data as data_mod
+def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
+    """Fail in a second on a store that cannot be used, a folder the sweep cannot write, or no
+    Fashion-MNIST where it is looked for: before torch is imported and before the data is decoded.
+    Returns the store's URI and its client (None for sqlite: opened once the data is loaded)."""
     from pipeline.contention import contended_share
     from pipeline.store import (absolute_store_uri, check_reachable, check_writable_store, open_client,
                                 resolve_tracking_uri, sqlite_path)
@@ -198,7 +202,8 @@ def _check_inputs(options: Options, data_root: str | None, train_size: int | Non
     else:
         client = open_client(uri)
     _check_folders(uri, options.checkpoint)
-    return uri, client, data_mod.load(data_root, train_size, test_size)
+    idx.locate(data_root)  # the data is there (decoding and verifying it comes with loading)
+    return uri, client
 
 
 def _check_folders(uri: str, checkpoint: bool) -> None:

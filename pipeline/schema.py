@@ -2,12 +2,12 @@
 that an editor can check a grid while it is written (`pipeline schema`, and the committed
 pipeline/examples/grid.schema.json that the example grids name in their first line).
 
-What the schema can say, it takes from the code: the grid keys, their types (RunConfig's field
-types), their help and defaults; the top-level and `data.` keys (`config.settable_keys()`); the
-target metrics (`target.METRICS`). A value's bounds live in config.py as code (a check function
-per key), so they are restated below in JSON Schema's words, and tests/test_schema.py feeds the
-same values to both so that the two cannot drift apart unnoticed. A key added to RunConfig without
-its bounds here is an error when the schema is built, not a schema that silently accepts anything.
+What the schema can say, it takes from the code: the grid keys, their help and defaults; each
+value's bounds from the check the loader runs on it (config.Check: the grid keys' checks, the data
+sizes' and the numeric settings', each with its `schema()`), so a key cannot be added without
+them; the top-level and `data.` keys (`config.settable_keys()`); the target metrics
+(`target.METRICS`). tests/test_schema.py feeds the same values to the loader and the schema, so
+that a check and its schema cannot drift apart unnoticed.
 
 The schema is an editor's first line, never the judge: `pipeline validate` is. It may accept what
 the loader refuses (a number written as text, such as `"-1"`, is checked only by the loader; so
@@ -18,10 +18,10 @@ refuse a grid the loader accepts. Never imports torch or mlflow.
 from __future__ import annotations
 
 import json
-from typing import Any, get_type_hints
+from typing import Any
 
-from pipeline.config import (AUTO, DEFAULT_MAX_REPEATS, DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, MAX_REPEATS, MIN_RUNS,
-                             PRECISIONS, SETTABLE, RunConfig, settable_keys)
+from pipeline.config import (AUTO, DATA_SIZE, DEFAULT_MAX_REPEATS, DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS,
+                             SETTABLE, SETTING_CHECKS, number_schema, settable_keys, words_schema)
 from pipeline.target import ACCURACIES, METRICS
 
 # Draft 7: the newest draft the VS Code YAML extension's language server supports.
@@ -29,79 +29,20 @@ DRAFT = "http://json-schema.org/draft-07/schema#"
 FILE_NAME = "grid.schema.json"  # beside the example grids (pipeline init writes it too)
 MODELINE = f"# yaml-language-server: $schema={FILE_NAME}"
 
-# YAML 1.1 (PyYAML, the loader) reads `1e-3` as text, and the loader turns text into a number
-# deliberately; an editor reads YAML 1.2, where it is a number. Numbers written as text are
-# accepted here, and their bounds are the loader's to check.
-NUMBER_TEXT = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
-
-
-def _any_case(word: str) -> str:
-    """A regex for `word` in any case: the loader lower-cases words (`CPU` is `cpu`), and JSON
-    Schema's regexes (ECMA 262) have no case-insensitive flag."""
-    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
-
-
-def _text(*alternatives: str) -> dict[str, Any]:
-    """A string matching one of the regexes, with the blanks around it the loader strips."""
-    return {"type": "string", "pattern": rf"^\s*({'|'.join(alternatives)})\s*$"}
-
-
-def _words(*words: str) -> dict[str, Any]:
-    return _text(*map(_any_case, words))
-
-
-def _number(minimum: float | None = None, exclusive_minimum: float | None = None,
-            maximum: float | None = None, exclusive_maximum: float | None = None,
-            integer: bool = False) -> dict[str, Any]:
-    """A number within bounds, or a number written as text (checked by the loader)."""
-    bounds = {"minimum": minimum, "exclusiveMinimum": exclusive_minimum, "maximum": maximum,
-              "exclusiveMaximum": exclusive_maximum}
-    number = {"type": "integer" if integer else "number", **{k: v for k, v in bounds.items() if v is not None}}
-    return {"anyOf": [number, {"type": "string", "pattern": NUMBER_TEXT}]}
-
-
-def _integer(minimum: int, maximum: int) -> dict[str, Any]:
-    return _number(minimum=minimum, maximum=maximum, integer=True)
-
-
 BOOLEAN = {"type": "boolean"}
 NULL = {"type": "null"}
 
-# The bounds of each grid key that is not a plain true/false: what its check in config.py accepts.
-# tests/test_schema.py probes each key with the same values through both.
-GRID_VALUES: dict[str, dict[str, Any]] = {
-    "lr": _number(exclusive_minimum=0),
-    "batch_size": _integer(1, 2**31 - 1),
-    "num_workers": _integer(0, 1024),
-    "device": _text(*map(_any_case, ("cpu", "mps", "auto")), _any_case("cuda") + r"(:\d+)?"),  # DEVICE_PATTERN
-    "epochs": _integer(1, 1_000_000),
-    "seed": _integer(0, 2**32 - 1),
-    "gpus_per_run": _number(exclusive_minimum=0),
-    "precision": _words(*PRECISIONS),
-    "weight_decay": _number(minimum=0),
-    "threads": _integer(0, 1024),
-}
-
-
-def _grid_value(name: str) -> dict[str, Any]:
-    """One grid key's value: a boolean key by its field type, any other by its bounds above."""
-    if get_type_hints(RunConfig)[name] is bool:
-        return dict(BOOLEAN)
-    if name not in GRID_VALUES:
-        raise LookupError(f"grid key {name!r} has no bounds in pipeline/schema.py GRID_VALUES; add what its "
-                          "check in config.py accepts")
-    return GRID_VALUES[name]
-
 
 def _grid_key(name: str) -> dict[str, Any]:
-    """A grid key: one value, or a non-empty list of distinct values (a scalar is a one-element list)."""
-    value = _grid_value(name)
+    """A grid key: one value, or a non-empty list of distinct values (a scalar is a one-element list).
+    The value's bounds are its check's (config.Check.schema), the check the loader runs."""
+    value = KEYS[name].check.schema()
     return {"description": KEYS[name].help, "default": [DEFAULTS[name]],
             "anyOf": [value, {"type": "array", "items": value, "minItems": 1, "uniqueItems": True}]}
 
 
 def _data() -> dict[str, Any]:
-    size = _integer(1, 2**31 - 1)
+    size = DATA_SIZE.schema()
     values = {
         "root": {"description": "Folder with the Fashion-MNIST IDX files, relative to the grid file "
                                 "(default: search).",
@@ -116,8 +57,8 @@ def _data() -> dict[str, Any]:
 
 def _target() -> dict[str, Any]:
     # An accuracy is reached at or above a threshold in (0, 1], a loss at or below one above 0.
-    thresholds = {metric: _number(exclusive_minimum=0, maximum=1) if metric in ACCURACIES else
-                  _number(exclusive_minimum=0) for metric in METRICS}
+    thresholds = {metric: number_schema(exclusive_minimum=0, maximum=1) if metric in ACCURACIES else
+                  number_schema(exclusive_minimum=0) for metric in METRICS}
     return {"description": "Time each run to this quality: one metric and its threshold, e.g. {test_accuracy: 0.85}.",
             "anyOf": [{"type": "object", "properties": thresholds, "additionalProperties": False,
                        "minProperties": 1, "maxProperties": 1}, NULL]}
@@ -138,14 +79,14 @@ def _top_level() -> dict[str, dict[str, Any]]:
                                       "from it.", "default": False, **BOOLEAN},
         "repeats": {"description": "Train each point N times, interleaved; or auto: rounds until every speedup "
                                    "is clear.", "default": 1,
-                    "anyOf": [_integer(1, MAX_REPEATS), _words(AUTO)]},
+                    "anyOf": [SETTING_CHECKS["repeats"].schema(), words_schema(AUTO)]},
         "max_repeats": {"description": "With repeats: auto, the most rounds.", "default": DEFAULT_MAX_REPEATS,
-                        "anyOf": [_integer(MIN_RUNS, MAX_REPEATS), NULL]},
+                        "anyOf": [SETTING_CHECKS["max_repeats"].schema(), NULL]},
         "half_width": {"description": "With repeats: auto, also stop once every speedup's 95% interval is within "
                                       "this share of its estimate.",
-                       "anyOf": [_number(exclusive_minimum=0, exclusive_maximum=1), NULL]},
+                       "anyOf": [SETTING_CHECKS["half_width"].schema(), NULL]},
         "quality_margin": {"description": "The test accuracy (absolute) a faster setting may lose and still win.",
-                           "default": DEFAULT_QUALITY_MARGIN, **_number(minimum=0, exclusive_maximum=1)},
+                           "default": DEFAULT_QUALITY_MARGIN, **SETTING_CHECKS["quality_margin"].schema()},
         "target": _target(),
         "stop_at_target": {"description": "End each run at the epoch that reaches the target (epochs is the cap).",
                            "default": False, **BOOLEAN},
@@ -177,8 +118,8 @@ def grid_schema() -> dict[str, Any]:
         "properties": _top_level(),
         "additionalProperties": False,
         # The rules between top-level keys that the loader checks, so far as JSON Schema says them.
-        "allOf": [_requires("max_repeats", {"not": NULL}, "repeats", _words(AUTO)),
-                  _requires("half_width", {"not": NULL}, "repeats", _words(AUTO)),
+        "allOf": [_requires("max_repeats", {"not": NULL}, "repeats", words_schema(AUTO)),
+                  _requires("half_width", {"not": NULL}, "repeats", words_schema(AUTO)),
                   _requires("stop_at_target", {"const": True}, "target", {"type": "object"})],
     }
 

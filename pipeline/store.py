@@ -1,7 +1,9 @@
 """Tracking stores: which URI, whether it answers, opening a client that retries, and where local files go.
 
-Nothing here changes process-wide state except `configure_process`, which only the CLI entry (and
-a Ray worker, the entry of its own process) calls.
+Two things here change process-wide state, each for a block only and put back after it:
+`process_settings` (MLflow's HTTP retries and loggers, for a command, an API call or a Ray task)
+and `fluent_target` (MLflow's fluent API aimed at one store, for the one call that has no client
+form: logging a model, sampling system metrics, registering, loading a model).
 """
 
 from __future__ import annotations
@@ -183,20 +185,43 @@ def experiment_name_problem(name: str) -> str | None:
     return None
 
 
-def configure_process() -> None:
-    """Process-wide settings for a `pipeline` process: short HTTP retries (ours come on top) and
-    quiet MLflow loggers. Called once by the CLI entry; values the user set in the environment win."""
-    for key, value in {**_HTTP_DEFAULTS, **_QUIET}.items():
-        os.environ.setdefault(key, value)
+# MLflow's loggers that print what users need not read, and the level each is raised to.
+_QUIET_LOGGERS = {
     # A new sqlite store prints a page of alembic migration INFO lines; users need none of them.
-    for name in ("alembic", "mlflow.tracking._tracking_service.client", "mlflow.system_metrics"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    "alembic": logging.WARNING,
+    "mlflow.tracking._tracking_service.client": logging.WARNING,
+    "mlflow.system_metrics": logging.WARNING,
     # ... nor a page per retry while a database store is unreachable: the error says it in one line.
     # (MLflow logs each failed database call at ERROR with its traceback before raising it to us.)
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-    logging.getLogger("mlflow.pytorch").addFilter(_DropPickleWarning())
+    "mlflow.store.db.utils": logging.CRITICAL,
     # Ray announces on every start that token authentication is on when a token exists: not news.
-    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    "ray._private.authentication.authentication_token_setup": logging.ERROR,
+}
+
+
+@contextlib.contextmanager
+def process_settings():
+    """The settings a sweep runs under, for the block, then put back as they were: short HTTP
+    retries (ours come on top), no URL printed after each run, and quiet MLflow loggers. Values the
+    user set in the environment win. The one configuration path of every entry: the CLI holds it
+    for the command (cli.main), `pipeline.api` for the call, a Ray task for the task, so that an
+    outage reads the same whichever started the sweep. (MLflow reads these settings only from the
+    environment and its loggers: there is no per-client setting.)"""
+    added = [key for key in {**_HTTP_DEFAULTS, **_QUIET} if key not in os.environ]
+    os.environ.update({key: {**_HTTP_DEFAULTS, **_QUIET}[key] for key in added})
+    levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    for name, level in _QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(max(level, logging.getLogger(name).level))
+    pickle_warning = _DropPickleWarning()
+    logging.getLogger("mlflow.pytorch").addFilter(pickle_warning)
+    try:
+        yield
+    finally:
+        logging.getLogger("mlflow.pytorch").removeFilter(pickle_warning)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        for key in added:
+            os.environ.pop(key, None)
 
 
 class _DropPickleWarning(logging.Filter):
@@ -647,16 +672,19 @@ class Retrying:
 
 
 @contextlib.contextmanager
-def fluent_target(uri: str, experiment_id: str):
-    """MLflow's fluent APIs aimed at this store and experiment for the duration of one call, then
-    restored: logging a model and sampling system metrics (tracking.py) go through them, and
-    registering a model version resolves its `models:/m-...` source through them."""
+def fluent_target(uri: str, experiment_id: str | None = None):
+    """MLflow's fluent APIs aimed at this store (and experiment, when given) for the duration of
+    one call, then restored: logging a model and sampling system metrics (tracking.py) go through
+    them, registering a model version resolves its `models:/m-...` source through them, and
+    loading a model (predict) resolves `runs:/` and `models:/` URIs through them. These have no
+    form that takes a client or a URI."""
     import mlflow
 
     previous_uri = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
     previous_experiment = os.environ.get("MLFLOW_EXPERIMENT_ID")
     mlflow.set_tracking_uri(uri)
-    os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
+    if experiment_id is not None:
+        os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
     try:
         yield
     finally:

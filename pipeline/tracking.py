@@ -214,13 +214,11 @@ class Tracker:
             if not chosen:
                 mlflow.set_system_metrics_sampling_interval(None)
 
-    def ui(self, parent_run_id: str | None = None) -> tuple[str, str]:
-        """The command that starts the UI on this store, and the page to open: the sweep's saved
-        view when `parent_run_id` has one, else the experiment's runs."""
-        from pipeline import view
-
-        command, url = ui_hint(self.uri, self.experiment_id)  # printed: masked
-        return redact(command), redact(view.page(url, parent_run_id) if parent_run_id else url)
+    def ui(self) -> tuple[str, str]:
+        """The command that starts the UI on this store, and the experiment's runs page, as printed
+        (masked); the reporter turns the page into a sweep's saved view (view.page)."""
+        command, url = ui_hint(self.uri, self.experiment_id)
+        return redact(command), redact(url)
 
 
 SYSTEM_METRICS_INTERVAL_S = 2.0  # MLflow's default is 10 s: most runs here are shorter

@@ -21,8 +21,8 @@ beside the panel. The saved view is applied only when the URL has `viewStateShar
 the search parameters (searchFilter, orderByKey, ...). Applying it writes those into the URL, so
 after a run page and Back the filter and sort stay but the view's columns and charts are not applied
 again: both descriptions link to the view, one click restores it. Run colours are the run tag
-`mlflow.runColor`, which the UI reads and writes; each setting gets its own (COLOURS), the same as in
-the PNG charts. A group row (a setting with repeats) takes the colour the UI derives from its name.
+`mlflow.runColor`, which the UI reads and writes; each setting gets its own (palette.py), the same
+as in the PNG charts. A group row (a setting with repeats) takes the colour the UI derives from its name.
 
 The saved view has no public API: its format is what MLflow's UI bundle writes and reads, checked
 on the versions in VERIFIED_UI. On any other MLflow the view is not written and the printed link
@@ -40,9 +40,13 @@ import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from pipeline.compare import SUMMARY, pick, ranks_on_target, run_order
 from pipeline.names import (FINAL_ACCURACY, RANK, SETTING_ACCURACY, SETTING_IMAGES, SETTING_RUNS,
                             SETTING_STEADY_EPOCH, SETTING_TO_TARGET, STEADY_EPOCH, STEADY_IMAGES, TAG_GRID_FILE,
                             TAG_GRID_SIZE, TAG_SETTING, TAG_VERDICT)
+from pipeline.palette import colours
+from pipeline.sentences import claims, headline, notes, short_verdict, speedup_lines
+from pipeline.tables import markdown, speedup_columns, spread
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
 VERIFIED_UI = ((3, 17),)
@@ -66,19 +70,6 @@ REPORT = "report.html"  # the sweep's shareable report (html_report.py), on the 
 EPOCH_CHART = "comparison/epoch_duration.png"
 DATASET_COLUMN = "attributes.`Dataset`"  # the UI's key for its Datasets column (its default view shows it)
 RUN_COLOR_TAG = "mlflow.runColor"  # the UI's own run colour; internal, no public API (VERIFIED_UI)
-# One colour per setting, in the UI and in the PNG charts: matplotlib's tab20, strong shades first.
-COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
-           "#dbdb8d", "#9edae5")
-
-
-def colours(comparison: "Comparison") -> list[str]:
-    """Each setting's colour, one per row of the comparison's table: by the order of their names, so
-    that a setting keeps its colour whichever way a table is sorted or a store returns its runs (the
-    PNGs of the sweep's end and the UI after a later `pipeline compare` agree). They repeat after 20."""
-    labels = comparison.labels()
-    rank = {label: i for i, label in enumerate(sorted(set(labels)))}
-    return [COLOURS[rank[label] % len(COLOURS)] for label in labels]
 
 
 def view_id(parent_run_id: str) -> str:
@@ -240,20 +231,16 @@ _MARKDOWN_SPECIAL = set("\\[]*_>|")
 
 
 def verdict_lines(comparison: "Comparison") -> list[str]:
-    """The verdict (compare.headline) as description lines: one claim a line, in bold."""
-    from pipeline.compare import headline
-
+    """The verdict (sentences.headline) as description lines: one claim a line, in bold."""
     return [f"**{markdown_text(line)}**  " for line in headline(comparison)]
 
 
 def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> str:
-    """The parent run's description: the verdict first (compare.headline), what happened, the links
+    """The parent run's description: the verdict first (sentences.headline), what happened, the links
     to its children's view and to its report, the speed-vs-accuracy and epoch-time charts, a compact
     results table (one row per setting: its steady-state epoch time with the interquartile range,
     speedups with their 95% intervals, test accuracy), the speedup lines and notes."""
     import pandas as pd
-
-    from pipeline.compare import markdown, speedup_columns, spread
 
     t = comparison.table
     lines = verdict_lines(comparison)
@@ -281,7 +268,7 @@ def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> s
         lines += [markdown_text(f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state "
                                 "when a run had 2+ epochs); speedups with their 95% interval over the runs (none "
                                 "below 2 runs a side), (n.s.) where it includes no difference."), "", markdown(frame)]
-        lines += [f"- {markdown_text(line)}" for line in comparison.speedups + comparison.notes]
+        lines += [f"- {markdown_text(line)}" for line in speedup_lines(comparison) + notes(comparison)]
     return "\n".join(lines) + "\n"
 
 
@@ -293,11 +280,9 @@ def artifact_url(run_id: str, path: str) -> str:
 def experiment_note(comparison: "Comparison", grid_file: str, axes: "Sequence[tuple[str, tuple]]",
                     view_link: str | None = None, model_link: str | None = None) -> str:
     """The experiment's description, which the UI shows above its runs folded to its first line: that
-    line is its latest sweep's verdict in short (compare.short_verdict) with the links to the best
+    line is its latest sweep's verdict in short (sentences.short_verdict) with the links to the best
     setting's model (`model_link`), the sweep's view (`view_link`, where one was written) and its
     report; then each claim of the verdict a line, what the grid sweeps and how to run it again."""
-    from pipeline.compare import short_verdict
-
     sweep = comparison.sweep
     swept = ", ".join(f"`{key}` {list(values)}" for key, values in axes) or "the default settings"
     links = [f"[its model]({model_link})"] if model_link and supported() else []
@@ -329,9 +314,7 @@ def _report_link(experiment_id: str, parent_run_id: str, words: str) -> str:
 def model_page(client, comparison: "Comparison") -> str | None:
     """The UI's page of the best setting's model (compare.pick's run's logged model), relative to the
     UI; None where there is no best (speed withheld) or its run logged no model."""
-    from pipeline.compare import BEST, pick
-
-    best = pick(comparison, BEST)
+    best = pick(comparison)
     if best is None:
         return None
     outputs = client.get_run(best.run_id).outputs
@@ -439,8 +422,6 @@ def setting_figures(comparison: "Comparison") -> list[dict[str, float]]:
     """Each setting's figures as its runs carry them (names.SETTING_*), one dict per row of the
     comparison's table: the table's own numbers, so the UI's rows equal `pipeline compare`'s. A figure
     the setting lacks (speed withheld, a target missed) is left out."""
-    from pipeline.compare import ranks_on_target
-
     rows = []
     for _, row in comparison.table.iterrows():
         figures = {SETTING_STEADY_EPOCH: row[STEADY_EPOCH], SETTING_IMAGES: row[STEADY_IMAGES],
@@ -477,8 +458,6 @@ def _mark_children(client, comparison: "Comparison") -> None:
     from its history, compare.run_summary), and on a verified MLflow its setting's colour
     (RUN_COLOR_TAG). Only what differs is written: a sweep published again as it was writes nothing."""
     from mlflow.entities import Metric, RunTag
-
-    from pipeline.compare import SUMMARY, claims, run_order
 
     now = int(time.time() * 1000)
     children = {run.run_id: run for run in comparison.sweep.children}

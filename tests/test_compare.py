@@ -19,13 +19,15 @@ from PIL import Image
 from conftest import isolated, new_store
 from pipeline import charts, names
 from pipeline.cli import main
-from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, render
+from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build
 from pipeline.config import load_grid
+from pipeline.palette import colours
 from pipeline.records import read_sweep
 from pipeline.report import Reporter
 from pipeline.runner import Options, run_grid
+from pipeline.sentences import notes, speedup_lines
+from pipeline.tables import render
 from pipeline.timing import histories_of
-from pipeline.view import colours
 from synthetic_sweeps import Run, jittered, write_sweep
 
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
@@ -90,7 +92,7 @@ def test_rows_speedups_and_shares(sweep_store):
         (spent,) = [m.value for m in client.get_metric_history(cpu.info.run_id, f"{bucket}_time_s") if m.step == 2]
         assert ref[f"{bucket}_share"] == pytest.approx(spent / history[1].value)
     assert 0 < ref[["data_share", "transfer_share", "compute_share"]].sum() <= 1.01
-    (line,) = comparison.speedups
+    (line,) = speedup_lines(comparison)
     assert line.startswith("batch_size=128: cuda:0 4.00x faster (n too small (1 run))") and "vs cpu" in line
     assert line.endswith("timed on epoch 2")
 
@@ -243,7 +245,7 @@ def test_energy_is_measured_or_absent_with_the_reason(sweep_store):
     history = client.get_metric_history(cpu.info.run_id, "energy_j")
     assert cpu.data.tags["pipeline.energy"] == source
     if source.startswith("not measured"):
-        assert history == [] and any(source in note for note in comparison.notes)
+        assert history == [] and any(source in note for note in notes(comparison))
     else:
         assert len(history) == 2 and all(m.value > 0 for m in history)
 
@@ -263,8 +265,9 @@ def test_an_energy_counter_that_did_not_advance_is_unknown_not_free():
     rows = comparison.table.set_index("run_ids")
     assert math.isnan(rows.loc["brief", "energy_j"]) and math.isnan(rows.loc["brief", "images_per_j"])
     assert rows.loc["some", "energy_j"] == 20.5 and rows.loc["some", "images_per_j"] == pytest.approx(60000 / 20.5)
-    assert [note for note in comparison.notes if note.startswith("energy of brief:")], comparison.notes
-    assert not [note for note in comparison.notes if "some" in note.split(":")[0]]
+    said = notes(comparison)
+    assert [note for note in said if note.startswith("energy of brief:")], said
+    assert not [note for note in said if "some" in note.split(":")[0]]
 
 
 def test_repeats_are_one_row_with_the_median_and_iqr_of_their_steady_epochs():
@@ -489,8 +492,8 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
     the figures come first, and nothing is dropped."""
     from rich.console import Console
 
-    from pipeline.compare import display_frame
     from pipeline.report import comparison_tables
+    from pipeline.tables import display_frame
 
     _, comparison = eight
     console = Console(width=width, file=io.StringIO(), highlight=False)
@@ -518,7 +521,7 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
 def test_compare_fits_an_80_column_terminal(eight, wide):
     """The real command at COLUMNS=80: the same guarantees as above, as a user's terminal shows it, up
     to the UI's link (never wrapped, so that it can be pasted)."""
-    from pipeline.compare import display_frame
+    from pipeline.tables import display_frame
 
     uri, comparison = eight
     args = ["compare", "--tracking-uri", uri, *(["--wide"] if wide else [])]

@@ -1,8 +1,9 @@
 """The compile axis: torch.compile of the model, compiling timed on its own, twins against eager.
 
 These compile for real with inductor (C++ on the CPU). Compiling is the slow part (about a minute
-cold on 2 cores), so the tests share one dataset and batch size: the first pays the cold compile,
-the others find the same kernels in inductor's on-disk cache.
+cold on 2 cores), so the tests that compile are `slow` (`make test-slow`) and share one dataset and
+batch size: the first pays the cold compile, the others find the same kernels in inductor's on-disk
+cache. What needs no compiling (planning, refusals, reading old runs) runs in `make test`.
 """
 
 from __future__ import annotations
@@ -30,21 +31,26 @@ def small(tmp_path_factory):
     return make_idx(tmp_path_factory.mktemp("small"), n_train=150, n_test=100)
 
 
+@pytest.mark.slow
 def test_compiling_happens_before_epoch_1_at_every_shape_the_run_uses(small):
     """The warm-up compiles the full and the last training batch and the evaluation batch; the
-    epochs compile nothing."""
-    from torch._dynamo.utils import counters
-
+    epochs compile nothing: from the first epoch on, the compiler's public stance
+    "fail_on_recompile" turns any compiling into an error."""
     dataset = load(small)
-    graphs = {}
+    stances = []
 
-    class Count(Hooks):
+    class NoCompilingInTheEpochs(Hooks):
         def before_training(self, one_off):
-            graphs["before"] = counters["stats"]["unique_graphs"]
+            stances.append("fail_on_recompile")
+            torch.compiler.set_stance("fail_on_recompile")
 
     config = RunConfig(batch_size=100, epochs=2, device="cpu")
-    compiled = fit(dataclasses.replace(config, compile=True), dataset, torch.device("cpu"), Count())
-    assert counters["stats"]["unique_graphs"] == graphs["before"] > 0  # nothing compiled after the warm-up
+    try:
+        compiled = fit(dataclasses.replace(config, compile=True), dataset, torch.device("cpu"),
+                       NoCompilingInTheEpochs())
+    finally:
+        torch.compiler.set_stance("default")
+    assert stances == ["fail_on_recompile"]  # the epochs ran under it
     assert compiled.one_off["compile_s"] > 0 and "warmup_s" not in compiled.one_off
     eager = fit(config, dataset, torch.device("cpu"))
     assert "compile_s" not in eager.one_off and eager.warmup_s > 0
@@ -54,6 +60,20 @@ def test_compiling_happens_before_epoch_1_at_every_shape_the_run_uses(small):
     assert set(compiled.model.state_dict()) == set(eager.model.state_dict())
 
 
+def test_a_warm_up_that_misses_a_shape_is_caught_by_the_stance(small):
+    """The check above can fail: a compiled function met at a shape it was not compiled for, under
+    "fail_on_recompile", raises instead of compiling quietly."""
+    function = torch.compile(lambda x: x * 2, dynamic=False, backend="eager")
+    function(torch.ones(3))
+    try:
+        torch.compiler.set_stance("fail_on_recompile")
+        with pytest.raises(Exception, match="(?i)recompil"):
+            function(torch.ones(4))
+    finally:
+        torch.compiler.set_stance("default")
+
+
+@pytest.mark.slow
 def test_a_compile_sweep_reports_compile_time_apart_and_compares_with_eager(write_grid, small, tracking_uri):
     out = invoke("run", str(write_grid(GRID)), "--tracking-uri", tracking_uri, "--data-dir", str(small))
     assert out.exit_code == 0, out.output
@@ -75,21 +95,27 @@ def test_a_compile_sweep_reports_compile_time_apart_and_compares_with_eager(writ
     assert re.search(r"compile=true \d+\.\d\dx (faster|slower)", table), table
 
 
+@pytest.mark.slow
 def test_a_compile_failure_fails_that_run_only(write_grid, small, tracking_uri, tmp_path):
     """A C++ compiler that answers --version but cannot build (as when Python's headers are
-    missing) fails the compiled point with the reason; the eager point after it trains."""
-    import torch._inductor.config as inductor
+    missing) fails the compiled point with the reason; the eager point after it trains. Inductor
+    takes its compiler from $CXX; TORCHINDUCTOR_FX_GRAPH_CACHE=0, else kernels cached by the other
+    tests need no compiler."""
+    import os
+    import subprocess
+    import sys
 
     fake = tmp_path / "broken-c++"
     fake.write_text('#!/bin/sh\n[ "$1" = --version ] && exec g++ --version\n'
                     'echo "fatal error: Python.h: No such file or directory" >&2\nexit 1\n')
     fake.chmod(0o755)
     grid = GRID.replace("[false, true]", "[true, false]").replace("[2]", "[1]")
-    # fx_graph_cache off: else kernels cached by the other tests need no compiler
-    with inductor.patch({"cpp.cxx": (str(fake),), "fx_graph_cache": False}):
-        out = invoke("run", str(write_grid(grid)), "--tracking-uri", tracking_uri, "--data-dir", str(small))
-    assert out.exit_code == 1, out.output
-    text = " ".join(out.output.split())
+    env = {**os.environ, "CXX": str(fake), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
+    out = subprocess.run([sys.executable, "-m", "pipeline", "run", str(write_grid(grid)), "--tracking-uri",
+                          tracking_uri, "--data-dir", str(small)], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    assert out.returncode == 1, out.stdout
+    text = " ".join(out.stdout.split())
     assert "torch.compile failed" in text and "set compile: false" in text
     client = mlflow.MlflowClient(tracking_uri)
     runs = {r.info.run_name: r.info.status for r in client.search_runs(
@@ -112,7 +138,8 @@ def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid, mo
 
 def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged():
     """A run made before `compile` existed is the eager twin; boolean params are logged lower-case."""
-    from pipeline.compare import build, display_frame
+    from pipeline.compare import build
+    from pipeline.tables import display_frame
     from pipeline.records import RunRecord, SweepRecord
 
     def run(run_id, seconds, **params):

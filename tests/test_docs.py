@@ -213,23 +213,27 @@ def test_every_relative_link_resolves():
 
 # --- sample output: run the command, compare the whole output -------------------------------------
 #
-# Every ```console block of the pages a newcomer reads first is a sample: each `$ pipeline ...` line
-# is run here, in a fresh folder, and the lines under it must be its output, every line of it. Only
-# what changes from run to run is normalised before comparing (VOLATILE below): run ids, durations
-# and throughputs, the folder it ran in, and which of two equally accurate settings the clock made
-# the fastest. Table columns, notes and the verdict's words are compared as they are; losses and
-# accuracies within 0.01 (LEARNED_TOLERANCE: another CPU's rounding). PIPELINE_UPDATE_DOCS=1
-# writes each block that differs from this run's output (its paths made the reader's), so that a
-# sample is never pasted by hand:
+# Every ```console block of every page (PAGES: the README and docs/**/*.md) is a sample: each
+# `$ pipeline ...` line is run here, in a fresh folder, and the lines under it must be its output,
+# every line of it. A command that needs something in place first (a grid file the page shows, a
+# store holding sweeps, a read-only folder) has its preparation in PREPARATIONS, keyed by the
+# command, and builds what the page describes; any other command runs in the bare folder, as a
+# reader's first try would. Only what changes from run to run is normalised before comparing
+# (VOLATILE below): run ids, durations and throughputs, the folder it ran in, and which of two
+# equally accurate settings the clock made the fastest. Table columns, notes and the verdict's words
+# are compared as they are; losses and accuracies within 0.01 (LEARNED_TOLERANCE: another CPU's
+# rounding). PIPELINE_UPDATE_DOCS=1 writes each block that differs from this run's output (its paths
+# made the reader's), so that a sample is never pasted by hand:
 #
 #     PIPELINE_UPDATE_DOCS=1 python -m pytest tests/test_docs.py -k sample
 
 import difflib  # noqa: E402
 import shutil  # noqa: E402
+import socket  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 
 from conftest import REAL_DATA  # noqa: E402
 
-SAMPLE_PAGES = [REPO / "README.md", REPO / "docs" / "getting-started.md", REPO / "docs" / "index.md"]
 UPDATE = os.environ.get("PIPELINE_UPDATE_DOCS") == "1"
 # What a reader sees in place of the folder the test ran in and of this interpreter's folder: a
 # checkout in their home folder, with the virtual environment `make setup` creates.
@@ -254,7 +258,7 @@ def console_samples(text: str) -> list[tuple[int, str, str]]:
     return samples
 
 
-SAMPLES = [(page, *sample) for page in SAMPLE_PAGES for sample in console_samples(page.read_text(encoding="utf-8"))]
+SAMPLES = [(page, *sample) for page in PAGES for sample in console_samples(page.read_text(encoding="utf-8"))]
 
 
 def reader_paths(output: str, folder: Path) -> str:
@@ -349,20 +353,127 @@ def same_but_for_the_clock(page: list[str], fresh: list[str]) -> bool:
     return fastest[0] != fastest[1] and _same_lines(_fold_clock(page), _fold_clock(fresh))
 
 
+# --- what a sample's command needs in place -------------------------------------------------------
+#
+# A preparation builds, in the folder a sample runs in, what its page says is there before the
+# command runs, and undoes on leaving what would outlive the folder (a mount). It yields its
+# stand-ins: a path the page shows -> the path made here to be it; the command runs with the
+# second and its output is read back with the first, as the test's folder is read as READER_FOLDER.
+# Where this machine cannot make the situation, it skips the sample and says why.
+Preparation = Callable[[Path, str, int], contextlib.AbstractContextManager[dict[str, str]]]
+
+
+def file_shown_above(text: str, line: int, name: str) -> str:
+    """The file `name` as the page shows it before `line`: the nearest ```yaml block above whose
+    first line is `# NAME`, that comment included."""
+    shown = None
+    for match in FENCE.finditer(text):
+        if text[:match.start()].count("\n") + 1 >= line:
+            break
+        if match.group(1) == "yaml" and match.group(2).startswith(f"# {name}\n"):
+            shown = match.group(2)
+    assert shown is not None, f"line {line} runs a command on {name}: show it above, in a ```yaml block headed `# {name}`"
+    return shown
+
+
+def _the_file_shown_above(name: str) -> Preparation:
+    @contextlib.contextmanager
+    def prepare(folder: Path, text: str, line: int) -> Iterator[dict[str, str]]:
+        (folder / name).write_text(file_shown_above(text, line, name), encoding="utf-8")
+        yield {}
+
+    return prepare
+
+
+@contextlib.contextmanager
+def _the_nightly_sweeps(folder: Path, text: str, line: int) -> Iterator[dict[str, str]]:
+    """What docs/comparing.md says its gate sample compares, in ./mlflow.db: synthetic timings, 4
+    runs a point; the baseline nightly-base at batch sizes 128, 256 and 512 (1.0, 0.8 and 0.7 s an
+    epoch), and nightly with 128 made 12% slower and no 512."""
+    import numpy as np
+
+    from pipeline import names
+    from synthetic_sweeps import Run, jittered, write_sweep
+
+    rng = np.random.default_rng(12)
+
+    def runs(points: list[tuple[str, float]]) -> list[Run]:
+        return [Run(jittered(seconds, 4, rng), params={"batch_size": batch_size, names.REPEAT: str(repeat)})
+                for batch_size, seconds in points for repeat in range(1, 5)]
+
+    store = f"sqlite:///{folder / 'mlflow.db'}"
+    write_sweep(store, "nightly-base", runs([("128", 1.0), ("256", 0.8), ("512", 0.7)]))
+    write_sweep(store, "nightly", runs([("128", 1.12), ("256", 0.8)]))
+    yield {}
+
+
+@contextlib.contextmanager
+def _nothing_listening_on_5000(folder: Path, text: str, line: int) -> Iterator[dict[str, str]]:
+    """The page's server at 127.0.0.1:5000 is one that is not running: where something listens on
+    that port here (a developer's own server), the command would reach it, so the sample is skipped."""
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        listening = probe.connect_ex(("127.0.0.1", 5000)) == 0
+    if listening:
+        pytest.skip("something listens on 127.0.0.1:5000 on this machine; the sample shows no server there")
+    yield {}
+
+
+def _quietly(command: list[str]) -> bool:
+    """Whether `command` (mount, umount) succeeded; False where it is missing or refused."""
+    try:
+        return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@contextlib.contextmanager
+def _a_read_only_mount(folder: Path, text: str, line: int) -> Iterator[dict[str, str]]:
+    """The page's /mnt/ro, a read-only mount: a read-only tmpfs mounted at ./ro, as root. (Root
+    ignores file modes; for anyone else a folder of mode 555 is refused too, but as "Permission
+    denied", not the page's "Read-only file system", so the sample is skipped there.)"""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root here; a mode-555 folder prints Permission denied, not the "
+                    "page's Read-only file system")
+    mount_point = folder / "ro"
+    mount_point.mkdir()
+    if not _quietly(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)]):
+        pytest.skip("mount is refused here (a container without the capability): no read-only folder can be made")
+    try:
+        yield {"/mnt/ro": str(mount_point)}
+    finally:
+        _quietly(["umount", "-l", str(mount_point)])
+
+
+# Keyed by the command as the page shows it. A command not here runs in the bare folder.
+PREPARATIONS: dict[str, Preparation] = {
+    "pipeline validate my.yaml": _the_file_shown_above("my.yaml"),
+    "pipeline compare --experiment nightly --baseline nightly-base --fail-if-slower 5 --format markdown":
+        _the_nightly_sweeps,
+    "pipeline run experiments/quickstart.yaml --tracking-uri http://127.0.0.1:5000": _nothing_listening_on_5000,
+    "pipeline run experiments/quickstart.yaml --tracking-uri sqlite:////mnt/ro/mlflow.db": _a_read_only_mount,
+}
+
+
+# --- running a sample ------------------------------------------------------------------------------
+
 _OUTPUTS: dict[str, str] = {}
 
 
-def run_sample(command: str, folder: Path, store_template: Path) -> str:
-    """What `command` prints, stdout and stderr as a terminal interleaves them, run as a reader runs
-    it from a checkout: `experiments/` beside it, the store ./mlflow.db. One run per command."""
-    if command in _OUTPUTS:
-        return _OUTPUTS[command]
-    words = shlex.split(command)
-    assert words, "output under no `$ ` command: a console block opens with the command that prints it"
-    assert words[0] == "pipeline", f"{command}: only `pipeline` commands are run as samples"
+def reader_checkout(folder: Path, store_template: Path) -> None:
+    """`folder` as a reader's checkout is before their first command: `experiments/` in it, and the
+    store ./mlflow.db, migrated and empty as a first run leaves it (which saves MLflow's ~5 s of
+    schema creation)."""
     (folder / "experiments").symlink_to(REPO / "experiments")
-    # A migrated empty store, as a first run leaves it, saves MLflow's ~5 s of schema creation.
     shutil.copy(store_template, folder / "mlflow.db")
+
+
+def run_command(command: str, folder: Path, stand_ins: dict[str, str]) -> str:
+    """What `command` prints in `folder`, stdout and stderr as a terminal interleaves them, with
+    the page's paths for their stand-ins and the reader's for this folder and interpreter."""
+    for shown, made in stand_ins.items():
+        command = command.replace(shown, made)
+    words = shlex.split(command)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            # One torch thread: the losses and accuracies depend on the thread count, and one keeps a
            # sample the same under `make test`'s two workers and alone.
@@ -371,8 +482,39 @@ def run_sample(command: str, folder: Path, store_template: Path) -> str:
            "PIPELINE_CONTENDED_SHARE": "1"}
     done = subprocess.run([sys.executable, "-m", "pipeline", *words[1:]], cwd=folder, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
-    _OUTPUTS[command] = reader_paths(done.stdout, folder)
-    return _OUTPUTS[command]
+    output = done.stdout
+    for shown, made in stand_ins.items():
+        output = output.replace(made, shown)
+    return reader_paths(output, folder)
+
+
+def sample_output(text: str, line: int, command: str, folder: Path, store_template: Path,
+                  prepare: Preparation | None) -> str:
+    """What the sample's `command` (at `line` of the page `text`) prints, run as a reader runs it
+    from a checkout, after `prepare` built what the page says is in place. A command with nothing to
+    prepare runs once (the quickstart's sweep is on two pages); a prepared one each time."""
+    words = shlex.split(command)
+    assert words, "output under no `$ ` command: a console block opens with the command that prints it"
+    assert words[0] == "pipeline", f"{command}: only `pipeline` commands are run as samples"
+    if prepare is None and command in _OUTPUTS:
+        return _OUTPUTS[command]
+    reader_checkout(folder, store_template)
+    with (prepare or (lambda *_: contextlib.nullcontext({})))(folder, text, line) as stand_ins:
+        output = run_command(command, folder, stand_ins)
+    if prepare is None:
+        _OUTPUTS[command] = output
+    return output
+
+
+def sample_difference(where: str, command: str, shown: str, output: str) -> str | None:
+    """None when `output` is the sample `shown` but for what changes between runs; else their diff
+    (normalised, - page, + now)."""
+    expected, got = volatile(shown), volatile(output)
+    if same_but_for_the_clock(expected, got):
+        return None
+    if any(text.startswith("Fastest: ") for text in expected) != any(text.startswith("Fastest: ") for text in got):
+        expected, got = _fold_clock(expected), _fold_clock(got)  # the clock's call is no difference
+    return "\n".join(difflib.unified_diff(expected, got, where, command, lineterm=""))
 
 
 def rewrite(page: Path, command: str, old: str, new: str) -> None:
@@ -389,22 +531,42 @@ def test_the_first_pages_hold_samples():
     assert ("getting-started.md", "pipeline validate experiments/quickstart.yaml") in shown
 
 
+def test_every_preparation_is_for_a_sample_a_page_shows():
+    assert sorted(set(PREPARATIONS) - {command for _, _, command, _ in SAMPLES}) == []
+
+
 @pytest.mark.skipif(not REAL_DATA.is_dir(), reason="the samples train on the real Fashion-MNIST")
 @pytest.mark.parametrize("page, line, command, shown", SAMPLES,
-                         ids=[f"{page.name}:{line}" for page, line, _, _ in SAMPLES])
+                         ids=[f"{page.relative_to(REPO)}:{line}" for page, line, _, _ in SAMPLES])
 def test_each_sample_is_what_its_command_prints(page, line, command, shown, tmp_path, _store_template):
-    output = run_sample(command, tmp_path, _store_template)
-    expected, got = volatile(shown), volatile(output)
-    if same_but_for_the_clock(expected, got):
+    output = sample_output(page.read_text(encoding="utf-8"), line, command, tmp_path, _store_template,
+                           PREPARATIONS.get(command))
+    difference = sample_difference(f"{page.name}:{line}", command, shown, output)
+    if difference is None:
         return
     if UPDATE:
         rewrite(page, command, shown, output)
         return
-    if any(text.startswith("Fastest: ") for text in expected) != any(text.startswith("Fastest: ") for text in got):
-        expected, got = _fold_clock(expected), _fold_clock(got)  # the clock's call is no difference
-    diff = "\n".join(difflib.unified_diff(expected, got, f"{page.name}:{line}", command, lineterm=""))
     pytest.fail(f"{page.relative_to(REPO)}:{line}: `{command}` prints something else (normalised, - page, "
-                f"+ now):\n{diff}\nPIPELINE_UPDATE_DOCS=1 rewrites the block from a real run.")
+                f"+ now):\n{difference}\nPIPELINE_UPDATE_DOCS=1 rewrites the block from a real run.")
+
+
+@pytest.mark.parametrize("prepared, page_says, same", [
+    (True, "as it is", True),
+    (False, "as it is", False),  # no my.yaml: the command prints "no such grid file"
+    (True, "with another key", False),  # a page that says something the command does not print
+])
+def test_a_sample_is_checked_against_a_real_run(prepared, page_says, same, tmp_path, _store_template):
+    """docs/troubleshooting.md's refused grid: its sample holds only with my.yaml written from the
+    page, and only with the output the command prints."""
+    page = REPO / "docs" / "troubleshooting.md"
+    [(line, command, shown)] = [(line, command, shown) for where, line, command, shown in SAMPLES
+                                if where == page and command == "pipeline validate my.yaml"]
+    if page_says == "with another key":
+        shown = shown.replace("did you mean 'batch_size'", "did you mean 'lr'")
+    output = sample_output(page.read_text(encoding="utf-8"), line, command, tmp_path, _store_template,
+                           PREPARATIONS[command] if prepared else None)
+    assert (sample_difference(page.name, command, shown, output) is None) is same, output
 
 
 # The two verdicts the quickstart's runs print, the clock deciding which (a row of the table below each).

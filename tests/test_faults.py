@@ -420,6 +420,7 @@ def test_zero_training_images_are_refused_before_any_run(world, tmp_path):
     assert _runs(copy["uri"]) == before
 
 
+@pytest.mark.slow  # one of the longest (30-50 s on 2 cores): make test-slow
 def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_path):
     """The store, its artifacts and the results file on a 16 MB disk that fills up during the second
     point (tests/ending_pipeline.py writes a filler until ENOSPC): the sweep stops with the reason,
@@ -491,6 +492,7 @@ def test_register_given_a_grid_point_for_a_sweep_names_its_sweep(world):
             watched=(world["home"],)).check(world["home"])
 
 
+@pytest.mark.slow  # one of the longest (30-50 s on 2 cores): make test-slow
 def test_a_deleted_experiment_is_named_deleted_and_the_printed_restore_works(world, tmp_path):
     """An experiment deleted in the UI (or client.delete_experiment) was told to "run a grid first",
     which `run` refuses. Every command names it deleted, with the restore command; that command,

@@ -165,22 +165,3 @@ def test_a_sweep_gated_against_itself_is_refused(slower):
     assert out.exit_code == 2 and "that is the sweep being compared" in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1
 
-
-def test_the_docs_sample_is_what_the_command_prints(tracking_uri):
-    """docs/comparing.md's gate sample is this command's output on these synthetic sweeps, verbatim."""
-    from pathlib import Path
-
-    rng = np.random.default_rng(12)
-
-    def runs(points):
-        return [Run(jittered(seconds, 4, rng), params={"batch_size": bs, names.REPEAT: str(r)})
-                for bs, seconds in points for r in range(1, 5)]
-
-    write_sweep(tracking_uri, "nightly-base", runs([("128", 1.0), ("256", 0.8), ("512", 0.7)]))
-    write_sweep(tracking_uri, "nightly", runs([("128", 1.12), ("256", 0.8)]))
-    command = "pipeline compare --experiment nightly --baseline nightly-base --fail-if-slower 5 --format markdown"
-    out = _gate(tracking_uri, *command.split()[2:])
-    assert out.exit_code == 1, out.output
-    page = (Path(__file__).resolve().parents[1] / "docs" / "comparing.md").read_text(encoding="utf-8")
-    sample = f"```console\n$ {command}\n{out.stdout}```"
-    assert sample in page, sample

@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,10 +15,12 @@ import yaml
 from conftest import REPO, children, invoke, runs_of
 from pipeline import names
 from pipeline.cli import main
-from pipeline.compare import build, display_frame
+from pipeline.compare import CompareOptions, build
 from pipeline.config import DEFAULTS, KEYS, RunConfig, load_grid
+from pipeline.errors import UserError
 from pipeline.grid import config_hash, expand, format_value
 from pipeline.records import RunRecord, SweepRecord
+from pipeline.tables import display_frame
 
 # Two values of every grid key, as a grid file writes them. A key added to RunConfig needs a line
 # here (test_every_key_has_two_values_here), and then every test below covers it.
@@ -78,6 +81,22 @@ def test_the_table_shows_a_setting_where_runs_differ_in_it(key):
     assert key in display_frame(build(SweepRecord("p", "p", "1", "x", runs))).columns
     same = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: first})]
     assert key not in display_frame(build(SweepRecord("p", "p", "1", "x", same))).columns
+
+
+@pytest.mark.parametrize("key", [k for k in TWO_VALUES if KEYS[k].twin])
+def test_versus_compares_on_every_twin_key(key):
+    """`--versus KEY=VALUE` takes every key twins may differ in: each row over its twin at VALUE."""
+    first, second = (format_value(v) for v in TWO_VALUES[key])
+    runs = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: second})]
+    table = build(SweepRecord("p", "p", "1", "x", runs), CompareOptions(versus=f"{key}={first}")).table
+    assert table.set_index("run_ids").loc["b", "versus_speedup"] == 0.8
+
+
+def test_versus_says_why_a_key_that_is_no_twin_key_cannot_be_compared_on():
+    runs = [_run("a", "cpu", 4.0, {"gpus_per_run": "1"}), _run("b", "cpu", 5.0, {"gpus_per_run": "0.5"})]
+    with pytest.raises(UserError, match="runs that differ only in gpus_per_run are one setting; compare on one of "
+                                        "device, lr, batch_size"):
+        build(SweepRecord("p", "p", "1", "x", runs), CompareOptions(versus="gpus_per_run=1"))
 
 
 def test_runs_recorded_before_a_later_key_are_at_its_default():
@@ -228,3 +247,156 @@ def test_threads_from_a_grid_file_to_the_runs_tags(write_grid, data_dir, trackin
     assert set(runs) == {"cpu t0", "cpu t3"}
     assert runs["cpu t3"].data.tags[names.TAG_THREADS] == "3" and runs["cpu t3"].data.params["threads"] == "3"
     assert runs["cpu t0"].data.tags[names.TAG_THREADS] == str(torch.get_num_threads())
+
+
+# --- a key added to the table alone: every consumer sees it -------------------------------------------
+
+# A grid key as a maintainer adds one: a field of RunConfig, and nothing else. It is written into a
+# copy of the package's source, so that whatever a module derives from KEYS at import time (the
+# `pipeline train` options, module-level tuples) is derived with it, as it would be for a real key.
+FAKE_KEY = ('    momentum: float = _key(0.0, check=_non_negative_float("0 or 0.9"),\n'
+            '                           help="A key only the tests know.", name="mom", later=True,\n'
+            '                           chart_group="momentum")\n')
+
+# Run in the copy: what each consumer of the table makes of the new key, as JSON.
+PROBE = r'''
+import json, sys, types
+from click.testing import CliRunner
+from pipeline.charts import EPOCH_DURATION_PNG, plan
+from pipeline.cli import main
+from pipeline.compare import ROW_KEYS, TWIN_KEYS, CompareOptions, build
+from pipeline.tables import display_frame
+from pipeline.config import RunConfig, load_grid
+from pipeline.errors import UserError
+from pipeline.grid import expand, single_name
+from pipeline.records import RunRecord, SweepRecord
+from pipeline.registry import Reason, version_tags
+from pipeline.schema import grid_schema
+
+sys.path.insert(0, sys.argv[1])  # docs/, for the docs' generator
+import hooks
+
+def cli(*args):
+    result = CliRunner().invoke(main, list(args))
+    return {"exit_code": result.exit_code, "output": result.output}
+
+def error(grid):
+    try:
+        load_grid(grid)
+    except UserError as exc:
+        return str(exc)
+
+def run(run_id, device, seconds, momentum):
+    return RunRecord(run_id, run_id, {"batch_size": "64", "momentum": momentum}, {"test_accuracy": 0.8},
+                     {"pipeline.device": device}, histories={"epoch_duration_s": [9.0, seconds]})
+
+open("grid.yaml", "w").write("grid:\n  device: [cpu]\n  momentum: [0, 0.9]\n")
+runs = [run("c0", "cpu", 4.0, "0.0"), run("g0", "cuda:0", 1.0, "0.0"), run("c9", "cpu", 5.0, "0.9")]
+comparison = build(SweepRecord("p", "p", "1", "x", runs), CompareOptions(versus="momentum=0"))
+version = types.SimpleNamespace(info=types.SimpleNamespace(run_id="r"),
+                                data=types.SimpleNamespace(params={"momentum": "0.9"}, tags={}, metrics={}))
+print(json.dumps({
+    "train --help": cli("train", "--help"),
+    "train --momentum -1": cli("train", "--momentum", "-1"),
+    "validate": cli("validate", "grid.yaml"),
+    "schema": grid_schema()["properties"]["grid"]["properties"]["momentum"],
+    "run names": [point.name for point in expand(load_grid({"grid": {"device": ["cpu"], "momentum": [0, 0.9]}}))],
+    "train's run name": single_name(RunConfig(device="cpu", momentum=0.9)),
+    "run key at the default": RunConfig().identity() == RunConfig(momentum=0.0).identity(),
+    "run key away from it": RunConfig().identity() != RunConfig(momentum=0.9).identity(),
+    "registry tags": version_tags(version, Reason("--run-id", {})),
+    "twin keys": list(TWIN_KEYS), "row keys": list(ROW_KEYS), "varying": comparison.varying,
+    "columns": list(display_frame(comparison).columns),
+    "speedups": {row["run_ids"]: row["speedup"] for _, row in comparison.table.iterrows()},
+    "versus": {row["run_ids"]: row["versus_speedup"] for _, row in comparison.table.iterrows()},
+    "epoch chart": plan(comparison)[EPOCH_DURATION_PNG],
+    "docs reference": hooks.grid_keys_table(), "docs values": hooks.grid_key_values_table(),
+    "docs later keys": hooks.later_keys(),
+    "unknown key": error({"grid": {"momentun": [0.9]}}), "bad value": error({"grid": {"momentum": [-1]}}),
+}, default=str))
+'''
+
+
+@pytest.fixture(scope="module")
+def fake_key(tmp_path_factory) -> dict:
+    """What every consumer of the table makes of a key that only RunConfig's source names."""
+    import inspect
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import pipeline
+
+    package = Path(pipeline.__file__).parent
+    root = tmp_path_factory.mktemp("fake_key")
+    shutil.copytree(package, root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    config = root / "pipeline" / Path(inspect.getsourcefile(RunConfig)).relative_to(package)
+    source = config.read_text()
+    fields_end = source.index("    def as_params(self)")  # the first method after RunConfig's fields
+    config.write_text(source[:fields_end] + FAKE_KEY + "\n" + source[fields_end:])
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", PROBE, str(REPO / "docs")], cwd=root, env=env, check=False,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_new_key_is_an_option_of_pipeline_train_checked_like_the_grid_key(fake_key):
+    assert "--momentum FLOAT" in fake_key["train --help"]["output"]
+    assert "A key only the tests know." in fake_key["train --help"]["output"]
+    refused = fake_key["train --momentum -1"]
+    assert refused["exit_code"] == 2 and "got -1.0; expected a number >= 0, e.g. 0 or 0.9" in refused["output"]
+
+
+def test_a_new_key_is_checked_and_listed_by_the_grid_loader(fake_key):
+    assert fake_key["bad value"] == "grid dict: grid.momentum: got -1; expected a number >= 0, e.g. 0 or 0.9"
+    unknown = fake_key["unknown key"]
+    assert "did you mean 'momentum'?" in unknown and unknown.endswith(", weight_decay, threads, momentum")
+
+
+def test_a_new_key_has_its_bounds_in_the_schema(fake_key):
+    schema = fake_key["schema"]
+    assert schema["description"] == "A key only the tests know." and schema["default"] == [0.0]
+    assert schema["anyOf"][0]["anyOf"][0] == {"type": "number", "minimum": 0}
+
+
+def test_a_new_key_names_and_keys_runs(fake_key):
+    assert fake_key["run names"] == ["cpu mom0", "cpu mom0.9"]
+    assert "cpu mom0.9" in fake_key["validate"]["output"] and fake_key["validate"]["exit_code"] == 0
+    assert fake_key["train's run name"] == "cpu mom0.9"
+    assert fake_key["run key at the default"] and fake_key["run key away from it"]  # a later key
+
+
+def test_a_new_key_tags_registered_versions(fake_key):
+    assert fake_key["registry tags"]["momentum"] == "0.9"
+
+
+def test_a_new_key_is_a_twin_key_of_the_comparison(fake_key):
+    """cpu and cuda at momentum 0 are twins (a device speedup of 4); the cpu run at 0.9 is no twin
+    of either, and --versus momentum=0 compares it with its twin at 0."""
+    assert "momentum" in fake_key["twin keys"] and "momentum" in fake_key["row keys"]
+    assert "momentum" in fake_key["varying"] and "momentum" in fake_key["columns"]
+    assert fake_key["speedups"]["g0"] == 4.0 and math.isnan(fake_key["speedups"]["c9"])
+    assert fake_key["versus"]["c9"] == 0.8  # 4 s at momentum 0 over 5 s at 0.9
+
+
+def test_a_new_key_groups_the_epoch_chart_when_the_table_says_so(fake_key):
+    chart = fake_key["epoch chart"]
+    assert chart["xlabel"] == "batch size / DataLoader workers / momentum"
+    assert chart["ticks"] == ["bs 64\nw ?\nmom 0", "bs 64\nw ?\nmom 0.9"]
+
+
+def test_a_new_key_is_in_the_docs_tables(fake_key):
+    row = "| `momentum` | a number >= 0, e.g. 0 or 0.9 | `0` |"
+    assert f"{row} A key only the tests know. |" in fake_key["docs reference"].splitlines()
+    assert row in fake_key["docs values"].splitlines()
+    assert fake_key["docs later keys"].endswith("`threads`, `momentum`")
+
+
+def test_the_docs_key_tables_are_generated():
+    """The grids page holds the generated table and list, not a hand-written copy of either."""
+    page = (REPO / "docs" / "grids.md").read_text()
+    assert "<!-- grid-key-values -->" in page and "<!-- later-grid-keys -->" in page
+    assert not re.search(r"^\| `lr` \|", page, re.MULTILINE)

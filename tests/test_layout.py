@@ -5,7 +5,10 @@ torch or mlflow)."""
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +70,54 @@ def test_imports_flow_one_way():
         imports = _imports(ast.parse(MODULES[name].read_text()), type_checking=False)
         assert not any(m.split(".")[0] in ("torch", "mlflow") for m in imports), name
     assert GRAPH["idx"] <= {"errors"}
+
+
+# --- the layers, as import-linter checks them (pyproject.toml's [tool.importlinter]) -----------------
+
+REPO = PACKAGE.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the test extra's import-linter, in this venv
+CONTRACTS = ("Layers, top to bottom (docs/development.md)", "Analysis renders nothing",
+             "Tracking never imports presentation")
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` on the package under `root` with the contracts of `root`'s pyproject.toml: that
+    copy of the package, first on the path, whatever is installed."""
+    if not LINT_IMPORTS.exists():
+        pytest.fail(f"{LINT_IMPORTS} is missing: `pip install -e '.[test]'` installs import-linter")
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_layers_hold():
+    """Presentation reads analysis, analysis renders nothing, tracking never imports presentation:
+    every contract kept, on this checkout's package."""
+    out = _lint_imports(REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for name in CONTRACTS:
+        assert f"{name} KEPT" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("module, code, broken", [
+    # The comparison (analysis) wording its own verdict, inside a function.
+    ("compare", "def _said(comparison):\n    from pipeline.sentences import headline\n\n"
+                "    return headline(comparison)\n", [CONTRACTS[0], CONTRACTS[1]]),
+    # The run logger reaching for the UI's view again.
+    ("tracking", "def _page(url, parent_run_id):\n    from pipeline import view\n\n"
+                 "    return view.page(url, parent_run_id)\n", [CONTRACTS[0], CONTRACTS[2]]),
+])
+def test_lint_imports_fails_on_an_import_against_the_layers(tmp_path, module, code, broken):
+    """One import against the layers in a copy of the package, and lint-imports names the contracts it
+    breaks, the import, and fails."""
+    shutil.copytree(PACKAGE, tmp_path / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    source = tmp_path / "pipeline" / f"{module}.py"
+    source.write_text(source.read_text() + "\n\n" + code)
+    out = _lint_imports(tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert [name for name in CONTRACTS if f"{name} BROKEN" in out.stdout] == broken, out.stdout
+    assert f"pipeline.{module} is not allowed to import" in out.stdout, out.stdout
 
 
 # Logs, timing dumps and profiles: what a local run leaves behind, never the repository's content.

@@ -188,6 +188,7 @@ def test_a_worker_trains_on_the_gpu_ray_gave_it(monkeypatch):
     assert seen == ["cuda:0", "cpu"]
 
 
+@pytest.mark.slow  # one of the longest (30-50 s on 2 cores): make test-slow
 def test_interrupting_a_ray_sweep_leaves_nothing_running(cluster, pg, write_grid, tmp_path):
     """Ctrl-C on a driver joined to the cluster cancels its tasks: their runs end KILLED, none stays
     RUNNING, the finished ones stay FINISHED. (That the same command then trains only the rest is

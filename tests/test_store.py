@@ -241,3 +241,46 @@ def test_redact_masks_uris_inside_a_message_or_command():
             f"open http://bob:{PW}@host:5000/#/experiments")
     assert redact(text) == ("mlflow ui --backend-store-uri postgresql://alice:***@db/mlflow --port 5000; "
                             "open http://bob:***@host:5000/#/experiments")
+
+
+# --- process-wide settings: one path for the CLI, the API and Ray tasks, put back afterwards ---------
+
+def test_process_settings_hold_for_the_block_and_are_put_back(monkeypatch):
+    import logging
+    import os
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")  # the user's value wins
+    alembic = logging.getLogger("alembic")
+    before = alembic.level
+    with store.process_settings():
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
+        assert alembic.level >= logging.WARNING
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
+    assert alembic.level == before
+
+
+def test_the_api_and_the_cli_leave_mlflows_process_state_as_they_found_it(tmp_path, data_dir, tracking_uri):
+    """A notebook that calls pipeline.api.run, or a test that invokes the CLI in-process, finds
+    MLflow's fluent target, the experiment variable and the retry settings as before the call."""
+    import os
+
+    from click.testing import CliRunner
+
+    from pipeline import api
+    from pipeline.cli import main
+
+    grid = {"experiment": "state", "data": {"train_size": 200, "test_size": 100},
+            "grid": {"batch_size": [100], "device": ["cpu"]}}
+    before = (mlflow.is_tracking_uri_set(), os.environ.get("MLFLOW_EXPERIMENT_ID"),
+              os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES"))
+    sweep = api.run(grid, tracking_uri=tracking_uri, data_dir=str(data_dir))
+    assert sweep.exit_code == 0
+    out = CliRunner().invoke(main, ["predict", "--model", f"runs:/{sweep.outcomes[0].run_id}/model", "--data-dir",
+                                    str(data_dir), "--limit", "10", "--tracking-uri", tracking_uri])
+    assert out.exit_code == 0, out.output
+    after = (mlflow.is_tracking_uri_set(), os.environ.get("MLFLOW_EXPERIMENT_ID"),
+             os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES"))
+    assert after == before
