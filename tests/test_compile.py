@@ -139,8 +139,8 @@ def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid, mo
 def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged():
     """A run made before `compile` existed is the eager twin; boolean params are logged lower-case."""
     from pipeline.compare import build
-    from pipeline.tables import display_frame
     from pipeline.records import RunRecord, SweepRecord
+    from pipeline.tables import display_frame
 
     def run(run_id, seconds, **params):
         return RunRecord(run_id, run_id, {"batch_size": "64", **params}, {"test_accuracy": 0.8},
