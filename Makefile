@@ -13,17 +13,19 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data browser postgres run test test-slow docs compat clean
+.PHONY: setup data browser postgres run lint test test-slow docs compat clean
 
 setup: $(STAMP) data
 
-# pip takes these exact torch/torchvision builds from this machine's disk; other pins download GBs.
+# constraints.txt pins torch, torchvision and MLflow (the newest tested releases); pip takes these
+# exact torch/torchvision builds from this machine's disk, other pins download GBs. The package goes in
+# under the same file, so nothing it pulls moves them.
 # setuptools' "Editable installation" notice (mind same-named folders) comes with every -e: not a problem.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip $(QUIET)
-	$(PIP) torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2 $(QUIET)
-	PYTHONWARNINGS='ignore:Editable installation' $(PIP) -e '.[test,ray,server,docs]' $(QUIET)
+	$(PIP) -r constraints.txt $(QUIET)
+	PYTHONWARNINGS='ignore:Editable installation' $(PIP) -c constraints.txt -e '.[test,ray,server,docs]' $(QUIET)
 	touch $@
 
 # Fashion-MNIST: Debian's dataset-fashion-mnist when missing (as root), else say what to do.
@@ -66,11 +68,17 @@ browser:
 postgres:
 	$(call debian,postgresql,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1,the PostgreSQL tests)
 
+# ruff (pyproject's [tool.ruff]) and mypy (its [tool.mypy]: strict on the analysis modules); `make test`
+# runs it first, so a lint or type error fails the tests and CI.
+lint: setup
+	$(BIN)/ruff check pipeline tests benchmarks docs
+	$(BIN)/mypy
+
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
 # Files in collection order (conftest puts the longest first), not xdist's most-tests-first.
 # The tests build the docs site with --strict (tests/conftest.py): a broken link or a page missing from the nav fails.
 # The longest end-to-end tests (marker `slow`) are `make test-slow`; CI (.ci/run) runs both.
-test: setup browser postgres
+test: setup lint browser postgres
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 test-slow: setup browser postgres
@@ -82,9 +90,9 @@ docs: setup
 
 # The declared floors (every `>=` in pyproject.toml, exactly) in a throwaway venv, through the
 # smoke in tests/compat/ (a sweep, a rerun, compare, register, predict, a pyfunc load); `make test`
-# covers the newest, its pins above. PINS="mlflow==3.14.0" tries another release in a floor's place.
+# covers the newest, constraints.txt. PINS="mlflow==3.14.0" tries another release in a floor's place.
 compat:
 	PYTHON=$(PYTHON) PINS="$(PINS)" tests/compat/run
 
 clean:
-	rm -rf $(VENV) mlflow.db mlruns mlartifacts .pytest_cache
+	rm -rf $(VENV) mlflow.db mlruns mlartifacts .pytest_cache .mypy_cache .ruff_cache

@@ -12,8 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 folder="${1:-.whl}"
 mkdir -p "$folder"
+mlflow_version=$(sed -n 's/^mlflow==//p' constraints.txt)  # the MLflow release the tests ran
 wheels=(
-  mlflow-skinny==3.17.2 sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3
+  "mlflow-skinny==$mlflow_version" sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3
   opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-proto==1.45.2
   opentelemetry-semantic-conventions==0.66b2
   databricks-sdk==0.162.0 google-auth==2.63.0 pyasn1==0.6.5 pyasn1-modules==0.4.2 cachetools==7.3.3

@@ -110,7 +110,8 @@ def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
 
 
 def loops_table(rows: list[dict]) -> str:
-    lines = ["| device | batch | workers | tutorial epoch s | pipeline epoch s | pipeline/tutorial | pipeline img/s | data/transfer/compute % |",
+    lines = ["| device | batch | workers | tutorial epoch s | pipeline epoch s | pipeline/tutorial | pipeline img/s "
+             "| data/transfer/compute % |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {spread(r['tutorial_s'])} | "
@@ -182,8 +183,8 @@ def epochs_table(args, dataset) -> tuple[str, list[str]]:
               flush=True)
     cpu = {(r["batch_size"], r["workers"]): r["steady_s"] for r in rows if r["device"] == "cpu"}
     lines = [f"per-epoch seconds, {args.epochs} epochs; steady state = {timed_label(args.epochs)}", "",
-             "| device | batch | workers | warm-up (or compile) s | epoch s (1, 2, ...) | steady s | speedup vs cpu | peak MiB | J/epoch "
-             "| test acc |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| device | batch | workers | warm-up (or compile) s | epoch s (1, 2, ...) | steady s | speedup vs cpu "
+             "| peak MiB | J/epoch | test acc |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         reference = cpu.get((r["batch_size"], r["workers"]))
         speedup = f"x{reference / r['steady_s']:.2f}" if reference and r["device"] != "cpu" else ""
@@ -347,8 +348,8 @@ def main() -> None:
     parser.add_argument("--accuracy-epochs", type=int, default=0, help="also compare accuracy after N epochs")
     parser.add_argument("--epochs", type=int, default=0, help="also time N epochs per setting, warm-up shown")
     parser.add_argument("--cuda-variants", action="store_true",
-                        help="with --epochs, also time cuda_graph, prefetch, data_on_device, bf16, fp16 and compile (fp32/bf16/fp16, "
-                             "smallest batch size) on cuda (0 workers)")
+                        help="with --epochs, also time cuda_graph, prefetch, data_on_device, bf16, fp16 and compile "
+                             "(fp32/bf16/fp16, smallest batch size) on cuda (0 workers)")
     parser.add_argument("--overhead", action="store_true", help="also measure start-up and tracking overhead")
     parser.add_argument("--no-loops", action="store_true", help="skip the loop comparison")
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")

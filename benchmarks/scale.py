@@ -27,6 +27,7 @@ The table gives ms per run and its ratio to the smallest sweep's (1.0 everywhere
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -43,14 +44,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlflow  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelOutput, Metric, Param  # noqa: E402
-from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID, MLFLOW_SOURCE_NAME,  # noqa: E402
-                                      MLFLOW_SOURCE_TYPE, MLFLOW_USER)
+from mlflow.utils.mlflow_tags import (  # noqa: E402
+    MLFLOW_DATASET_CONTEXT,
+    MLFLOW_PARENT_RUN_ID,
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_SOURCE_TYPE,
+    MLFLOW_USER,
+)
 
-from pipeline import compare, records  # noqa: E402
+from pipeline import compare, names, records  # noqa: E402
 from pipeline.config import DEFAULTS  # noqa: E402
 from pipeline.device import cpu_name  # noqa: E402
 from pipeline.grid import format_value  # noqa: E402
-from pipeline import names  # noqa: E402
 from pipeline.names import EPOCH_METRICS, FINISHED, MODEL_NAME, RUN_DURATION  # noqa: E402
 from pipeline.timing import run_figures  # noqa: E402
 
@@ -224,7 +229,7 @@ def measure(sizes: list[int], rounds: int, folder: Path, log: Callable[[str], No
         rows.append({"runs": runs, "what": READ, "seconds": read})
         rows.append({"runs": runs, "what": BUILD, "seconds": table_built})
         log(f"  timing pipeline compare of {runs} runs ({rounds} rounds)")
-        seconds, printed = median_seconds(lambda: cli_compare(sweep), rounds)
+        seconds, printed = median_seconds(functools.partial(cli_compare, sweep), rounds)
         if printed != runs:
             raise SystemExit(f"pipeline compare of {runs} runs printed {printed} rows")
         rows.append({"runs": runs, "what": CLI, "seconds": seconds})
@@ -235,7 +240,9 @@ def measure(sizes: list[int], rounds: int, folder: Path, log: Callable[[str], No
             log(f"  timing its comparison ({rounds} rounds)")
             rows.append({"runs": runs, "what": OLD_COMPARISON, "seconds": time_comparison(old, rounds)[0]})
         log(f"  timing the resume lookup of {runs} runs ({rounds} rounds)")
-        seconds, finished = median_seconds(lambda: records.finished_by_key(sweep.client, sweep.experiment_id), rounds)
+        seconds, finished = median_seconds(
+            functools.partial(records.finished_by_key, sweep.client, sweep.experiment_id), rounds
+        )
         if len(finished) != runs:
             raise SystemExit(f"the resume lookup of {runs} runs found {len(finished)}")
         rows.append({"runs": runs, "what": RESUME, "seconds": seconds})
@@ -300,10 +307,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000],
                         help="children per synthetic sweep (default 100 1000 10000); the smallest is the reference")
-    parser.add_argument("--rounds", type=int, default=3, help="timings per read and size; the median is shown (default 3)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timings per read and size; the median is shown (default 3)")
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")
-    parser.add_argument("--store-dir", type=Path, help="where the temp stores go (default: /dev/shm where there is one, "
-                                                       "else the temp dir)")
+    parser.add_argument("--store-dir", type=Path,
+                        help="where the temp stores go (default: /dev/shm where there is one, else the temp dir)")
     parser.add_argument("--old-runs-up-to", type=int, default=1000, metavar="N",
                         help="also time runs without end figures (history reads) for sizes up to N (default 1000; "
                              "0: never)")

@@ -34,7 +34,7 @@ class Clock:
         self.data = self.transfer = self.compute = self.enqueue = 0.0
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event, torch.cuda.Event]] = []
 
-    def mark(self) -> tuple[float, "torch.cuda.Event | None"]:
+    def mark(self) -> tuple[float, torch.cuda.Event | None]:
         event = None
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)

@@ -87,8 +87,9 @@ def _busy_seconds() -> float:
     """The machine's non-idle CPU seconds: every field of cpu_times() but idle and iowait. On Linux
     guest time is already inside user (and guest_nice inside nice): counted once."""
     times = psutil.cpu_times()  # fields differ by platform: those a platform lacks count as 0
-    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-    return total - times.idle - getattr(times, "iowait", 0.0)
+    total: float = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    busy: float = total - times.idle - getattr(times, "iowait", 0.0)  # psutil has no types: say it
+    return busy
 
 
 def _own_seconds() -> float:
@@ -98,7 +99,7 @@ def _own_seconds() -> float:
     with me.oneshot():
         times = me.cpu_times()
         children = me.children(recursive=True)
-    total = times.user + times.system + times.children_user + times.children_system
+    total: float = times.user + times.system + times.children_user + times.children_system  # psutil: untyped
     for child in children:
         try:
             child_times = child.cpu_times()

@@ -31,7 +31,7 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def head(self, n: int | None) -> "Split":
+    def head(self, n: int | None) -> Split:
         return self if n is None else Split(self.images[:n], self.labels[:n])
 
 
@@ -60,7 +60,10 @@ class Dataset:
 
     @property
     def description(self) -> str:
-        what = "Fashion-MNIST (checksums verified)" if self.verified else "IDX files (not the canonical Fashion-MNIST; checksums not checked)"
+        if self.verified:
+            what = "Fashion-MNIST (checksums verified)"
+        else:
+            what = "IDX files (not the canonical Fashion-MNIST; checksums not checked)"
         return f"{what} from {self.folder}: {len(self.train)} train / {len(self.test)} test images"
 
 
@@ -80,7 +83,8 @@ def load(explicit: str | os.PathLike | None = None, train_size: int | None = Non
         if size is not None and size > len(full):
             raise UserError(f"data.{split}_size: {size} is more than the {len(full)} examples in {folder}")
         splits.append(full.head(size))
-    return Dataset(*splits, folder, decoded.verified, decoded.checksums)
+    train, test = splits
+    return Dataset(train, test, folder, decoded.verified, decoded.checksums)
 
 
 def download(root: str | os.PathLike = "data") -> Path:
@@ -221,8 +225,9 @@ class PinnedPrefetch:
 
     def _launch(self, step: int, index: torch.Tensor):
         slot = step % len(self._images)
-        if self._copied[slot] is not None:
-            self._copied[slot].synchronize()  # this buffer's last copy is done (long ago, in steady state)
+        copied = self._copied[slot]
+        if copied is not None:
+            copied.synchronize()  # this buffer's last copy is done (long ago, in steady state)
         n = index.numel()
         images = torch.index_select(self.split.images, 0, index, out=self._images[slot][:n])
         labels = torch.index_select(self.split.labels, 0, index, out=self._labels[slot][:n])

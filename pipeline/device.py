@@ -50,7 +50,9 @@ def resolve(name: str) -> torch.device:
     index = device.index if device.index is not None else torch.cuda.current_device()
     count = torch.cuda.device_count()
     if index >= count:
-        raise DeviceUnavailable(f"{name} is not available: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+        raise DeviceUnavailable(
+            f"{name} is not available: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}"
+        )
     return torch.device("cuda", index)
 
 

@@ -11,7 +11,7 @@ metric is not logged.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 RAPL = Path("/sys/class/powercap")
@@ -54,7 +54,7 @@ def _counter(device):
     return _found(device, RAPL)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _found(device, rapl_root: Path):
     """Found once per device and process: a run's tag and its meter share it (readings are
     cumulative, so meters that take differences can share one counter)."""

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from pipeline.errors import UserError
 from pipeline.point import FAILED, FINISHED, NOT_RUN, Outcome, PointJob, Progress, run_point
@@ -38,14 +39,14 @@ OnOutcome = Callable[[PointJob, Outcome], str]
 class Planned:
     """A grid point and the device it will run on, or why it cannot run."""
 
-    point: "GridPoint"
-    device: "torch.device | None"
+    point: GridPoint
+    device: torch.device | None
     reason: str = ""  # why the device is unavailable
     hardware: str = ""  # what the run key names as the hardware (empty: the device's own name)
     run_key: str = ""  # set by the runner once the data is known
 
 
-def plan(points: Sequence["GridPoint"]) -> list[Planned]:
+def plan(points: Sequence[GridPoint]) -> list[Planned]:
     """Resolve every point's device once; unavailable ones carry the reason."""
     from pipeline.device import DeviceUnavailable, compile_missing, precision_missing, resolve
 
@@ -112,7 +113,7 @@ class LocalExecutor:
         pass
 
 
-def _is_remote(address: str | None) -> bool:
+def _is_remote(address: str | None) -> TypeGuard[str]:
     return bool(address) and address != "local"
 
 
@@ -131,8 +132,10 @@ def check_ray_address(address: str, timeout_s: float = 3.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise UserError(f"--ray-address {address}: nothing answers at {host}:{port} ({exc.strerror or 'timed out'}); "
-                        "start the cluster with `ray start --head` there, check the address, or drop --ray-address") from None
+        raise UserError(
+            f"--ray-address {address}: nothing answers at {host}:{port} ({exc.strerror or 'timed out'}); "
+            "start the cluster with `ray start --head` there, check the address, or drop --ray-address"
+        ) from None
 
 
 class RayExecutor:
@@ -149,7 +152,8 @@ class RayExecutor:
         self.ray, self.reporter = ray, reporter
         self.started_here = not ray.is_initialized()
         if self.started_here:
-            quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+            quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                     "logging_level": logging.WARNING}
             if _is_remote(address):
                 check_ray_address(address)
             try:
@@ -164,8 +168,9 @@ class RayExecutor:
         if sqlite_path(tracking_uri) is not None and self.nodes > 1:
             self.close()
             raise UserError(
-                f"tracking store {redact(tracking_uri)} is a local sqlite file, which the {self.nodes} nodes of this Ray "
-                "cluster cannot share; start a tracking server (`pipeline server`) and pass --tracking-uri http://HOST:5000"
+                f"tracking store {redact(tracking_uri)} is a local sqlite file, which the {self.nodes} nodes "
+                "of this Ray cluster cannot share; start a tracking server (`pipeline server`) and pass "
+                "--tracking-uri http://HOST:5000"
             )
 
     def plan(self, planned: list[Planned]) -> list[Planned]:
@@ -198,8 +203,9 @@ class RayExecutor:
                     "add a GPU node or drop cuda from the grid")
         if kind == "mps":
             return "mps is not schedulable on a Ray cluster"
-        if self.resources.get("CPU", 0) < cpus:
-            return f"needs {cpus:g} CPUs (threads, at least 1, + num_workers) but the Ray cluster has {self.resources.get('CPU', 0):g}"
+        available = self.resources.get("CPU", 0)
+        if available < cpus:
+            return f"needs {cpus:g} CPUs (threads, at least 1, + num_workers) but the Ray cluster has {available:g}"
         return ""
 
     def run(self, jobs: Sequence[PointJob], on_outcome: OnOutcome) -> list[Outcome]:
@@ -292,13 +298,15 @@ def concurrency_by_node(outcomes: Sequence[Outcome]) -> dict[str, int]:
     Spans are the workers' clocks: compared only within one node, where they are one clock."""
     from pipeline.names import TAG_RAY_NODE
 
-    by_node: dict[str, list[Outcome]] = {}
+    by_node: dict[str, list[tuple[str, tuple[float, float]]]] = {}  # node: (run id, span) of each run
     for outcome in outcomes:
-        if outcome.trained and outcome.run_id and outcome.span and outcome.tags.get(TAG_RAY_NODE):
-            by_node.setdefault(outcome.tags[TAG_RAY_NODE], []).append(outcome)
+        node = outcome.tags.get(TAG_RAY_NODE)
+        if outcome.trained and outcome.run_id and outcome.span and node:
+            by_node.setdefault(node, []).append((outcome.run_id, outcome.span))
     counts: dict[str, int] = {}
     for together in by_node.values():
-        counts.update(zip((o.run_id for o in together), concurrency([o.span for o in together])))
+        run_ids = [run_id for run_id, _ in together]
+        counts.update(zip(run_ids, concurrency([span for _, span in together])))
     return counts
 
 
@@ -336,7 +344,7 @@ class Login:
         self._values = values
 
     @classmethod
-    def from_environment(cls) -> "Login":
+    def from_environment(cls) -> Login:
         from pipeline.store import CREDENTIAL_VARIABLES
 
         return cls({k: os.environ[k] for k in CREDENTIAL_VARIABLES if os.environ.get(k)})

@@ -13,8 +13,8 @@ import secrets
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.errors import UserError
 

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 
 class Interrupted(KeyboardInterrupt):
@@ -60,7 +61,7 @@ def critical():
 
 
 @contextlib.contextmanager
-def handled():
+def handled() -> Iterator[None]:
     """Turn SIGINT/SIGTERM/SIGHUP into Interrupted for the duration; only the main thread can do this."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -14,7 +14,7 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#dbdb8d", "#9edae5")
 
 
-def colours(comparison: "Comparison") -> list[str]:
+def colours(comparison: Comparison) -> list[str]:
     """Each setting's colour, one per row of the comparison's table: by the order of their names, so
     that a setting keeps its colour whichever way a table is sorted or a store returns its runs (the
     PNGs of the sweep's end and the UI after a later `pipeline compare` agree). They repeat after 20."""

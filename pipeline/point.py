@@ -47,7 +47,7 @@ class DataRef:
     train_size: int | None = None
     test_size: int | None = None
 
-    def load(self) -> "Dataset":
+    def load(self) -> Dataset:
         from pipeline import data
 
         return data.load(self.folder, self.train_size, self.test_size)
@@ -81,7 +81,7 @@ class Outcome:
     device: str = ""  # the device actually used, e.g. "cpu" or "cuda:0"
     reason: str = ""
     run_id: str | None = None
-    epochs: list["EpochStats"] = field(default_factory=list)
+    epochs: list[EpochStats] = field(default_factory=list)
     run_duration_s: float | None = None
     one_off: dict[str, float] = field(default_factory=dict)  # warm-up, upload: costs paid once per run
     stored_mean_epoch_s: float | None = None  # DONE runs: the mean of their stored history
@@ -114,7 +114,7 @@ class Outcome:
         return summary_of(self.epochs)
 
     @property
-    def final(self) -> "EpochStats | None":
+    def final(self) -> EpochStats | None:
         return self.epochs[-1] if self.epochs else None
 
     @property
@@ -153,7 +153,7 @@ class Progress:
 
     def step(self) -> None: ...
 
-    def epoch_end(self, stats: "EpochStats", epochs: int) -> None: ...
+    def epoch_end(self, stats: EpochStats, epochs: int) -> None: ...
 
     def epoch_done(self) -> None: ...
 
@@ -190,7 +190,9 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
             # must never be FINISHED before its summary and model are logged.
             with tracker.system_metrics(run_id, job.system_metrics):
                 started, cpu = time.time(), contention.sample()
-                result = fit(job.point.config, dataset, device, hooks, resume=resume, stop_at=job.stop_at)
+                # _PointHooks has every method of train.Hooks; subclassing it would import torch with this module.
+                result = fit(job.point.config, dataset, device, hooks,  # type: ignore[arg-type]
+                             resume=resume, stop_at=job.stop_at)
                 load, outcome.span = contention.since(cpu), (started, time.time())
                 outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
                 timing = _measured(outcome, job.target, load)
@@ -228,7 +230,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     return outcome
 
 
-def _open_run(tracker: "Tracker", job: PointJob, dataset: "Dataset", device: "torch.device",
+def _open_run(tracker: Tracker, job: PointJob, dataset: Dataset, device: torch.device,
               resume: dict | None) -> tuple[str, dict[str, str], dict[str, str]]:
     import torch
 
@@ -272,7 +274,7 @@ def params_of(job: PointJob) -> dict:
             names.REPEAT: job.point.repeat}
 
 
-def _measured(outcome: Outcome, target: Target | None, load: "contention.Contention") -> "TargetTiming | None":
+def _measured(outcome: Outcome, target: Target | None, load: contention.Contention) -> TargetTiming | None:
     """What the training measured beside its epochs, into the outcome's metrics and tags: the steady-state
     summary and end figures of its epochs (timing.logged_at_end), the machine's load (tagged contended
     when others took a meaningful share), and the time to the target (returned)."""
@@ -287,7 +289,7 @@ def _measured(outcome: Outcome, target: Target | None, load: "contention.Content
     return timing
 
 
-def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", hooks: "_PointHooks") -> None:
+def _record_result(tracker: Tracker, run_id: str, result, dataset: Dataset, hooks: _PointHooks) -> None:
     from pipeline.store import TrackingUnavailable
 
     measured, outcome = hooks.outcome.measured, hooks.outcome
@@ -304,7 +306,7 @@ def _record_result(tracker: "Tracker", run_id: str, result, dataset: "Dataset", 
         hooks.tracking_error = exc
 
 
-def _end_failed(tracker: "Tracker", run_id: str, exc: BaseException, reason: str) -> None:
+def _end_failed(tracker: Tracker, run_id: str, exc: BaseException, reason: str) -> None:
     from pipeline.store import TrackingUnavailable
 
     try:
@@ -318,7 +320,7 @@ class _PointHooks:
     """What the training loop reports, sent to MLflow, the progress display and the checkpoint file.
     A store that stops answering does not stop training: the results go to the results file."""
 
-    def __init__(self, tracker: "Tracker", run_id: str, job: PointJob, dataset: "Dataset", outcome: Outcome,
+    def __init__(self, tracker: Tracker, run_id: str, job: PointJob, dataset: Dataset, outcome: Outcome,
                  progress: Progress, checkpoint: Path | None, run_params: dict[str, str]) -> None:
         self.tracker, self.run_id, self.job, self.dataset = tracker, run_id, job, dataset
         self.run_params = run_params  # all the run's params: copied onto its model, as MLflow does
@@ -337,7 +339,7 @@ class _PointHooks:
                 self.tracking_error = exc
         return None
 
-    def _log_epochs(self, epochs: list["EpochStats"]) -> None:
+    def _log_epochs(self, epochs: list[EpochStats]) -> None:
         self._track(self.tracker.log_epochs, self.run_id, epochs)
 
     def model_ready(self, model) -> None:
@@ -363,7 +365,7 @@ class _PointHooks:
     def step(self) -> None:
         self.progress.step()
 
-    def epoch_end(self, stats: "EpochStats") -> None:
+    def epoch_end(self, stats: EpochStats) -> None:
         self.outcome.epochs.append(stats)
         self._log_epochs([stats])
         self.progress.epoch_end(stats, self.job.point.config.epochs)
@@ -371,6 +373,8 @@ class _PointHooks:
     def save_state(self, state: dict) -> None:
         import torch
 
+        if self.checkpoint is None:  # then checkpointing is False, and fit never calls this
+            return
         self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
         with replacing(self.checkpoint) as temporary:  # an interrupted write never spoils the last good one
             torch.save({**state, "run_id": self.run_id}, temporary)
@@ -408,7 +412,7 @@ def cuda_context_lost(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(text in str(exc) for text in STICKY_CUDA_ERRORS)
 
 
-def _free_device_memory(device: "torch.device") -> None:
+def _free_device_memory(device: torch.device) -> None:
     import torch
 
     gc.collect()

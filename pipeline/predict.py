@@ -115,13 +115,15 @@ def image_tensor(path: Path) -> torch.Tensor:
         with warnings.catch_warnings():
             # Past PIL's warning size the image is refused below: its warning would only repeat that.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(path) as image:  # reads the header only
-                _check_size(path, *image.size)
-                image = ImageOps.exif_transpose(image).convert("L")
+            with Image.open(path) as opened:  # reads the header only
+                _check_size(path, *opened.size)
+                image = ImageOps.exif_transpose(opened).convert("L")
     except (FileNotFoundError, IsADirectoryError):
         raise UserError(f"{path}: no such image file") from None
     except Image.DecompressionBombError:  # claims more than twice PIL's limit: refused by PIL's open
-        raise UserError(_too_large(path, f"over {2 * Image.MAX_IMAGE_PIXELS // 10**6} megapixels")) from None
+        # PIL raises it only while MAX_IMAGE_PIXELS is a number (None turns the check off)
+        megapixels = 2 * Image.MAX_IMAGE_PIXELS // 10**6  # type: ignore[operator]
+        raise UserError(_too_large(path, f"over {megapixels} megapixels")) from None
     except UnidentifiedImageError:
         raise UserError(f"{path}: not an image file (no format it could be read as); give a PNG or JPEG file") from None
     except PermissionError:

@@ -14,7 +14,6 @@ from pipeline.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
 from pipeline.store import first_line, redact
 from pipeline.timing import has_end_figures
 
-
 # Runs per store read. MLflow's search calls return one page (search_runs: 1000 by default, 50000 at
 # most) and a token for the next; every read here follows the tokens to the end (`every`).
 PAGE_SIZE = 1000

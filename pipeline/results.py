@@ -16,8 +16,18 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.files import atomic_write
-from pipeline.names import (CHECKPOINT_DIR, FAILED, FINISHED, KILLED, RESULTS_FILE, RUN_DURATION,
-                            TAG_COMPLETE, TAG_KILLED_REASON, TAG_RELOGGED, TAG_ROLE)
+from pipeline.names import (
+    CHECKPOINT_DIR,
+    FAILED,
+    FINISHED,
+    KILLED,
+    RESULTS_FILE,
+    RUN_DURATION,
+    TAG_COMPLETE,
+    TAG_KILLED_REASON,
+    TAG_RELOGGED,
+    TAG_ROLE,
+)
 
 MODELS_DIR = "unlogged-models"  # under CHECKPOINT_DIR: weights of points trained during an outage
 
@@ -172,7 +182,11 @@ def unlogged_keys(state_dir: Path, tracking_uri: str) -> set[str]:
     results_file = path_in(state_dir)
     if not results_file.exists():
         return set()
-    return {e["run_key"] for e in read(results_file) if not e.get("logged", True) and e.get("tracking_uri") == tracking_uri}
+    return {
+        e["run_key"]
+        for e in read(results_file)
+        if not e.get("logged", True) and e.get("tracking_uri") == tracking_uri
+    }
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ runner trains and records, the reporter prints. Never imports torch or mlflow.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import KEYS
 from pipeline.grid import format_value, short
@@ -34,13 +35,15 @@ class Speedup:
     """One speedup on a grid axis: the row and the twin it is measured against, and its ratio."""
 
     label: str  # "cuda:0 bs128 vs cpu", "cpu bs256 vs bs64"
-    ratio: "Ratio"
+    ratio: Ratio
     half_width: float | None = None  # the grid's half-width target, when it has one
 
     @property
     def clear(self) -> bool:
         """Significant, or within the half-width target (Ratio.half_width: NaN without an interval)."""
-        return bool(self.ratio.significant) or (self.half_width is not None and self.ratio.half_width <= self.half_width)
+        if self.ratio.significant:
+            return True
+        return self.half_width is not None and self.ratio.half_width <= self.half_width
 
     def __str__(self) -> str:
         from pipeline.sentences import verdict
@@ -71,7 +74,7 @@ def references(axes: Sequence[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, A
             for key, values in axes if len(values) > 1 and (key == "device" or KEYS[key].twin)]
 
 
-def judge(comparison: "Comparison", axes: Sequence[tuple[str, tuple[Any, ...]]],
+def judge(comparison: Comparison, axes: Sequence[tuple[str, tuple[Any, ...]]],
           half_width: float | None = None) -> Judgement:
     """Every speedup on the varying keys of `axes` (a grid's) in `comparison`, each judged clear or not."""
     from pipeline.compare import axis_ratios
@@ -92,7 +95,7 @@ def judge(comparison: "Comparison", axes: Sequence[tuple[str, tuple[Any, ...]]],
     return Judgement(why_none=_why_no_speedup(comparison, [key for key, _ in varying]))
 
 
-def _compared_value(comparison: "Comparison", key: str, reference: Any) -> str | None:
+def _compared_value(comparison: Comparison, key: str, reference: Any) -> str | None:
     """`reference` as the comparison's rows hold it, or None when no row has it. A device is the one
     the runs used ("cuda:0" for the grid's "cuda"), which the rows hold beside the one requested."""
     table = comparison.table
@@ -104,7 +107,7 @@ def _compared_value(comparison: "Comparison", key: str, reference: Any) -> str |
     return str(used.iloc[0]) if len(used) else None
 
 
-def _why_no_speedup(comparison: "Comparison", keys: list[str]) -> str:
+def _why_no_speedup(comparison: Comparison, keys: list[str]) -> str:
     """Why the comparison holds no speedup on `keys`: its runs' twins did not finish, or were contended."""
     runs = comparison.runs
     contended = int(runs["contended"].sum()) if not runs.empty and not comparison.include_contended else 0
@@ -114,14 +117,16 @@ def _why_no_speedup(comparison: "Comparison", keys: list[str]) -> str:
     return f"no speedup to judge: no run finished beside its twin on {', '.join(keys)}"
 
 
-def stop_reason(judgement: Judgement, rounds: int, spec: "GridSpec") -> str:
+def stop_reason(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
     """Why a `repeats: auto` sweep stops after `rounds` rounds, or '' to train another."""
     if judgement.why_none:
         return judgement.why_none
     unclear = judgement.unclear
     if not unclear:
-        clear = "significant" if all(s.ratio.significant for s in judgement.speedups) \
-            else f"significant or within ±{100 * spec.half_width:g}%"
+        if spec.half_width is None or all(s.ratio.significant for s in judgement.speedups):
+            clear = "significant"
+        else:
+            clear = f"significant or within ±{100 * spec.half_width:g}%"
         return f"every speedup is {clear} ({_named(list(judgement.speedups))})"
     if rounds >= spec.most_repeats:
         return f"max_repeats {spec.most_repeats} reached; {_still_unclear(unclear)}"
@@ -133,7 +138,7 @@ def stopped(rounds: int, reason: str) -> str:
     return f"repeats: auto stopped after {rounds} round{'s' if rounds != 1 else ''}: {reason}"
 
 
-def progress(judgement: Judgement, rounds: int, spec: "GridSpec") -> str:
+def progress(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
     """The line between rounds: what is still unclear after round `rounds`, and the next round."""
     return (f"repeats: auto, round {rounds} of at most {spec.most_repeats}: {_still_unclear(judgement.unclear)}; "
             f"training round {rounds + 1}")

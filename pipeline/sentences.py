@@ -12,8 +12,20 @@ from typing import Any
 import pandas as pd
 
 from pipeline import stats
-from pipeline.compare import (ACCURACY, BEST, ROW_KEYS, SPEED, TARGET_SPEEDUP, TWIN_AXES, VERSUS, Comparison, Pick, Row,
-                              less_accurate, pick)
+from pipeline.compare import (
+    ACCURACY,
+    BEST,
+    ROW_KEYS,
+    SPEED,
+    TARGET_SPEEDUP,
+    TWIN_AXES,
+    VERSUS,
+    Comparison,
+    Pick,
+    Row,
+    less_accurate,
+    pick,
+)
 from pipeline.config import KEYS
 from pipeline.gate import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Change, GateResult
 from pipeline.grid import format_value, short

@@ -22,8 +22,8 @@ no interval: "n too small", never a guess dressed as a number.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -92,7 +92,8 @@ class Difference:
 def finite(values: Sequence[float]) -> np.ndarray:
     """The finite values of one side (a run without the figure gives NaN, and is left out)."""
     array = np.asarray(list(values), dtype=float)
-    return array[np.isfinite(array)]
+    kept: np.ndarray = array[np.isfinite(array)]  # numpy types a mask's selection as Any
+    return kept
 
 
 def welch(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -43,7 +43,7 @@ class TrackingUnavailable(RuntimeError):
     """The tracking store stopped answering (after retries) in the middle of a sweep."""
 
     @classmethod
-    def of(cls, uri: str, exc: BaseException) -> "TrackingUnavailable":
+    def of(cls, uri: str, exc: BaseException) -> TrackingUnavailable:
         if is_no_room(exc):  # the store cannot take another write: the sweep stops as for an outage
             where = sqlite_path(uri)
             return cls(f"{redact(uri)} could not write: disk full at "
@@ -287,8 +287,10 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         try:  # any answer will do: a server without /health, or one that wants credentials
             requests.get(f"{uri.rstrip('/')}/health", timeout=timeout_s, **_tls()).close()
         except requests.exceptions.SSLError as exc:
-            raise UserError(f"tracking server {redact(uri)}: TLS failed ({_why(exc)}); set MLFLOW_TRACKING_SERVER_CERT_PATH "
-                            "to the CA bundle that signed its certificate, or MLFLOW_TRACKING_INSECURE_TLS=true") from None
+            raise UserError(
+                f"tracking server {redact(uri)}: TLS failed ({_why(exc)}); set MLFLOW_TRACKING_SERVER_CERT_PATH "
+                "to the CA bundle that signed its certificate, or MLFLOW_TRACKING_INSECURE_TLS=true"
+            ) from None
         except requests.exceptions.ReadTimeout:
             raise UserError(f"tracking server {redact(uri)} accepted the connection but did not answer "
                             f"within {timeout_s:g} s; check that it is healthy, or {fix}") from None
@@ -301,7 +303,7 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         check_backend(uri, label="tracking store")
     elif parsed.scheme == "sqlite":
         check_sqlite_file(uri)
-    elif parsed.scheme in ("", "file") and not os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+    elif parsed.scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in ("true", "1"):
         _refuse_file_store(uri, Path(parsed.path if parsed.scheme == "file" else uri).expanduser())
 
 
@@ -446,8 +448,8 @@ def _open_error(uri: str, path: Path | None, exc: Exception, new: bool) -> UserE
     hint = ""
     if isinstance(exc, ModuleNotFoundError):
         hint = f"; install the {exc.name} package for this store"
-    elif code is None and user_error(exc, "") is not None:
-        hint = f"; {USER_CAUSED[error_code(exc)]}"
+    elif code is None and (mlflow_code := error_code(exc)) in USER_CAUSED and user_error(exc, "") is not None:
+        hint = f"; {USER_CAUSED[mlflow_code]}"
     elif new and _creation_race(exc):  # both migrations failed half-way: alembic's copy is left behind
         hint = (f"; another program created this new store at the same moment and left it half made: "
                 f"delete {path} and run again")
@@ -480,7 +482,7 @@ def check_mlflow_store(uri: str, path: Path) -> None:
     if not path.exists():
         raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
     found = _tables(path)
-    if found is None or not _MLFLOW_TABLES <= found[0]:
+    if found is None or not found[0] >= _MLFLOW_TABLES:
         raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
                         "pass the store's .db file")
     # A store at another MLflow schema is not migrated here: MLflow's own check at opening refuses it,
@@ -686,7 +688,8 @@ def fluent_target(uri: str, experiment_id: str | None = None):
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(previous_uri)
+        # None puts back "not set" (MLflow keeps the value as given); no public call unsets it.
+        mlflow.set_tracking_uri(previous_uri)  # type: ignore[arg-type]
         if previous_experiment is None:
             os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
         else:

@@ -17,8 +17,9 @@ Never imports torch or mlflow (config reads targets from grid files, train stops
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from pipeline.names import TAG_TARGET, TAG_TARGET_STATUS, TIME_TO_TARGET, WALL_TO_TARGET
 
@@ -58,10 +59,10 @@ def parse(raw: Any) -> Target:
     if metric not in METRICS:
         raise ValueError(f"{metric}: unknown metric; allowed: {', '.join(METRICS)}")
     number = _number(value)
-    if metric in ACCURACIES and not (number is not None and 0 < number <= 1):
-        raise ValueError(f"{metric}: got {value!r}; expected an accuracy above 0 and at most 1, e.g. 0.85")
-    if metric in LOSSES and not (number is not None and number > 0):
-        raise ValueError(f"{metric}: got {value!r}; expected a loss above 0, e.g. 0.4")
+    accuracy = metric in ACCURACIES  # else a loss: METRICS is the two together
+    if number is None or (accuracy and not 0 < number <= 1) or (not accuracy and number <= 0):
+        expected = "an accuracy above 0 and at most 1, e.g. 0.85" if accuracy else "a loss above 0, e.g. 0.4"
+        raise ValueError(f"{metric}: got {value!r}; expected {expected}")
     return Target(metric, number)
 
 
@@ -79,9 +80,15 @@ def _number(value: Any) -> float | None:
 class Epoch(Protocol):
     """What the target reads from an epoch (train.EpochStats has it, without this module importing torch)."""
 
-    epoch: int
-    epoch_duration_s: float
-    wall_clock_s: float | None
+    # Read-only properties: a frozen dataclass's fields match them, and the target changes none.
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def epoch_duration_s(self) -> float: ...
+
+    @property
+    def wall_clock_s(self) -> float | None: ...
 
 
 @dataclass(frozen=True)

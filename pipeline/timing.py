@@ -14,10 +14,20 @@ run made before children logged them, so that old and new runs agree.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from pipeline.names import (FINAL_ACCURACY, FIRST_EPOCH, PEAK_MEMORY, STEADY_ENERGY, STEADY_EPOCH,
-                            STEADY_IMAGES, TIME_BUCKETS, TIME_SHARES, TRAINED_EPOCHS)
+from pipeline.names import (
+    FINAL_ACCURACY,
+    FIRST_EPOCH,
+    PEAK_MEMORY,
+    STEADY_ENERGY,
+    STEADY_EPOCH,
+    STEADY_IMAGES,
+    TIME_BUCKETS,
+    TIME_SHARES,
+    TRAINED_EPOCHS,
+)
 
 # The per-epoch metrics a run's figures are worked out from: its summary's and its end figures'.
 FIGURE_HISTORIES = ("epoch_duration_s", "images_per_s", *TIME_BUCKETS, "peak_memory_mb", "energy_j")

@@ -13,6 +13,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -153,7 +154,9 @@ def _torch_threads(config: RunConfig):
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, split: Split, device: torch.device, precision: str = "fp32") -> tuple[float, float]:
+def evaluate(
+    model: torch.nn.Module, split: Split, device: torch.device, precision: str = "fp32"
+) -> tuple[float, float]:
     """Mean cross-entropy and accuracy over `split`, in eval mode, at the run's precision."""
     model.eval()
     cuda, channels_last = device.type == "cuda", uses_channels_last(device)
@@ -189,7 +192,7 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
 
 def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
                 device: torch.device, precision: str, channels_last: bool,
-                scaler: "torch.amp.GradScaler | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
+                scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One eager training step on a batch already on the device: forward and loss at `precision`,
     then backward and Adam (through the scaler with fp16 on CUDA). Returns (logits, loss)."""
     with autocast(device, precision):
@@ -225,6 +228,11 @@ def _shapes(config: RunConfig, data: Dataset) -> list[tuple[int, bool]]:
     return shapes
 
 
+def _compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """torch.compile(model): a module with the same parameters (torch annotates it as any callable)."""
+    return cast(torch.nn.Module, torch.compile(model, dynamic=False))
+
+
 def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.device) -> float:
     """Untimed training steps and evaluation batches at the run's shapes, on a copy of the model,
     so that epoch 1 does not time loading the device's libraries, choosing kernels, the allocator's
@@ -235,7 +243,7 @@ def _warm_up(model: Network, config: RunConfig, data: Dataset, device: torch.dev
     optimizer = make_optimizer(shadow.parameters(), config, device)
     # A compiled copy's code serves the run's model too: dynamo guards on the module's type and
     # the inputs' shapes, not on which instance is called.
-    net = torch.compile(shadow, dynamic=False) if config.compile else shadow
+    net = _compiled(shadow) if config.compile else shadow
     channels_last, pin = uses_channels_last(device), device.type == "cuda"
     for size, training in _shapes(config, data):
         images = torch.zeros((size, 1, 28, 28), dtype=torch.uint8)
@@ -302,10 +310,10 @@ def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, r
         # trained nothing, and this process's own set-up counts again.
         earlier_wall_s = result.epochs[-1].wall_clock_s
     hooks.model_ready(model)
-    net = model  # what the steps call: the model, or its compiled form (same parameters)
+    net: torch.nn.Module = model  # what the steps call: the model, or its compiled form (same parameters)
     if config.compile:
         torch.compiler.reset()  # each run compiles (and is timed compiling) as if it were the first
-        net = torch.compile(model, dynamic=False)
+        net = _compiled(model)
     try:
         result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
     except Exception as exc:

@@ -21,8 +21,9 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("unknown grid key, misspelt", "grid:\n  batch_sise: [1]\n", ("did you mean 'batch_size'",)),
     ("unknown grid key, no underscore", "grid:\n  batchsize: [1]\n", ("did you mean 'batch_size'",)),
     ("unknown grid key lists all", "grid:\n  gpus: [1]\n",
-     ("grid.gpus", "unknown key", "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run, data_on_device, "
-                             "cuda_graph, precision, compile, prefetch, weight_decay, threads")),
+     ("grid.gpus", "unknown key",
+      "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run, data_on_device, "
+      "cuda_graph, precision, compile, prefetch, weight_decay, threads")),
     ("unknown grid key, Adam's other name", "grid:\n  weightdecay: [0.01]\n", ("did you mean 'weight_decay'",)),
     ("unknown top-level key", "experimnt: x\n", ("did you mean 'experiment'",)),
     ("misspelt grid section", "gird:\n  lr: [1]\n", ("gird", "unknown key", "did you mean 'grid'")),
@@ -63,7 +64,8 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("prefetch with workers", "grid:\n  num_workers: [1]\n  prefetch: [false, true]\n",
      ("grid.prefetch", "main process", "num_workers: [0]")),
     ("weight_decay negative", "grid:\n  weight_decay: [-0.01]\n", ("grid.weight_decay: got -0.01", "a number >= 0")),
-    ("weight_decay not a number", "grid:\n  weight_decay: [heavy]\n", ("grid.weight_decay: got 'heavy'", "a number >= 0")),
+    ("weight_decay not a number", "grid:\n  weight_decay: [heavy]\n",
+     ("grid.weight_decay: got 'heavy'", "a number >= 0")),
     ("weight_decay boolean", "grid:\n  weight_decay: [true]\n", ("grid.weight_decay: got True", "a number >= 0")),
     ("weight_decay infinite", "grid:\n  weight_decay: [.inf]\n", ("grid.weight_decay: got inf", "a number >= 0")),
     ("checkpoint not boolean", "checkpoint: sometimes\n", ("checkpoint: got 'sometimes'",)),
@@ -120,6 +122,7 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
 BAD_GRID_FILES: list[tuple[str, bytes | None, tuple[str, ...]]] = [
     ("grid file a folder", None, ("is a folder, not a grid file", "pass a YAML file")),
     ("grid file binary", bytes(range(256)) * 4, ("binary data", "not a YAML grid file")),
-    ("grid file not UTF-8", b"grid:\n  device: [\xe9t\xe9]\n", ("not UTF-8 text (byte 0xe9 at line 2)", "save the file as UTF-8")),
+    ("grid file not UTF-8", b"grid:\n  device: [\xe9t\xe9]\n",
+     ("not UTF-8 text (byte 0xe9 at line 2)", "save the file as UTF-8")),
     ("grid file huge", b"# " + b"x" * 1_000_000 + b"\n", ("more than 1000000 bytes", "is this the right file")),
 ]

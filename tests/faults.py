@@ -18,9 +18,9 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 # Long enough for a command on a loaded 2-core machine; a hang is what it catches.
 HANG_S = 120

@@ -25,9 +25,9 @@ def _docs_block() -> str:
 def test_the_getting_started_block_runs_a_mapping_and_compares(tmp_path, data_dir, monkeypatch, _store_template):
     """The docs' example (a mapping grid, an override, the store in the working folder, the data
     found through $PIPELINE_DATA_DIR) trains, and its comparison is the DataFrame compare() gives."""
-    import mlflow
-
     import shutil
+
+    import mlflow
 
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(data_dir))
     shutil.copy(_store_template, tmp_path / "mlflow.db")  # migrated already: the block's store, seconds sooner
@@ -110,6 +110,7 @@ def test_numpy_values_run_and_log_as_python_values(tracking_uri, data_dir):
 def test_overrides_as_a_string_is_refused_before_the_store_is_touched(tracking_uri, data_dir):
     import mlflow
 
-    with pytest.raises(UserError, match=r"^overrides: got a string 'epochs=2'; pass a list, e\.g\. overrides=\['epochs=2'\]$"):
+    expected = r"^overrides: got a string 'epochs=2'; pass a list, e\.g\. overrides=\['epochs=2'\]$"
+    with pytest.raises(UserError, match=expected):
         api.run({"grid": {"device": ["cpu"]}}, overrides="epochs=2", tracking_uri=tracking_uri, data_dir=str(data_dir))
     assert [e.name for e in mlflow.MlflowClient(tracking_uri).search_experiments()] == ["Default"]

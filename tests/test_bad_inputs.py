@@ -3,6 +3,7 @@ prints no traceback, creates no MLflow run, and changes no existing file or run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -156,12 +157,15 @@ CASES = {
     "train unknown device": ("args", ["train", "--device", "tpu"], "cpu, cuda, cuda:N, mps or auto"),
     "train negative lr": ("args", ["train", "--lr", "-1"], "positive number"),
     "train epochs not a number": ("args", ["train", "--epochs", "many"], "'many' is not a valid integer"),
-    "train negative weight decay": ("args", ["train", "--weight-decay", "-0.1"], ("--weight-decay", "got -0.1", "a number >= 0")),
+    "train negative weight decay": ("args", ["train", "--weight-decay", "-0.1"],
+                                    ("--weight-decay", "got -0.1", "a number >= 0")),
     "train weight decay a word": ("args", ["train", "--weight-decay", "heavy"], "'heavy' is not a valid float"),
     "predict limit 0": ("args", ["predict", "--model", "models:/x@y", "--limit", "0"], "--limit"),
     "ui port out of range": ("args", ["ui", "--port", "70000"], "--port"),
-    "compare unknown sort": ("args", ["compare", "--tracking-uri", "{uri}", "--sort", "speed"], "--sort speed: no such column"),
-    "compare unknown experiment": ("args", ["compare", "--tracking-uri", "{uri}", "--experiment", "nope"], "no experiment 'nope'"),
+    "compare unknown sort": ("args", ["compare", "--tracking-uri", "{uri}", "--sort", "speed"],
+                             "--sort speed: no such column"),
+    "compare unknown experiment": ("args", ["compare", "--tracking-uri", "{uri}", "--experiment", "nope"],
+                                   "no experiment 'nope'"),
     "register reserved alias": ("args", ["register", "--experiment", "existing", "--name", "m", "--alias", "latest",
                                          "--tracking-uri", "{uri}"], "--alias 'latest'"),
     "register a name with a slash": ("args", ["register", "--experiment", "existing", "--name", "team/cnn",
@@ -187,21 +191,24 @@ CASES = {
     "retired file store": ("uri", "file://{tmp}/fs", "MLflow 3 retired file stores"),
     "unsupported scheme": ("uri", "ftp://host/store", "tracking store ftp://host/store cannot be opened"),
     "database store unreachable": ("uri", "postgresql://user:hunter2@127.0.0.1:1/db", "postgresql://user:***@"),
-    "compare on a missing store": ("args", ["compare", "--tracking-uri", "sqlite:///{tmp}/absent.db"], "no tracking store"),
+    "compare on a missing store": ("args", ["compare", "--tracking-uri", "sqlite:///{tmp}/absent.db"],
+                                   "no tracking store"),
     "sqlite store a folder": ("uri", "sqlite:///{tmp}", ("is a folder; name a database file in it",
                                                           "sqlite:///{tmp}/mlflow.db")),
     "sqlite store the root folder": ("args", ["compare", "--tracking-uri", "sqlite:////"], "/ is a folder"),
     "store a plain folder path": ("uri", "{tmp}", ("MLflow 3 retired file stores", "sqlite:///{tmp}/mlflow.db")),
     "store a plain file name": ("args", ["compare", "--tracking-uri", "mlflow.db"], "e.g. --tracking-uri sqlite:///"),
     "store a file that is no database": ("uri", "sqlite:///{good}", "good.yaml is not an SQLite database"),
-    "server that never answers": ("uri", "http://127.0.0.1:{hung}", "accepted the connection but did not answer within 3 s"),
+    "server that never answers": ("uri", "http://127.0.0.1:{hung}",
+                                  "accepted the connection but did not answer within 3 s"),
     "compare on a server that never answers": ("args", ["compare", "--tracking-uri", "http://127.0.0.1:{hung}"],
                                                "did not answer within 3 s"),
     "predict on a server that never answers": ("args", ["predict", "--model", "models:/m@champion", "--limit", "5",
                                                         "--data-dir", "{data}", "--tracking-uri", "http://127.0.0.1:{hung}"],
                                                "did not answer within 3 s"),
     "predict on a missing store": ("args", ["predict", "--model", "models:/m@champion", "--limit", "5", "--data-dir",
-                                            "{data}", "--tracking-uri", "sqlite:///{tmp}/absent.db"], "no tracking store"),
+                                            "{data}", "--tracking-uri", "sqlite:///{tmp}/absent.db"],
+                                   "no tracking store"),
     # empty values: one check for every option and argument (test_every_option_refuses_an_empty_value)
     "empty --experiment": ("args", ["run", "{good}", "--experiment", ""], ("'--experiment'", "empty value")),
     "empty --tracking-uri": ("args", ["run", "{good}", "--tracking-uri="], ("'--tracking-uri'", "empty value")),
@@ -213,7 +220,8 @@ CASES = {
     "empty image file name": ("args", ["predict", "--model", "models:/m@champion", ""], ("IMAGE_FILES", "empty value")),
     "empty results file name": ("args", ["relog", ""], "empty value"),
     "empty --host": ("args", ["ui", "--host", "", "--tracking-uri", "{uri}"], ("'--host'", "empty value")),
-    "empty --backend-store-uri": ("args", ["server", "--backend-store-uri", ""], ("'--backend-store-uri'", "empty value")),
+    "empty --backend-store-uri": ("args", ["server", "--backend-store-uri", ""],
+                                  ("'--backend-store-uri'", "empty value")),
     # image files (read before the model, so no model is needed to refuse them)
     "decompression bomb": ("args", ["predict", "--model", "models:/m@champion", "{images}/bomb.png"],
                            ("bomb.png: over 178 megapixels", "scale it down")),
@@ -223,7 +231,8 @@ CASES = {
                         "truncated.png: a damaged or truncated image"),
     "text file as image": ("args", ["predict", "--model", "models:/m@champion", "{images}/notes.png"],
                            "notes.png: not an image file"),
-    "empty image file": ("args", ["predict", "--model", "models:/m@champion", "{images}/empty.jpg"], "not an image file"),
+    "empty image file": ("args", ["predict", "--model", "models:/m@champion", "{images}/empty.jpg"],
+                         "not an image file"),
     "folder as image": ("args", ["predict", "--model", "models:/m@champion", "{images}"], "images: is a folder"),
     # results files for relog: the bad line is named (file:line); the other lines are kept and relogged
     "results line cut short": ("args", ["relog", "{results}/truncated.jsonl"], "truncated.jsonl:2: not JSON"),
@@ -239,9 +248,11 @@ CASES = {
     "server on a port in use": ("args", ["server", "--port", "{hung}", "--backend-store-uri", "sqlite:///{tmp}/s.db"],
                                 ("--port {hung}: already in use", "pick another port")),
     "server on an unknown host": ("args", ["server", "--host", "no-such-host.invalid", "--port", "{free}",
-                                           "--backend-store-uri", "sqlite:///{tmp}/s.db"], "--host no-such-host.invalid"),
+                                           "--backend-store-uri", "sqlite:///{tmp}/s.db"],
+                                  "--host no-such-host.invalid"),
     "ray address where nothing listens": ("args", ["run", "{good}", "--executor", "ray", "--ray-address",
-                                                   "127.0.0.1:{free}", "--tracking-uri", "{uri}", "--data-dir", "{data}"],
+                                                   "127.0.0.1:{free}", "--tracking-uri", "{uri}",
+                                                   "--data-dir", "{data}"],
                                           "--ray-address 127.0.0.1:{free}: nothing answers at 127.0.0.1:{free}"),
     "server on a folder store": ("args", ["server", "--port", "{free}", "--backend-store-uri", "sqlite:///{tmp}"],
                                  "is a folder; name a database file in it"),
@@ -365,7 +376,8 @@ def test_every_option_refuses_an_empty_value(command_name, param, monkeypatch):
     args = [command_name, param.opts[0], ""] if isinstance(param, click.Option) else [command_name, ""]
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 2, f"{args}: exit {out.exit_code}\n{out.output}"
-    assert "Invalid value for" in out.output and param.opts[0] in out.output.replace(param.human_readable_name, param.opts[0]), out.output
+    assert "Invalid value for" in out.output, out.output
+    assert param.opts[0] in out.output.replace(param.human_readable_name, param.opts[0]), out.output
     assert "Traceback" not in out.output
 
 
@@ -392,7 +404,8 @@ def test_validate_and_dry_run_count_a_million_points_and_show_the_first(write_gr
     words = " ".join(out.output.split())
     assert out.exit_code == 0 and "ok: 1000000 grid points" in words, out.output
     assert "... and 999950 more: the first 50 of 1000000 grid points are shown" in words
-    assert "`pipeline run` refuses 1000000 grid points (more than --max-points 10000); pass --max-points 1000000" in words
+    refusal = "`pipeline run` refuses 1000000 grid points (more than --max-points 10000); pass --max-points 1000000"
+    assert refusal in words
     assert len(out.output.splitlines()) < 70
     out = CliRunner().invoke(main, ["run", str(grid), "--dry-run", "--data-dir", str(data_dir), "--tracking-uri",
                                     tracking_uri])
@@ -423,7 +436,8 @@ def test_relog_relogs_the_good_lines_and_names_the_bad_one(tracking_uri, tmp_pat
     assert error.startswith(f"error: {results_file}:2: not JSON") and "(and 1 more)" in error, error
     client = mlflow.MlflowClient(tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name("relogged").experiment_id])
-    assert sorted((r.data.params["batch_size"], r.info.status) for r in runs) == [("128", "FINISHED"), ("64", "FINISHED")]
+    statuses = sorted((r.data.params["batch_size"], r.info.status) for r in runs)
+    assert statuses == [("128", "FINISHED"), ("64", "FINISHED")]
     kept = results_file.read_bytes().split(b"\n")
     assert kept[1] == cut and kept[3] == garbled
     assert [json.loads(kept[i])["logged"] for i in (0, 2)] == [True, True]
@@ -444,7 +458,8 @@ def test_a_server_that_stops_before_it_listens_is_reported(tmp_path, _store_temp
         code = run_mlflow(["server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                            "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"], "127.0.0.1", port)
     assert code == 1
-    assert f"error: the MLflow server stopped before it listened on 127.0.0.1:{port} (exit code 0)" in capfd.readouterr().err
+    stopped = f"error: the MLflow server stopped before it listened on 127.0.0.1:{port} (exit code 0)"
+    assert stopped in capfd.readouterr().err
 
 
 def test_a_server_passes_on_sigterm_sent_to_pipeline_alone(tmp_path, _store_template):
@@ -472,7 +487,5 @@ def test_a_server_passes_on_sigterm_sent_to_pipeline_alone(tmp_path, _store_temp
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # whatever of its group is left
-        except ProcessLookupError:
-            pass

@@ -170,30 +170,23 @@ def test_mlproject_parameters_are_cli_options(entry, command):
         assert {p.opts[0] for p in click_command.params if p.opts[0].startswith("--")} <= declared
 
 
-def test_conda_env_mirrors_the_pins():
-    conda = yaml.safe_load((REPO / "conda.yaml").read_text())
-    pip = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict))
-    for pin in ("torch==2.14.1", "torchvision==0.29.1", "mlflow==3.17.2"):
-        assert pin in pip
-    makefile = (REPO / "Makefile").read_text()
-    assert "torch==2.14.1 torchvision==0.29.1 mlflow==3.17.2" in makefile
-
-
 def test_declared_ranges_end_at_the_newest_tested_release():
-    """pyproject.toml admits the releases `make test` installs (the Makefile's pins) and the floors
+    """pyproject.toml admits the releases `make test` installs (constraints.txt's pins) and the floors
     `make compat` installs, and nothing past the newest tested minor release of torch, torchvision
-    and MLflow."""
+    and MLflow. (tests/test_dependencies.py checks that everything else reads constraints.txt.)"""
     import tomllib
 
     from packaging.requirements import Requirement
 
+    from test_dependencies import pins
+
     declared = {r.name: r.specifier for r in map(Requirement, tomllib.loads(
         (REPO / "pyproject.toml").read_text())["project"]["dependencies"])}
-    for pin, floor, untested in (("torch==2.14.1", "2.13.0", "2.15.0"), ("torchvision==0.29.1", "0.28.0", "0.30.0"),
-                                 ("mlflow==3.17.2", "3.9.0", "3.18.0")):
-        name, newest = pin.split("==")
-        assert pin in (REPO / "Makefile").read_text()
-        assert declared[name].contains(newest) and declared[name].contains(floor), (name, declared[name])
+    newest = pins()
+    for name, floor, untested in (("torch", "2.13.0", "2.15.0"), ("torchvision", "0.28.0", "0.30.0"),
+                                  ("mlflow", "3.9.0", "3.18.0")):
+        assert declared[name].contains(newest[name]), (name, declared[name])
+        assert declared[name].contains(floor), (name, declared[name])
         assert not declared[name].contains(untested), (name, declared[name])
 
 

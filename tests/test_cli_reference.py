@@ -169,7 +169,7 @@ def test_each_command_summary_is_whole(reference):
     """The summary is the command's short_help, or its docstring's first sentence: never cut."""
     listed = reference.table("pipeline", "Command")
     wrong = []
-    for anchor, ctx in commands()[1:]:
+    for _anchor, ctx in commands()[1:]:
         command = ctx.command
         expected = inspect.cleandoc(command.short_help) if command.short_help else first_sentence(command.help or "")
         summary = listed.get(ctx.info_name, [""])[0]

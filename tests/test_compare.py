@@ -6,29 +6,29 @@ import csv
 import io
 import json
 import math
-
 import re
+from pathlib import Path
 
 import mlflow
 import numpy as np
 import pytest
-from PIL import Image
 from click.testing import CliRunner
 from mlflow.entities import Metric, Param, RunTag
+from PIL import Image
 
 from conftest import isolated, new_store
-from synthetic_sweeps import Run, jittered, write_sweep
 from pipeline import charts, names
 from pipeline.cli import main
 from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build
-from pipeline.palette import colours
-from pipeline.sentences import notes, speedup_lines
-from pipeline.tables import render
 from pipeline.config import load_grid
+from pipeline.palette import colours
+from pipeline.records import read_sweep
 from pipeline.report import Reporter
 from pipeline.runner import Options, run_grid
-from pipeline.records import read_sweep
+from pipeline.sentences import notes, speedup_lines
+from pipeline.tables import render
 from pipeline.timing import histories_of
+from synthetic_sweeps import Run, jittered, write_sweep
 
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -45,7 +45,8 @@ def sweep_store(tmp_path_factory, data_dir, _store_template):
 
 def _sweep_store(folder, data_dir, tracking_uri):
     (folder / "grid.yaml").write_text(GRID)
-    result = run_grid(load_grid(folder / "grid.yaml"), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir))
+    result = run_grid(load_grid(folder / "grid.yaml"), Reporter(), options)
     client = mlflow.MlflowClient(tracking_uri)
     cpu = next(r for r in client.search_runs([result.experiment_id], "params.batch_size = '128'"))
     twin = client.create_run(result.experiment_id, run_name="batch_size=128 device=cuda", tags={
@@ -54,7 +55,9 @@ def _sweep_store(folder, data_dir, tracking_uri):
     metrics = []
     for name in HISTORIES + CHART_HISTORIES + ("train_loss", "train_accuracy", "test_loss"):
         for m in client.get_metric_history(cpu.info.run_id, name):
-            value = m.value * (10 if m.step == 1 else 1 / 4) if name in ("epoch_duration_s", *names.TIME_BUCKETS) else m.value
+            value = m.value
+            if name in ("epoch_duration_s", *names.TIME_BUCKETS):
+                value *= 10 if m.step == 1 else 1 / 4
             metrics.append(Metric(name, value, m.timestamp, m.step))
     metrics.append(Metric("run_duration_s", 1.0, 0, 0))
     client.log_batch(twin.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
@@ -115,12 +118,14 @@ def test_formats_and_sort(sweep_store):
     assert list(comparison.table["epoch_duration_s"]) == sorted(comparison.table["epoch_duration_s"])
     assert list(build(sweep, CompareOptions(sort="speedup")).table["device"])[0] == "cuda:0"  # higher first
     rows = list(csv.DictReader(io.StringIO(render(comparison, "csv"))))
-    assert len(rows) == 3 and {"device", "batch_size", "num_workers", "lr", "epochs", "train_loss", "test_accuracy",
-                               "epoch_duration_s", "images_per_s", "run_duration_s", "data_share", "speedup"} <= set(rows[0])
+    assert len(rows) == 3
+    assert {"device", "batch_size", "num_workers", "lr", "epochs", "train_loss", "test_accuracy",
+            "epoch_duration_s", "images_per_s", "run_duration_s", "data_share", "speedup"} <= set(rows[0])
     records = json.loads(render(comparison, "json"))
     assert [r["device"] for r in records] == list(comparison.table["device"])
     lines = render(comparison, "markdown").splitlines()
-    assert len(lines) == 5 and lines[1].startswith("|---") and any("4.00x faster (n too small (1 run))" in line for line in lines[2:])
+    assert len(lines) == 5 and lines[1].startswith("|---")
+    assert any("4.00x faster (n too small (1 run))" in line for line in lines[2:])
 
 
 def test_cli_compare_pipes_csv_and_writes_charts(sweep_store, tmp_path):
@@ -169,7 +174,8 @@ def test_a_sweep_draws_its_charts_beside_a_notebooks_plots(write_grid, data_dir,
     import matplotlib.pyplot  # noqa: F401  (a notebook's, say)
 
     backend, figures = matplotlib.get_backend(), matplotlib.pyplot.get_fignums()
-    result = run_grid(load_grid(write_grid(GRID)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir))
+    result = run_grid(load_grid(write_grid(GRID)), Reporter(), options)
     logged = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(result.parent_run_id, "comparison")}
     assert {f"comparison/{name}" for name in (charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG,
                                               charts.TIME_BREAKDOWN_PNG)} <= logged
@@ -184,7 +190,7 @@ def test_sweep_logs_comparison_and_network_artifacts(sweep_store):
     assert {a.path for a in client.list_artifacts(cpu.info.run_id, "inputs")} == {names.ARTIFACT_BATCH}
     with Image.open(client.download_artifacts(cpu.info.run_id, names.ARTIFACT_BATCH)) as batch:
         assert batch.format == "PNG" and batch.size == (8 * 30 + 2, 8 * 30 + 2)  # 64 images, 8 wide, 2 px apart
-    summary = open(client.download_artifacts(cpu.info.run_id, names.ARTIFACT_SUMMARY)).read()
+    summary = Path(client.download_artifacts(cpu.info.run_id, names.ARTIFACT_SUMMARY)).read_text()
     assert "conv1.weight" in summary and "(6, 1, 5, 5)" in summary and "out.bias" in summary and "cpu" in summary
     assert cpu.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
     for name in names.TIME_BUCKETS:
@@ -486,8 +492,8 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
     the figures come first, and nothing is dropped."""
     from rich.console import Console
 
-    from pipeline.tables import display_frame
     from pipeline.report import comparison_tables
+    from pipeline.tables import display_frame
 
     _, comparison = eight
     console = Console(width=width, file=io.StringIO(), highlight=False)
@@ -540,7 +546,8 @@ def test_the_verdict_comes_first_in_plain_words(tracking_uri):
                         lines[0]), lines
     assert re.fullmatch(r"Fastest: cpu \(\d\.\d{3} s/epoch, test acc 0\.7800\), but less accurate than the most "
                         r"accurate by more than 0\.005", lines[1]), lines
-    assert re.fullmatch(r"cuda:0 vs cpu, epoch time: 2\.\d\dx slower \[\d\.\d\d-\d\.\d\d\] \(significant\)", lines[2]), lines[2]
+    verdict = r"cuda:0 vs cpu, epoch time: 2\.\d\dx slower \[\d\.\d\d-\d\.\d\d\] \(significant\)"
+    assert re.fullmatch(verdict, lines[2]), lines[2]
     assert "x0." not in out.output
 
 
@@ -658,7 +665,7 @@ def test_every_setting_is_on_every_chart_in_its_one_colour(tracking_uri):
     assert [text.get_text() for text in ax.get_legend().get_texts()] == list(drawn["accuracy"])
     assert [to_hex(line.get_color()) for line in ax.get_lines()] == [colour[label] for label in drawn["accuracy"]
                                                                      for _ in range(2)]
-    assert 0.0 <= ax.get_ylim()[0] and ax.get_ylim()[1] <= 1.0
+    assert ax.get_ylim()[0] >= 0.0 and ax.get_ylim()[1] <= 1.0
 
     # Epoch duration: a bar per setting in its colour, named in the legend, whiskers said in words.
     ax = charts.figure(epochs).axes[0]

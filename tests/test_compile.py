@@ -139,8 +139,8 @@ def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid, mo
 def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged():
     """A run made before `compile` existed is the eager twin; boolean params are logged lower-case."""
     from pipeline.compare import build
-    from pipeline.tables import display_frame
     from pipeline.records import RunRecord, SweepRecord
+    from pipeline.tables import display_frame
 
     def run(run_id, seconds, **params):
         return RunRecord(run_id, run_id, {"batch_size": "64", **params}, {"test_accuracy": 0.8},
@@ -152,5 +152,7 @@ def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged
     table = comparison.table.set_index("run_ids")
     assert table.loc["old", "compile"] == "false" and table.loc["new", "compile_speedup"] == 2.0
     shown = display_frame(comparison).set_index(comparison.table["run_ids"])
-    assert shown.loc["upload", "data path"] == "on device (no host data path)" and shown.loc["old", "data path"] == "host"
-    assert shown.loc["old", "compile speedup"] == "ref" and shown.loc["new", "compile speedup"] == "2.00x faster (n too small (1 run))"
+    assert shown.loc["upload", "data path"] == "on device (no host data path)"
+    assert shown.loc["old", "data path"] == "host"
+    assert shown.loc["old", "compile speedup"] == "ref"
+    assert shown.loc["new", "compile speedup"] == "2.00x faster (n too small (1 run))"

@@ -5,6 +5,7 @@ tagged contended. (Tests run beside another xdist worker: none asserts that a ru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,10 +18,10 @@ import pytest
 
 from conftest import children, invoke, runs_of
 from pipeline import contention, names
+from pipeline.config import RunConfig
 from pipeline.contention import CONTENDED_SHARE, Contention, CpuSample, measure
 from pipeline.executors import concurrency, concurrency_by_node
 from pipeline.grid import GridPoint
-from pipeline.config import RunConfig
 from pipeline.point import DONE, FINISHED, Outcome
 
 
@@ -99,10 +100,8 @@ def _start_spinners(count: int) -> list[int]:
 
 def _stop(pids: list[int]) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def test_a_run_beside_busy_processes_is_tagged_contended(write_grid, data_dir, tracking_uri, monkeypatch):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
@@ -10,8 +9,8 @@ import torch
 from conftest import make_idx, requires_real_data
 from pipeline import idx
 from pipeline.data import batches, load
-from pipeline.idx import FILES, locate
 from pipeline.errors import UserError
+from pipeline.idx import FILES, locate
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -81,7 +80,8 @@ def test_missing_data_lists_where_it_looked(tmp_path, monkeypatch):
     with pytest.raises(UserError) as info:
         locate()
     message = str(info.value)
-    for fragment in ("env ($PIPELINE_DATA_DIR)", "data (./data)", "not-installed", "apt-get install dataset-fashion-mnist"):
+    for fragment in ("env ($PIPELINE_DATA_DIR)", "data (./data)", "not-installed",
+                     "apt-get install dataset-fashion-mnist"):
         assert fragment in message
     with pytest.raises(UserError, match=r"nowhere \(--data-dir"):
         locate(tmp_path / "nowhere")

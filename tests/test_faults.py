@@ -101,7 +101,8 @@ def test_a_store_folder_that_cannot_be_written_fails_at_once(world, tmp_path):
             assert time.monotonic() - started < start_up + 10
         started = time.monotonic()
         Command(["run", str(world["grid"]), "--data-dir", str(world["data"]), "--tracking-uri",
-                 f"sqlite:///{blocker / 'mlflow.db'}"], 2, says=("tracking store",), watched=(tmp_path,)).check(tmp_path)
+                 f"sqlite:///{blocker / 'mlflow.db'}"],
+                2, says=("tracking store",), watched=(tmp_path,)).check(tmp_path)
         assert time.monotonic() - started < start_up + 10
     finally:
         if os.geteuid() == 0:

@@ -5,6 +5,7 @@ metrics and model output, the datasets each run records, peak memory that is a f
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -87,10 +88,11 @@ def test_the_parent_records_the_overrides_and_the_effective_grid(sweep, tmp_path
     assert files == {"grid/glance.yaml", names.ARTIFACT_EFFECTIVE_GRID}
     original = mlflow.artifacts.download_artifacts(run_id=parent.info.run_id, artifact_path="grid/glance.yaml",
                                                    tracking_uri=sweep["uri"], dst_path=str(tmp_path))
-    assert open(original).read() == GRID
-    effective = yaml.safe_load(open(mlflow.artifacts.download_artifacts(
+    assert Path(original).read_text() == GRID
+    effective_file = mlflow.artifacts.download_artifacts(
         run_id=parent.info.run_id, artifact_path=names.ARTIFACT_EFFECTIVE_GRID, tracking_uri=sweep["uri"],
-        dst_path=str(tmp_path))))
+        dst_path=str(tmp_path))
+    effective = yaml.safe_load(Path(effective_file).read_text())
     assert effective["grid"]["batch_size"] == [128, 256] and effective["grid"]["epochs"] == [2]
     assert sweep["grid"].read_text() == GRID  # the file itself is untouched
 

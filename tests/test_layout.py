@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 MODULES = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")}
 
@@ -119,3 +118,30 @@ def test_lint_imports_fails_on_an_import_against_the_layers(tmp_path, module, co
     assert out.returncode == 1, out.stdout + out.stderr
     assert [name for name in CONTRACTS if f"{name} BROKEN" in out.stdout] == broken, out.stdout
     assert f"pipeline.{module} is not allowed to import" in out.stdout, out.stdout
+
+
+# Logs, timing dumps and profiles: what a local run leaves behind, never the repository's content.
+LITTER_SUFFIXES = (".log", ".time", ".out", ".prof", ".pstats")
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(["git", *args], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if done.returncode == 128:  # not a git checkout (an unpacked sdist): nothing is tracked
+        pytest.skip(f"not a git checkout: {done.stderr.strip()}")
+    return done
+
+
+def test_no_tracked_file_is_a_log_or_a_timing_dump():
+    tracked = _git("ls-files").stdout.splitlines()
+    assert tracked, "git ls-files listed nothing"
+    assert [path for path in tracked if path.endswith(LITTER_SUFFIXES)] == []
+
+
+def test_gitignore_keeps_logs_and_timing_dumps_out():
+    """A new log anywhere in the tree is ignored, so `git add -A` cannot commit one."""
+    candidates = [f"busy{suffix}" for suffix in LITTER_SUFFIXES] + ["docs/gpu/run.log", "benchmarks/scale.time"]
+    ignored = _git("check-ignore", "--no-index", *candidates).stdout.splitlines()
+    assert sorted(ignored) == sorted(candidates)

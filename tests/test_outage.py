@@ -10,8 +10,17 @@ import signal
 import mlflow
 import pytest
 
-from conftest import (children, free_port, invoke, make_idx, read_until, runs_of, start_pipeline, start_server,
-                      stop_service)
+from conftest import (
+    children,
+    free_port,
+    invoke,
+    make_idx,
+    read_until,
+    runs_of,
+    start_pipeline,
+    start_server,
+    stop_service,
+)
 
 GRID = "experiment: outage\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
 

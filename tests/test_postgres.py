@@ -15,8 +15,18 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from conftest import (ADMIN_PASSWORD, PG_PASSWORD, children, free_port, invoke, make_idx, read_until, runs_of,
-                      service_output, start_pipeline)
+from conftest import (
+    ADMIN_PASSWORD,
+    PG_PASSWORD,
+    children,
+    free_port,
+    invoke,
+    make_idx,
+    read_until,
+    runs_of,
+    service_output,
+    start_pipeline,
+)
 
 psycopg = pytest.importorskip("psycopg", reason="the server extra is not installed (pip install -e '.[server]')")
 
@@ -109,7 +119,8 @@ def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
     assert "--app-name" in args and "basic-auth" in args and store not in " ".join(args)
     assert env["MLFLOW_BACKEND_STORE_URI"] == store and env["MLFLOW_FLASK_SERVER_SECRET_KEY"]
     assert ADMIN_PASSWORD not in json.dumps(args) and env["MLFLOW_AUTH_ADMIN_PASSWORD"] == ADMIN_PASSWORD
-    assert f"sqlite:///{tmp_path / 'basic_auth.db'}" in Path(env["MLFLOW_AUTH_CONFIG_PATH"]).read_text()  # beside the store
+    # the users' database sits beside the store
+    assert f"sqlite:///{tmp_path / 'basic_auth.db'}" in Path(env["MLFLOW_AUTH_CONFIG_PATH"]).read_text()
     assert ADMIN_PASSWORD not in Path(env["MLFLOW_AUTH_CONFIG_PATH"]).read_text()
     out = invoke("server", "--backend-store-uri", store, "--host", "0.0.0.0")
     assert "no authentication: see --auth" in out.output

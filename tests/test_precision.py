@@ -15,7 +15,10 @@ from pipeline.config import RunConfig
 from pipeline.data import load
 from pipeline.train import fit
 
-GRID = "experiment: precision\ngrid:\n  batch_size: [128]\n  precision: [fp32, bf16, fp16]\n  device: [cpu]\n  epochs: [2]\n"
+GRID = (
+    "experiment: precision\n"
+    "grid:\n  batch_size: [128]\n  precision: [fp32, bf16, fp16]\n  device: [cpu]\n  epochs: [2]\n"
+)
 
 
 def test_bf16_runs_the_network_in_bf16_and_learns_like_fp32(data_dir, monkeypatch):

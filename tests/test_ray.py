@@ -68,7 +68,8 @@ def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg, postgres, t
     with psycopg.connect(postgres["uri"]) as connection:  # in the database itself
         statuses = connection.execute(
             "SELECT r.status FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
-            "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'mlflow.parentRunId' WHERE e.name = 'on-ray'").fetchall()
+            "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'mlflow.parentRunId' WHERE e.name = 'on-ray'"
+        ).fetchall()
     assert statuses == [("FINISHED",)] * 4
     # Each child names the node that ran it: the points were spread over both.
     alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
@@ -193,7 +194,8 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running(cluster, pg, write_grid
     RUNNING, the finished ones stay FINISHED. (That the same command then trains only the rest is
     the runner's skip-done, the same for every executor: tests/test_reliability.py runs it. Not
     repeated here: a second Ray job costs a minute of this suite on 2 cores.)"""
-    from conftest import children, make_idx, read_until, runs_of, start_pipeline as start
+    from conftest import children, make_idx, read_until, runs_of
+    from conftest import start_pipeline as start
 
     data = make_idx(tmp_path / "data", n_train=1500, n_test=100)
     grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")

@@ -69,7 +69,8 @@ def test_predict_split_accuracy_matches_the_run(trained, tracking_uri, data_dir)
     client, runs = trained
     run = runs["0.01"]
     invoke("register", "--run-id", run.info.run_id, "--name", "m", "--tracking-uri", tracking_uri)
-    out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir),
+                 "--tracking-uri", tracking_uri)
     assert out.exit_code == 0, out.output
     accuracy = float(out.output.split("accuracy ")[1].split()[0])
     assert accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-4)  # the same test split

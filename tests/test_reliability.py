@@ -14,7 +14,8 @@ import mlflow
 import pytest
 import torch
 
-from conftest import children, invoke, make_idx, read_until, runs_of, start_pipeline as start
+from conftest import children, invoke, make_idx, read_until, runs_of
+from conftest import start_pipeline as start
 from pipeline import names
 
 FOUR = "experiment: four\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
@@ -80,7 +81,9 @@ def test_interrupt_marks_killed_and_the_rerun_finishes_the_rest(write_grid, data
 
 
 def test_kill_9_leaves_an_orphan_that_is_reaped_and_a_checkpoint_that_resumes(write_grid, slow_data, tracking_uri):
-    grid = write_grid("experiment: crash\ncheckpoint: true\ngrid:\n  batch_size: [32]\n  device: [cpu]\n  epochs: [3]\n")
+    grid = write_grid(
+        "experiment: crash\ncheckpoint: true\ngrid:\n  batch_size: [32]\n  device: [cpu]\n  epochs: [3]\n"
+    )
     args = ["run", str(grid), "--data-dir", str(slow_data), "--tracking-uri", tracking_uri]
     process = start(args)
     read_until(process, "epoch 1/3")  # printed before the epoch's checkpoint is saved: wait for the file

@@ -85,7 +85,8 @@ def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, trac
     assert out.exit_code == 0 and out.output.count("DONE") == 4, out.output
     runs = _by_start(tracking_uri)
     assert len(runs) == 6
-    assert [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs[4:]] == [("128", "3"), ("256", "3")]
+    third = [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs[4:]]
+    assert third == [("128", "3"), ("256", "3")]
     parent = mlflow.MlflowClient(tracking_uri).get_run(runs[4].data.tags["mlflow.parentRunId"])
     assert parent.data.tags[names.TAG_OPTIONS] == "--repeats 3"
 
@@ -133,7 +134,8 @@ def test_auto_stops_when_every_speedup_is_clear_or_at_the_cap():
     significant = rounds.Speedup("cuda:0 vs cpu", stats.Ratio(2.0, 1.9, 2.1, (4, 4)), spec.half_width)
     narrow = rounds.Speedup("cpu bs256 vs bs64", stats.Ratio(1.01, 0.98, 1.04, (4, 4)), spec.half_width)  # n.s., ±3%
     wide = rounds.Speedup("cpu bs128 vs bs64", stats.Ratio(1.1, 0.9, 1.3, (4, 4)), spec.half_width)  # n.s., ±18%
-    alone = rounds.Speedup("cpu bs512 vs bs64", stats.Ratio(1.5, runs=(1, 1)), spec.half_width)  # one run a side: no interval
+    # one run a side: no interval
+    alone = rounds.Speedup("cpu bs512 vs bs64", stats.Ratio(1.5, runs=(1, 1)), spec.half_width)
     assert [s.clear for s in (significant, narrow, wide, alone)] == [True, True, False, False]
     assert rounds.stop_reason(rounds.Judgement((significant,)), 2, spec) == (
         "every speedup is significant (cuda:0 vs cpu: 2.00x faster [1.90-2.10] ±5.0%)")

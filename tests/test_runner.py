@@ -214,8 +214,8 @@ def test_a_checkpoint_loads_on_the_cpu_whatever_the_device(data_dir, tmp_path):
 def test_after_a_sticky_cuda_error_the_other_cuda_points_are_not_run(data_dir):
     """An illegal memory access poisons the process's CUDA context: the cuda points after it are
     NOT RUN with the reason, the cpu points go on. Out of memory is not sticky."""
-    from pipeline.grid import GridPoint
     from pipeline.config import RunConfig
+    from pipeline.grid import GridPoint
     from pipeline.point import DataRef, cuda_context_lost
 
     assert cuda_context_lost(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))

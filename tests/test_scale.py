@@ -39,11 +39,13 @@ def _scale():
 @pytest.fixture(scope="module")
 def big_sweep(tmp_path_factory):
     scale = _scale()
-    with tempfile.TemporaryDirectory(prefix="pipeline-test-scale-", dir=scale.store_folder()) as folder:
-        with isolated(tmp_path_factory.mktemp("scale")):
-            yield scale.build_sweep(f"sqlite:///{Path(folder) / 'mlflow.db'}", BIG,
-                                    metrics=("epoch_duration_s", "test_accuracy"), inputs_and_model=False,
-                                    point=lambda index: {**ONE_POINT, "seed": str(index)})
+    with (
+        tempfile.TemporaryDirectory(prefix="pipeline-test-scale-", dir=scale.store_folder()) as folder,
+        isolated(tmp_path_factory.mktemp("scale")),
+    ):
+        yield scale.build_sweep(f"sqlite:///{Path(folder) / 'mlflow.db'}", BIG,
+                                metrics=("epoch_duration_s", "test_accuracy"), inputs_and_model=False,
+                                point=lambda index: {**ONE_POINT, "seed": str(index)})
 
 
 def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):

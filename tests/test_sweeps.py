@@ -103,7 +103,8 @@ def test_register_when_every_point_is_done_registers_the_best(trained, tracking_
 def test_compare_sorts_by_the_labels_it_shows(trained, tracking_uri):
     rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "epoch_s", "--format", "json").stdout)
     assert [r["epoch_duration_s"] for r in rows] == sorted(r["epoch_duration_s"] for r in rows)
-    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "test acc", "--format", "json").stdout)
+    out = invoke("compare", "--tracking-uri", tracking_uri, "--sort", "test acc", "--format", "json")
+    rows = json.loads(out.stdout)
     assert [r["test_accuracy"] for r in rows] == sorted((r["test_accuracy"] for r in rows), reverse=True)
 
 
@@ -139,7 +140,8 @@ def test_a_finished_point_removes_its_checkpoint_and_rerun_never_resumes(write_g
     assert out.exit_code == 0 and "resuming" not in out.output, out.output
     (run,) = point_runs(tracking_uri, "stale")
     assert names.TAG_RESUMED_FROM not in run.data.tags
-    assert [m.step for m in mlflow.MlflowClient(tracking_uri).get_metric_history(run.info.run_id, "epoch_duration_s")] == [1, 2]
+    history = mlflow.MlflowClient(tracking_uri).get_metric_history(run.info.run_id, "epoch_duration_s")
+    assert [m.step for m in history] == [1, 2]
     assert not path.exists()
 
     fit(config, dataset, torch.device("cpu"), Keep())  # stale again; this time finish without --checkpoint
@@ -174,7 +176,7 @@ def _self_signed(folder):
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 import numpy as np
 import pytest
@@ -102,7 +104,9 @@ def test_each_run_warms_up_and_its_model_holds_the_last_epoch(write_grid, data_d
         assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
 
 
-@pytest.mark.parametrize("stop", ["model fails", "Ctrl-C in epoch 1", "Ctrl-C in the last epoch", "Ctrl-C after the model"])
+@pytest.mark.parametrize(
+    "stop", ["model fails", "Ctrl-C in epoch 1", "Ctrl-C in the last epoch", "Ctrl-C after the model"]
+)
 def test_a_run_that_ends_without_its_model_still_records_what_it_had(write_grid, data_dir, tracking_uri, monkeypatch,
                                                                      stop):
     """A run whose model cannot be saved (FAILED), or one interrupted (KILLED), still records its
@@ -182,7 +186,7 @@ def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, track
     assert failed.info.status == "FAILED"
     assert failed.data.tags[names.TAG_ERROR] == "RuntimeError: injected failure"
     traceback_text = client.download_artifacts(failed.info.run_id, "error/traceback.txt")
-    assert "injected failure" in open(traceback_text).read()
+    assert "injected failure" in Path(traceback_text).read_text()
     assert runs["128"].info.status == "FINISHED"
     assert client.get_run(result.parent_run_id).info.status == "FAILED"
 
@@ -295,8 +299,8 @@ def test_ui_hint_points_at_the_training_runs_page(tmp_path):
 
 
 def test_outcome_statistics():
-    from pipeline.grid import GridPoint
     from pipeline.config import RunConfig
+    from pipeline.grid import GridPoint
     from pipeline.train import EpochStats
 
     epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i * i), 10) for i in (1, 2, 3)]
@@ -324,7 +328,8 @@ import importlib.util
 assert importlib.util.find_spec("pipeline") is None, "pipeline is still importable"
 import mlflow, numpy as np
 mlflow.set_tracking_uri({tracking_uri!r})
-scores = mlflow.pyfunc.load_model("runs:/{result.outcomes[0].run_id}/model").predict(np.zeros((3, 1, 28, 28), np.float32))
+model = mlflow.pyfunc.load_model("runs:/{result.outcomes[0].run_id}/model")
+scores = model.predict(np.zeros((3, 1, 28, 28), np.float32))
 print("SHAPE", scores.shape)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")

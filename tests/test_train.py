@@ -209,7 +209,7 @@ def test_prefetch_serves_the_loaders_batches_through_rotating_buffers(data_dir):
     """The prefetching path off CUDA (no pinning, no stream): the same batches in the same order as
     the DataLoader, the last one smaller, each gathered into one of DEPTH + 1 reused buffers."""
     split = load(data_dir).train  # 512 examples: 5 batches of 100 and one of 12
-    expected = [(i.clone(), l.clone()) for i, l in batches(split, 100, shuffle=True, seed=3)]
+    expected = [(images.clone(), labels.clone()) for images, labels in batches(split, 100, shuffle=True, seed=3)]
     prefetch = PinnedPrefetch(split, 100, True, 3, torch.device("cpu"))
     got, storages = [], []
     for images, labels in prefetch:

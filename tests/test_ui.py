@@ -124,7 +124,8 @@ _GROUPS = """() => {
   for (const row of document.querySelectorAll('.ag-pinned-left-cols-container .ag-row')) {
     rows[row.getAttribute('row-index')] = {name: row.innerText.replace(/\\s+/g, ' ').trim()};
   }
-  for (const cell of document.querySelectorAll('.ag-center-cols-container .ag-row [col-id*="setting_steady_epoch_s"]')) {
+  const cells = '.ag-center-cols-container .ag-row [col-id*="setting_steady_epoch_s"]';
+  for (const cell of document.querySelectorAll(cells)) {
     const index = cell.closest('.ag-row').getAttribute('row-index');
     if (rows[index]) rows[index].epoch = cell.innerText.trim();
   }

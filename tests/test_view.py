@@ -45,7 +45,8 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     # The figures first (each run's setting's: the numbers compare prints), then the settings.
     assert state["selectedColumns"] == ["metrics.`setting_steady_epoch_s`", "metrics.`setting_images_per_s`",
                                         "metrics.`setting_final_test_accuracy`", "metrics.`setting_n`",
-                                        "tags.`pipeline.verdict`", "params.`device`", "params.`batch_size`", "attributes.`Dataset`"]
+                                        "tags.`pipeline.verdict`", "params.`device`", "params.`batch_size`",
+                                        "attributes.`Dataset`"]
     charts = {c["uuid"]: c for c in state["compareRunCharts"]}
     assert [c["type"] for c in charts.values()] == ["SCATTER", "BAR", "BAR", "PARALLEL"]
     first = state["compareRunCharts"][0]  # speed against accuracy, first

@@ -12,6 +12,7 @@ Standard library, numpy and mlflow only: nothing from the test suite, which need
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -164,10 +165,8 @@ def smoke(tmp: Path) -> None:
 def main() -> int:
     versions = []
     for name in PINNED:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pass
     print(f"compat smoke: Python {sys.version.split()[0]}; " + ", ".join(versions))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pipeline-compat-") as tmp:
