@@ -14,9 +14,10 @@ runs either way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas
@@ -34,10 +35,10 @@ class SweepRun:
     """The experiment the runs went to."""
     tracking_uri: str | None
     """The store the runs went to, as an absolute URI (a sqlite path resolved against the working folder)."""
-    outcomes: list["Outcome"]
+    outcomes: list[Outcome]
     """One per grid point, in grid order: its `status` (FINISHED, DONE, SKIPPED, FAILED, NOT RUN,
     UNLOGGED, KILLED), `reason`, `run_id`, the `device` used, and `point.config`, its settings."""
-    comparison: "pandas.DataFrame"
+    comparison: pandas.DataFrame
     """One row per setting, as `pipeline compare` shows it; empty when no run finished."""
     exit_code: int
     """What `pipeline run` would exit with: 0 every runnable point finished, 1 some run failed."""
@@ -105,7 +106,7 @@ def _check_overrides(overrides: Any) -> None:
 
 
 def compare(experiment: str | None = None, parent_run: str | None = None,
-            tracking_uri: str | None = None) -> "pandas.DataFrame":
+            tracking_uri: str | None = None) -> pandas.DataFrame:
     """The comparison of a sweep's finished runs, one row per setting (`pipeline compare`'s data):
     the sweep `parent_run`, else the latest sweep of `experiment`, else the latest sweep.
 
@@ -124,7 +125,7 @@ def compare(experiment: str | None = None, parent_run: str | None = None,
     return _table(absolute_store_uri(resolve_tracking_uri(tracking_uri)), experiment, parent_run)
 
 
-def _table(uri: str, experiment: str | None = None, parent_run: str | None = None) -> "pandas.DataFrame":
+def _table(uri: str, experiment: str | None = None, parent_run: str | None = None) -> pandas.DataFrame:
     from pipeline.compare import HISTORIES, CompareOptions, build, sweep_options
     from pipeline.records import read_sweep
     from pipeline.store import open_client
@@ -134,7 +135,7 @@ def _table(uri: str, experiment: str | None = None, parent_run: str | None = Non
     return build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions())).table
 
 
-def _empty() -> "pandas.DataFrame":
+def _empty() -> pandas.DataFrame:
     import pandas
 
     return pandas.DataFrame()

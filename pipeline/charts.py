@@ -49,13 +49,13 @@ def _new_axes(figsize: tuple[float, float]):
 # --- the data: Comparison -> plain values (no matplotlib) -------------------------------------------
 
 
-def _timed(comparison: "Comparison") -> str:
+def _timed(comparison: Comparison) -> str:
     """Which epochs the chart's times average, as the table's `timed` column says."""
     labels = comparison.table["timed"].unique()
     return labels[0] if len(labels) == 1 else "steady state where a run had 2+ epochs"
 
 
-def _settings(comparison: "Comparison") -> Iterator[tuple[pd.Series, str, str]]:
+def _settings(comparison: Comparison) -> Iterator[tuple[pd.Series, str, str]]:
     """Each row of the table (a setting) with its label and its colour: the UI's (palette.colours, one
     per row), so that a setting has one colour in every chart and in the MLflow UI."""
     t = comparison.table
@@ -121,7 +121,7 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def _tradeoff(comparison: "Comparison") -> dict:
+def _tradeoff(comparison: Comparison) -> dict:
     """Speed against accuracy, one labelled point per setting at its final test accuracy. Without a
     target its x is its epoch time, whiskers from its first to its third quartile. With one, a
     setting that ranks on the target (compare.ranks_on_target) is at its median time to it; one that
@@ -168,7 +168,7 @@ def _tradeoff(comparison: "Comparison") -> dict:
             "title": f"Speed against accuracy\n{comparison.sweep.name}"}
 
 
-def _epoch_duration(comparison: "Comparison") -> dict:
+def _epoch_duration(comparison: Comparison) -> dict:
     """Steady-state epoch duration (timing.steady), one bar per setting in its colour, grouped by the
     group keys (batch size, workers: _group_keys): the median over the setting's timed runs, whiskers
     from its first to its third quartile."""
@@ -195,7 +195,7 @@ def _epoch_duration(comparison: "Comparison") -> dict:
             "title": f"Epoch duration by {' and '.join(words)}\n{comparison.sweep.name}"}
 
 
-def _speedup(comparison: "Comparison") -> dict:
+def _speedup(comparison: Comparison) -> dict:
     """Every speedup a row has over its reference twin, one bar each, whiskers at its 95% interval;
     the label says it in words, with (n.s.) where the interval includes no difference."""
     from pipeline.compare import SPEEDUPS
@@ -216,7 +216,7 @@ def _speedup(comparison: "Comparison") -> dict:
             "title": f"Speedups with 95% intervals (Welch, over runs)\n{comparison.sweep.name}"}
 
 
-def _test_accuracy(comparison: "Comparison") -> dict:
+def _test_accuracy(comparison: Comparison) -> dict:
     """Test accuracy after each epoch, one line per run in its setting's colour, the runs of each
     setting together: the legend names settings, not runs."""
     runs = {run.run_id: run for run in comparison.sweep.children}
@@ -232,7 +232,7 @@ def _test_accuracy(comparison: "Comparison") -> dict:
             "ylabel": "test accuracy (fraction correct)", "title": f"Test accuracy per epoch\n{comparison.sweep.name}"}
 
 
-def _time_breakdown(comparison: "Comparison") -> dict:
+def _time_breakdown(comparison: Comparison) -> dict:
     """Where each setting's epoch went: data, transfer and compute seconds, stacked (medians over its
     timed runs), its label in its colour. A setting whose runs logged no shares has no bar (rather
     than one of 0 s)."""
@@ -257,7 +257,7 @@ def _time_breakdown(comparison: "Comparison") -> dict:
             "title": f"Where each epoch's time goes\n{comparison.sweep.name}"}
 
 
-def plan(comparison: "Comparison") -> dict[str, dict]:
+def plan(comparison: Comparison) -> dict[str, dict]:
     """Each chart's file name and data, in JSON's types. A chart is drawn only where it has something
     to draw: where every run is contended (no speed figure, as the speedups leave them out), only the
     test accuracy is. On a drawn chart every setting is either drawn or named in its `left_out`."""
@@ -448,6 +448,6 @@ def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
     return paths
 
 
-def write_all(comparison: "Comparison", folder: Path) -> list[Path]:
+def write_all(comparison: Comparison, folder: Path) -> list[Path]:
     """The comparison's charts in `folder`."""
     return draw(plan(comparison), folder)

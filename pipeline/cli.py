@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, get_type_hints
+from typing import Any, get_type_hints
 
 import click
 
@@ -292,7 +293,8 @@ def validate(grid: str, overrides: tuple[str, ...]) -> None:
     if any((data.root, data.train_size, data.test_size)):
         from pipeline.store import redact
 
-        console.print(f"data: root={redact(str(data.root)) if data.root else 'search'} train_size={data.train_size or 'all'} "
+        root = redact(str(data.root)) if data.root else "search"
+        console.print(f"data: root={root} train_size={data.train_size or 'all'} "
                       f"test_size={data.test_size or 'all'}")
     console.print(f"ok: {sweep_size(spec)}")
 
@@ -344,7 +346,8 @@ def data(data_dir: str | None, download: bool) -> None:
               help="Write the comparison back to the store, with this call's options: the sweep's saved view, "
                    "its runs' setting figures, the descriptions, and the parent run's comparison/ and report.html. "
                    "Without it compare only reads. `pipeline run` publishes each sweep at its end.")
-@click.option("--sort", type=TEXT, metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
+@click.option("--sort", type=TEXT, metavar="METRIC",
+              help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
 @click.option("--versus", type=TEXT, metavar="KEY=VALUE",
               help="Also each row's speedup over its twin that differs only in KEY and has VALUE there, "
                    "e.g. num_workers=0, batch_size=1000, or seed=0 (an A/A check: expect no difference).")
@@ -365,7 +368,8 @@ def data(data_dir: str | None, download: bool) -> None:
                    "Default: the sweep's own (its grid's quality_margin, else 0.005).")
 @tracking_uri_option
 def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool, out: str | None, html: str | None,
-            publish: bool, sort: str | None, versus: str | None, include_contended: bool, baseline: str | None, fail_if_slower: float | None,
+            publish: bool, sort: str | None, versus: str | None, include_contended: bool, baseline: str | None,
+            fail_if_slower: float | None,
             allow_inconclusive: bool, across_hosts: bool, quality_margin: float | None,
             tracking_uri: str | None) -> None:
     """The verdict first (the best setting and its run, the fastest, the most accurate, each speedup in
@@ -611,7 +615,8 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
 @click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-@click.option("--backend-store-uri", type=TEXT, default="sqlite:///mlflow.db", show_default=True, envvar="MLFLOW_BACKEND_STORE_URI",
+@click.option("--backend-store-uri", type=TEXT, default="sqlite:///mlflow.db", show_default=True,
+              envvar="MLFLOW_BACKEND_STORE_URI",
               help="Where runs are stored; use a database (postgresql://...) for a busy cluster. "
                    "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.")
 @click.option("--artifacts-destination", type=TEXT, default="./mlartifacts", show_default=True,
@@ -624,7 +629,8 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
               help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
 @click.option("--auth", is_flag=True, help="Require a login (MLflow's basic-auth app). The first start creates the "
               "admin user with the password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.")
-@click.option("--admin-password-file", type=TEXT, metavar="FILE", help="With --auth: a file holding the admin's password.")
+@click.option("--admin-password-file", type=TEXT, metavar="FILE",
+              help="With --auth: a file holding the admin's password.")
 @click.option("--default-permission", type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")),
               default="READ", show_default=True,
               help="With --auth: what users may do with experiments and models they did not create.")

@@ -18,10 +18,10 @@ is sentences.py's (the verdict, the speedup lines, the notes), its tables are ta
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -29,10 +29,31 @@ from pipeline import stats
 from pipeline.config import DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
-from pipeline.names import (COMPILE, END_FIGURES, FINAL_ACCURACY, FIRST_EPOCH, LOAD_AVERAGE, OTHERS_CPU_SHARE,
-                            PEAK_MEMORY, REPEAT, STEADY_ENERGY, STEADY_EPOCH, STEADY_IMAGES, TAG_CONTENDED, TAG_DEVICE,
-                            TAG_ENERGY, TAG_HARDWARE, TAG_HOST, TAG_TARGET, TAG_TARGET_STATUS, TIME_SHARES,
-                            TIME_TO_TARGET, TRAINED_EPOCHS, WALL_TO_TARGET, WARMUP)
+from pipeline.names import (
+    COMPILE,
+    END_FIGURES,
+    FINAL_ACCURACY,
+    FIRST_EPOCH,
+    LOAD_AVERAGE,
+    OTHERS_CPU_SHARE,
+    PEAK_MEMORY,
+    REPEAT,
+    STEADY_ENERGY,
+    STEADY_EPOCH,
+    STEADY_IMAGES,
+    TAG_CONTENDED,
+    TAG_DEVICE,
+    TAG_ENERGY,
+    TAG_HARDWARE,
+    TAG_HOST,
+    TAG_TARGET,
+    TAG_TARGET_STATUS,
+    TIME_SHARES,
+    TIME_TO_TARGET,
+    TRAINED_EPOCHS,
+    WALL_TO_TARGET,
+    WARMUP,
+)
 from pipeline.timing import FIGURE_HISTORIES, has_end_figures, run_figures, significant, timed_label
 
 if TYPE_CHECKING:
@@ -134,7 +155,7 @@ class TwinGroup:
 
 @dataclass
 class Comparison:
-    sweep: "SweepRecord"
+    sweep: SweepRecord
     table: pd.DataFrame  # one row per setting (its repeats aggregated); columns above
     # Each group of twin rows with a reference row and another, per speedup column, in build order.
     twin_groups: list[TwinGroup] = field(default_factory=list)
@@ -226,7 +247,7 @@ def _number(text: str | None) -> float | int | str | None:
     return text
 
 
-def _run_row(run: "RunRecord") -> dict[str, Any]:
+def _run_row(run: RunRecord) -> dict[str, Any]:
     """One finished run's figures: its settings, final metrics, steady-state speed and shares."""
     row: dict[str, Any] = {"run_id": run.run_id, "run_name": run.name}
     row["device"] = run.tags.get(TAG_DEVICE) or run.params.get("device")
@@ -269,7 +290,7 @@ def _run_row(run: "RunRecord") -> dict[str, Any]:
     return row
 
 
-def run_summary(run: "RunRecord") -> dict[str, float]:
+def run_summary(run: RunRecord) -> dict[str, float]:
     """A run's per-run figures, its summary (SUMMARY) and its end figures (names.END_FIGURES), as it
     logged them at its end. For a run logged before children did, the same figures from its history
     (timing.run_figures; a summary it did log is kept), so that old and new runs agree. A figure
@@ -328,7 +349,7 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
     return table.reset_index(drop=True)
 
 
-def build(sweep: "SweepRecord", options: CompareOptions | None = None) -> Comparison:
+def build(sweep: SweepRecord, options: CompareOptions | None = None) -> Comparison:
     """The comparison of `sweep`'s finished children: one row per setting, speedups with intervals,
     the one best setting marked (`best`, with the run whose model stands for it in `best_run_id`)."""
     options = options or CompareOptions()

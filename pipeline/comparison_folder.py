@@ -42,7 +42,7 @@ def write_html(client, comparison: Comparison, path: Path) -> Path:
     return path
 
 
-def publish(client, comparison: Comparison, axes: "Sequence[tuple[str, tuple]] | None" = None) -> None:
+def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | None = None) -> None:
     """Everything a sweep shows in MLflow, written again from `comparison`: the parent run's
     `comparison/` folder and `report.html`, then the saved view and the descriptions (view.publish).
     `pipeline run` publishes each sweep at its end (with its grid's `axes`); `pipeline compare

@@ -24,20 +24,21 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
 import numbers
+import os
 import re
 import stat
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import yaml
 
 from pipeline.errors import UserError
-from pipeline.target import Target, parse as parse_target
+from pipeline.target import Target
+from pipeline.target import parse as parse_target
 
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(:\d+)?)$")
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps or auto"
@@ -351,7 +352,8 @@ class RunConfig:
     compile: bool = _key(False, check=Boolean(), help="torch.compile the model; compiling is timed as compile_s.",
                          name=("compiled", "eager"), later=True, variant=True)
     prefetch: bool = _key(False, check=Boolean(),
-                          help="Gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0).",
+                          help="Gather into rotating pinned buffers, copy ahead on a side stream "
+                               "(cuda, num_workers 0).",
                           name=("prefetch", "noprefetch"), later=True, variant=True)
     weight_decay: float = _key(0.0, check=_non_negative_float("0, 1.0e-4 or 0.01"),
                                help="Adam's weight decay: an L2 penalty on the weights, added to each gradient.",
@@ -533,7 +535,8 @@ def _read_text(path: Path) -> str:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_GRID_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such grid file; `pipeline init` writes the example grids into ./experiments") from None
+        raise UserError(f"{path}: no such grid file; `pipeline init` writes the example grids into "
+                        "./experiments") from None
     except IsADirectoryError:
         found = sorted(path.glob("*.yaml"))
         example = found[0] if found else Path("experiments") / "quickstart.yaml"

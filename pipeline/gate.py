@@ -80,8 +80,8 @@ class Change:
 
 @dataclass(frozen=True)
 class GateResult:
-    current: "SweepRecord"
-    baseline: "SweepRecord"
+    current: SweepRecord
+    baseline: SweepRecord
     changes: list[Change]  # every point of either sweep, this sweep's first
     threshold: float | None  # --fail-if-slower PCT, or None: report only
     allow_inconclusive: bool = False
@@ -107,7 +107,7 @@ class GateResult:
         return EXIT_INCONCLUSIVE if self.inconclusive and not self.allow_inconclusive else 0
 
 
-def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: "SweepRecord") -> "SweepRecord":
+def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: SweepRecord) -> SweepRecord:
     """`--baseline`: a parent run id, or an experiment name for its latest sweep; never `current` itself."""
     from pipeline.records import read_sweep
 
@@ -141,7 +141,7 @@ def _median(values: list[float]) -> float:
     return stats.quartiles(values)[1]
 
 
-def check(current: "Comparison", baseline: "Comparison", threshold: float | None,
+def check(current: Comparison, baseline: Comparison, threshold: float | None,
           across_hosts: bool = False, allow_inconclusive: bool = False) -> GateResult:
     """Pair `current`'s rows with `baseline`'s and judge each point (judge), naming the points only
     one side has. Raises UserError when the baseline ran on other hardware altogether, or when no
@@ -174,7 +174,7 @@ def check(current: "Comparison", baseline: "Comparison", threshold: float | None
     return GateResult(current.sweep, baseline.sweep, changes, threshold, allow_inconclusive)
 
 
-def _change(label: str, current: "Comparison", row: pd.Series, baseline: "Comparison", twin: pd.Series,
+def _change(label: str, current: Comparison, row: pd.Series, baseline: Comparison, twin: pd.Series,
             threshold: float | None) -> Change:
     """A paired point judged: its change, or INCONCLUSIVE where one side has no timed run left."""
     mine, base = current.epochs(row), baseline.epochs(twin)
@@ -198,8 +198,8 @@ def _unpaired(row: pd.Series, same_settings: pd.Series | None) -> str:
     return f"another host (the baseline's ran on {same_settings['host'] or '?'}; --across-hosts pairs them)"
 
 
-def _no_pairs(current: "Comparison", baseline: "Comparison", shown: list[str], across_hosts: bool) -> str:
-    def points(comparison: "Comparison") -> str:
+def _no_pairs(current: Comparison, baseline: Comparison, shown: list[str], across_hosts: bool) -> str:
+    def points(comparison: Comparison) -> str:
         labels = list(dict.fromkeys(_label(row, shown) + ("" if across_hosts else f" on {row['host'] or '?'}")
                                     for _, row in comparison.table.iterrows()))
         return ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")

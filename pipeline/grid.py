@@ -14,8 +14,9 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from pipeline.config import DEFAULTS, KEYS, GridSpec, RunConfig
 from pipeline.errors import UserError

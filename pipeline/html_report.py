@@ -77,10 +77,11 @@ def provenance(client, parent_run_id: str) -> Provenance:
     return found
 
 
-def render(comparison: "Comparison", source: Provenance | None = None) -> str:
+def render(comparison: Comparison, source: Provenance | None = None) -> str:
     """The whole report, as text."""
     from pipeline.sentences import headline, notes, speedup_lines
-    from pipeline.tables import caption, render as render_data, timed_title
+    from pipeline.tables import caption, timed_title
+    from pipeline.tables import render as render_data
 
     source = source or Provenance()
     sweep = comparison.sweep
@@ -117,7 +118,7 @@ def render(comparison: "Comparison", source: Provenance | None = None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _table(comparison: "Comparison") -> str:
+def _table(comparison: Comparison) -> str:
     """The decision table (tables.decision_frame: what a decision rests on, intervals included),
     each interval under its figure."""
     from pipeline.tables import decision_frame
@@ -136,7 +137,7 @@ def _table(comparison: "Comparison") -> str:
     return f'<table id="settings"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"
 
 
-def _figures(comparison: "Comparison") -> list[str]:
+def _figures(comparison: Comparison) -> list[str]:
     """The charts as inline PNGs (charts.plan's data, charts.figure's drawing)."""
     if len(comparison.table) < 2:
         return ['<p class="muted">One setting: nothing to chart.</p>']
@@ -155,7 +156,7 @@ def _figures(comparison: "Comparison") -> list[str]:
     return out
 
 
-def _hosts(comparison: "Comparison") -> str:
+def _hosts(comparison: Comparison) -> str:
     """One row per host and hardware the runs trained on: torch, CUDA, and how many runs."""
     from pipeline.names import TAG_CUDA, TAG_DEVICE, TAG_HARDWARE, TAG_HOST, TAG_TORCH
 
@@ -169,7 +170,7 @@ def _hosts(comparison: "Comparison") -> str:
     return f'<table id="hosts"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"
 
 
-def _commands(comparison: "Comparison", source: Provenance) -> str:
+def _commands(comparison: Comparison, source: Provenance) -> str:
     """The commands that fetch the grid this sweep trained and run it again, then compare."""
     from pipeline.names import ARTIFACT_EFFECTIVE_GRID
     from pipeline.store import redact

@@ -75,7 +75,8 @@ TAG_OVERRIDES = "pipeline.overrides"  # a sweep's `--set KEY=VALUE` items, e.g. 
 TAG_OPTIONS = "pipeline.options"  # a sweep's options, e.g. "--system-metrics --register fashion-cnn"
 TAG_ROLE = "pipeline.role"  # "sweep" (a parent) or "point" (one grid point) or "single"
 TAG_VERDICT = "pipeline.verdict"  # a published sweep's child: its setting's part of the verdict (sentences.claims)
-TAG_SETTING = "pipeline.setting"  # a published sweep's child: its setting's name ("cpu bs128 w0"), which the view groups by
+# a published sweep's child: its setting's name ("cpu bs128 w0"), which the view groups by
+TAG_SETTING = "pipeline.setting"
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
 TAG_CREATE_TOKEN = "pipeline.create_token"  # unique per created run: a retried create finds it
 TAG_THREADS = "pipeline.torch_threads"  # torch's intra-op threads the run trained with (train.torch_threads)

@@ -19,8 +19,17 @@ from typing import Any
 
 from pipeline.config import KEYS
 from pipeline.errors import UserError
-from pipeline.names import (FINAL_ACCURACY, SETTING_ACCURACY, SETTING_RUNS, SETTING_STEADY_EPOCH, STEADY_EPOCH,
-                            TAG_DEVICE, TAG_HARDWARE, TAG_ROLE, TAG_SETTING)
+from pipeline.names import (
+    FINAL_ACCURACY,
+    SETTING_ACCURACY,
+    SETTING_RUNS,
+    SETTING_STEADY_EPOCH,
+    STEADY_EPOCH,
+    TAG_DEVICE,
+    TAG_HARDWARE,
+    TAG_ROLE,
+    TAG_SETTING,
+)
 from pipeline.records import all_runs, deleted_experiment, every, sweep_parent
 from pipeline.store import first_line, fluent_target, redact
 
@@ -59,7 +68,8 @@ MAX_ALIAS_LENGTH = 255
 def check_alias(alias: str) -> None:
     """MLflow refuses 'latest' and 'v<digits>' (version references) as aliases; say so up front."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", alias) or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
-        raise UserError(f"--alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>'; e.g. champion")
+        raise UserError(f"--alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>'; "
+                        "e.g. champion")
     if len(alias) > MAX_ALIAS_LENGTH:
         raise UserError(f"--alias: {len(alias)} characters, more than MLflow's {MAX_ALIAS_LENGTH}; use a shorter alias")
 

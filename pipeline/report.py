@@ -7,7 +7,8 @@ progress bar over an epoch's batches is added only on an interactive terminal.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -34,7 +35,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def sweep_size(spec: "GridSpec") -> str:
+def sweep_size(spec: GridSpec) -> str:
     """How much a sweep of `spec` trains: "6 grid points", or "6 grid points x 3 repeats = 18 runs"."""
     points = plural(grid_size(spec), "grid point")
     if spec.auto_repeats:
@@ -42,7 +43,7 @@ def sweep_size(spec: "GridSpec") -> str:
     return f"{points} x {spec.repeats} repeats = {run_count(spec)} runs" if spec.repeats > 1 else points
 
 
-def grid_table(spec: "GridSpec", rows: Sequence[tuple["GridPoint", str]], title: str, last: str) -> Table:
+def grid_table(spec: GridSpec, rows: Sequence[tuple[GridPoint, str]], title: str, last: str) -> Table:
     """One row per grid point (per run, with repeats): its index, the grid's settings, its repeat
     when there are several, and a last column (`last`)."""
     repeats = spec.repeats > 1
@@ -60,7 +61,7 @@ def grid_table(spec: "GridSpec", rows: Sequence[tuple["GridPoint", str]], title:
     return table
 
 
-def grid_notes(spec: "GridSpec", shown: int, max_points: int) -> list[str]:
+def grid_notes(spec: GridSpec, shown: int, max_points: int) -> list[str]:
     """Under a table of a sweep's first `shown` runs: how many more there are, what `repeats: auto`
     trains after them, and whether a run takes them."""
     size = run_count(spec)
@@ -79,7 +80,6 @@ def grid_notes(spec: "GridSpec", shown: int, max_points: int) -> list[str]:
 
 def make_console() -> Console:
     import os
-
     import sys
 
     # Logs, pipes and `mlflow run`: wide enough that tables do not wrap, unless COLUMNS says how wide.
@@ -103,8 +103,8 @@ class Reporter:
 
     # --- before training ----------------------------------------------------------------------------
 
-    def plan(self, spec: "GridSpec", planned: Sequence["Planned"], data_folder: "Path",
-             done: dict[int, "Outcome"], max_points: int) -> None:
+    def plan(self, spec: GridSpec, planned: Sequence[Planned], data_folder: Path,
+             done: dict[int, Outcome], max_points: int) -> None:
         """--dry-run: where each point would run, or why it would not; the table shows the first
         SHOWN_POINTS, the counts under it every point planned."""
         rows, reasons = [], Counter(p.reason for p in planned if p.device is None)
@@ -136,7 +136,7 @@ class Reporter:
     def note(self, text: str) -> None:
         self.console.print(f"note: {text}")
 
-    def sweep_start(self, tracker: "Tracker", parent_id: str, spec: "GridSpec") -> None:
+    def sweep_start(self, tracker: Tracker, parent_id: str, spec: GridSpec) -> None:
         self.console.print(
             f"experiment {tracker.experiment_name!r} (id {tracker.experiment_id}), parent run {parent_id}, "
             f"{sweep_size(spec)}, store {redact(tracker.uri)}"
@@ -144,7 +144,7 @@ class Reporter:
 
     # --- during training ------------------------------------------------------------------------------
 
-    def run_start(self, point: "GridPoint", device: str, index: int, total: int) -> None:
+    def run_start(self, point: GridPoint, device: str, index: int, total: int) -> None:
         self.console.print(f"[bold]run {index}/{total}[/] [{point.index}] {point.name} on {device}")
 
     def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
@@ -164,7 +164,7 @@ class Reporter:
         if self._progress is not None:
             self._progress.advance(self._task)
 
-    def epoch_end(self, stats: "EpochStats", epochs: int) -> None:
+    def epoch_end(self, stats: EpochStats, epochs: int) -> None:
         self.console.print(
             f"  epoch {stats.epoch}/{epochs}  train loss {stats.train_loss:.4f} acc {stats.train_accuracy:.4f}"
             f"  test loss {stats.test_loss:.4f} acc {stats.test_accuracy:.4f}"
@@ -180,7 +180,7 @@ class Reporter:
         """`repeats: auto` between rounds: what is still unclear, and the round it trains next."""
         self.console.print(line, markup=False, style="bold")
 
-    def remote_done(self, outcome: "Outcome", done: int, total: int) -> None:
+    def remote_done(self, outcome: Outcome, done: int, total: int) -> None:
         """A point finished on a Ray worker."""
         final = outcome.final
         result = (f"test acc {final.test_accuracy:.4f}, {outcome.mean_epoch_s:.2f} s/epoch on {outcome.device}"
@@ -188,7 +188,7 @@ class Reporter:
         self.console.print(f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: "
                            f"{_status(outcome.status)} {result}")
 
-    def tracking_down(self, results_file: "Path", reason: str = "", no_room: bool = False) -> None:
+    def tracking_down(self, results_file: Path, reason: str = "", no_room: bool = False) -> None:
         """The sweep stopped because the store could not be written: why, where the results are,
         and how to go on."""
         if no_room:
@@ -200,7 +200,7 @@ class Reporter:
         self.console.print("When the store is back, `pipeline relog` logs them; running the same grid again then "
                            "trains only what is missing.")
 
-    def run_end(self, outcome: "Outcome") -> None:
+    def run_end(self, outcome: Outcome) -> None:
         if outcome.status == "FINISHED":
             return
         colour = "red" if outcome.status == "FAILED" else "yellow"
@@ -208,7 +208,7 @@ class Reporter:
 
     # --- after training ------------------------------------------------------------------------------
 
-    def comparison(self, comparison: "Comparison", wide: bool = False) -> None:
+    def comparison(self, comparison: Comparison, wide: bool = False) -> None:
         """`pipeline compare --format table`: the verdict (sentences.headline), then one row per setting,
         its decision columns only (`wide`: every column; in several tables where the terminal is too
         narrow for one), then one line per speedup group."""
@@ -217,13 +217,13 @@ class Reporter:
             self.console.print(table)
         self.speedups(comparison)
 
-    def headline(self, comparison: "Comparison") -> None:
+    def headline(self, comparison: Comparison) -> None:
         from pipeline.sentences import headline
 
         for line in headline(comparison):
             self.console.print(line, markup=False, style="bold")
 
-    def gate(self, result: "GateResult") -> None:
+    def gate(self, result: GateResult) -> None:
         """`pipeline compare --baseline`: one row per point, then the verdict."""
         from pipeline.sentences import gate_verdict
         from pipeline.tables import gate_display_frame, gate_title
@@ -232,7 +232,7 @@ class Reporter:
             self.console.print(table)
         self.console.print(gate_verdict(result), markup=False)
 
-    def speedups(self, comparison: "Comparison") -> None:
+    def speedups(self, comparison: Comparison) -> None:
         from pipeline.sentences import notes, speedup_lines
 
         for line in speedup_lines(comparison):
@@ -240,8 +240,8 @@ class Reporter:
         for line in notes(comparison):
             self.console.print(f"note     {line}", markup=False)
 
-    def summary(self, axes: Sequence[tuple[str, tuple]], result: "SweepResult", tracker: "Tracker",
-                comparison: "Comparison | None" = None) -> None:
+    def summary(self, axes: Sequence[tuple[str, tuple]], result: SweepResult, tracker: Tracker,
+                comparison: Comparison | None = None) -> None:
         """The sweep's end: the verdict first, one row per run, what failed and why, the speedup
         lines, and the UI's link."""
         if comparison is not None and not comparison.table.empty:
@@ -278,7 +278,7 @@ class Reporter:
         self.console.print(f"then browse to       {url}", soft_wrap=True)
 
 
-def auto_line(spec: "GridSpec") -> str:
+def auto_line(spec: GridSpec) -> str:
     """What `repeats: auto` trains after its first rounds, and what stops it, in a line."""
     from pipeline.rounds import references
 
@@ -292,13 +292,13 @@ def auto_line(spec: "GridSpec") -> str:
             f"({against}) is significant{within}, up to max_repeats {spec.max_repeats}")
 
 
-def target_line(spec: "GridSpec") -> str:
+def target_line(spec: GridSpec) -> str:
     """What the sweep does with its target, in a line."""
     stop = ", each run stops at the epoch that reaches it (epochs: the cap)" if spec.stop_at_target else ""
     return f"target: {spec.target} (time_to_target_s){stop}"
 
 
-def comparison_tables(comparison: "Comparison", wide: bool = False, width: int | None = None) -> list[Table]:
+def comparison_tables(comparison: Comparison, wide: bool = False, width: int | None = None) -> list[Table]:
     """One row per setting: its decision columns (tables.decision_frame) or, `wide`, every column,
     within `width` (frame_tables: folded into several tables that each repeat the setting columns,
     speedups last, where one does not fit); the title says which epochs the times are, the caption
@@ -316,7 +316,7 @@ def comparison_tables(comparison: "Comparison", wide: bool = False, width: int |
     return tables
 
 
-def results_table(axes: Sequence[tuple[str, tuple]], result: "SweepResult") -> Table:
+def results_table(axes: Sequence[tuple[str, tuple]], result: SweepResult) -> Table:
     """One row per run: its settings, its repeat when there are several, its steady-state summary
     (test accuracy, epoch time to the ms, images/s: Outcome.figures, the ones it logged and the UI
     shows; a DONE run's as stored when it finished, never its last epoch's) and status."""

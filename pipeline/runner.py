@@ -17,28 +17,69 @@ import contextlib
 import os
 import shlex
 import socket
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pipeline import idx, interrupts, results
-from pipeline.config import GridSpec, RunConfig
+from pipeline.config import AUTO, GridSpec, RunConfig, effective_yaml, with_repeats
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
-from pipeline.grid import (MAX_POINTS, SHOWN_POINTS, GridPoint, check_size, config_hash, expand, grid_size,
-                           round_points, run_count, single_name)
-from pipeline.config import AUTO, effective_yaml, with_repeats
-from pipeline.names import (ARTIFACT_EFFECTIVE_GRID, ARTIFACT_GRID_DIR, BEST_FINAL_ACCURACY, BEST_STEADY_EPOCH,
-                            CHECKPOINT_DIR, FINAL_ACCURACY, FINISHED_RUNS, ROUNDS, STEADY_EPOCH, STEADY_IMAGES,
-                            TAG_BEST_RUN, TAG_DEVICE, TAG_ERROR, TAG_GRID_FILE, TAG_GRID_SIZE, TAG_OPTIONS,
-                            TAG_OVERRIDES, TAG_REPEATS_STOPPED, TAG_ROLE, TAG_TARGET)
-from pipeline.point import (DONE, FAILED, FINISHED, KILLED, NOT_RUN, SKIPPED, UNLOGGED, DataRef, Outcome,
-                            PointJob, SweepResult, params_of, with_position)
+from pipeline.grid import (
+    MAX_POINTS,
+    SHOWN_POINTS,
+    GridPoint,
+    check_size,
+    config_hash,
+    expand,
+    grid_size,
+    round_points,
+    run_count,
+    single_name,
+)
+from pipeline.names import (
+    ARTIFACT_EFFECTIVE_GRID,
+    ARTIFACT_GRID_DIR,
+    BEST_FINAL_ACCURACY,
+    BEST_STEADY_EPOCH,
+    CHECKPOINT_DIR,
+    FINAL_ACCURACY,
+    FINISHED_RUNS,
+    ROUNDS,
+    STEADY_EPOCH,
+    STEADY_IMAGES,
+    TAG_BEST_RUN,
+    TAG_DEVICE,
+    TAG_ERROR,
+    TAG_GRID_FILE,
+    TAG_GRID_SIZE,
+    TAG_OPTIONS,
+    TAG_OVERRIDES,
+    TAG_REPEATS_STOPPED,
+    TAG_ROLE,
+    TAG_TARGET,
+)
+from pipeline.point import (
+    DONE,
+    FAILED,
+    FINISHED,
+    KILLED,
+    NOT_RUN,
+    SKIPPED,
+    UNLOGGED,
+    DataRef,
+    Outcome,
+    PointJob,
+    SweepResult,
+    params_of,
+    with_position,
+)
 from pipeline.store import NO_ROOM_ERRNOS
 
 if TYPE_CHECKING:
-    from pipeline.compare import Comparison, CompareOptions
+    from pipeline.compare import CompareOptions, Comparison
     from pipeline.data import Dataset
     from pipeline.records import RunRecord
     from pipeline.report import Reporter
@@ -80,8 +121,8 @@ class Options:
 class _Sweep:
     """What every step of one invocation shares."""
 
-    tracker: "Tracker"
-    reporter: "Reporter"
+    tracker: Tracker
+    reporter: Reporter
     options: Options
     data: DataRef
     identity: dict
@@ -89,7 +130,7 @@ class _Sweep:
     project_run: str | None = None  # `mlflow run`'s project run, when the runs go into it (its experiment)
 
     def job(self, item: Planned, parent_id: str | None, adopt: str | None = None,
-            target: "Target | None" = None, stop_at: "Target | None" = None) -> PointJob:
+            target: Target | None = None, stop_at: Target | None = None) -> PointJob:
         checkpoint = self.state_dir / CHECKPOINT_DIR / f"{item.run_key}.pt"
         return PointJob(
             point=item.point, device=str(item.device), run_key=item.run_key, tracking_uri=self.tracker.uri,
@@ -101,7 +142,7 @@ class _Sweep:
 
 
 def run_key(config: RunConfig, identity: dict, hardware: str, repeat: int = 1,
-            stop_at: "Target | None" = None) -> str:
+            stop_at: Target | None = None) -> str:
     """A point's identity: its settings, the data, and where it was measured (host, hardware).
     The same settings timed on another machine are a different measurement, not a duplicate.
     A repeat past the first, and a target the run stops at, join it only when there is one: repeat
@@ -115,7 +156,7 @@ def run_key(config: RunConfig, identity: dict, hardware: str, repeat: int = 1,
     return config_hash(config, **identity, host=socket.gethostname(), hardware=hardware, **extra)
 
 
-def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
+def run_grid(spec: GridSpec, reporter: Reporter, options: Options = Options(),
              executor: Executor | None = None) -> SweepResult:
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.repeats is not None:
@@ -133,7 +174,7 @@ def run_grid(spec: GridSpec, reporter: "Reporter", options: Options = Options(),
     return _run_grid(spec, plan(points), reporter, options, executor, store)
 
 
-def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options,
+def _run_grid(spec: GridSpec, planned: list[Planned], reporter: Reporter, options: Options,
               executor: Executor | None, store: tuple[str, Any] | None) -> SweepResult:
     from pipeline import data as data_mod
 
@@ -155,7 +196,7 @@ def _run_grid(spec: GridSpec, planned: list[Planned], reporter: "Reporter", opti
         executor.close()
 
 
-def run_single(config: RunConfig, reporter: "Reporter", options: Options = Options()) -> SweepResult:
+def run_single(config: RunConfig, reporter: Reporter, options: Options = Options()) -> SweepResult:
     """One run (`pipeline train`): a top-level run, or the `mlflow run` project run itself.
     It always trains: it is one explicit run, not a point of a sweep that may be done."""
     from pipeline import data as data_mod
@@ -191,8 +232,14 @@ def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
     Fashion-MNIST where it is looked for: before torch is imported and before the data is decoded.
     Returns the store's URI and its client (None for sqlite: opened once the data is loaded)."""
     from pipeline.contention import contended_share
-    from pipeline.store import (absolute_store_uri, check_reachable, check_writable_store, open_client,
-                                resolve_tracking_uri, sqlite_path)
+    from pipeline.store import (
+        absolute_store_uri,
+        check_reachable,
+        check_writable_store,
+        open_client,
+        resolve_tracking_uri,
+        sqlite_path,
+    )
 
     contended_share()  # a bad $PIPELINE_CONTENDED_SHARE is one line before anything trains
     uri, client = absolute_store_uri(resolve_tracking_uri(options.tracking_uri)), None
@@ -260,7 +307,7 @@ def _check_free_space(uri: str, artifact_location: str | None, runs: int) -> Non
                             f"{free / 1e6:,.1f} MB is free; free some space, or train fewer points")
 
 
-def _artifact_location(tracker: "Tracker") -> str | None:
+def _artifact_location(tracker: Tracker) -> str | None:
     return tracker.client.get_experiment(tracker.experiment_id).artifact_location
 
 
@@ -277,7 +324,7 @@ def _local_folder(location: str | None) -> Path | None:
     return Path(location) if parsed.scheme == "" else None
 
 
-def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter: "Reporter", options: Options) -> _Sweep:
+def _open_sweep(uri: str, client, experiment: str, dataset: Dataset, reporter: Reporter, options: Options) -> _Sweep:
     from pipeline.liveness import reap_orphans
     from pipeline.store import local_state_dir, open_client
     from pipeline.tracking import Tracker
@@ -295,7 +342,7 @@ def _open_sweep(uri: str, client, experiment: str, dataset: "Dataset", reporter:
     return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri), project_run)
 
 
-def _project_run(client, project_run: str, experiment: str, reporter: "Reporter") -> str | None:
+def _project_run(client, project_run: str, experiment: str, reporter: Reporter) -> str | None:
     """`mlflow run`'s project run where the runs go into it (as the sweep's parent, or as `train`'s
     run), else None. An experiment named explicitly (`-P experiment=NAME`) wins over the project run's own
     (where `mlflow run --experiment-name` put it): the runs then go to NAME, and the project run,
@@ -361,8 +408,8 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     return result
 
 
-def _train(sweep: _Sweep, spec: GridSpec, batch: list[Planned], executor: Executor, parent: "_Parent",
-           finished: "_Finished") -> list[Outcome]:
+def _train(sweep: _Sweep, spec: GridSpec, batch: list[Planned], executor: Executor, parent: _Parent,
+           finished: _Finished) -> list[Outcome]:
     """Train `batch` (the sweep's planned runs, or one more round of them) under the parent, opened
     by the first run that trains; the DONE ones and those waiting for relog are skipped. One outcome
     per planned run, in order."""
@@ -396,7 +443,7 @@ class _Finished:
         self._by_id = {run.info.run_id: run for run in self.by_key.values()}
         self._records: dict = {}
 
-    def record(self, run_id: str) -> "RunRecord":
+    def record(self, run_id: str) -> RunRecord:
         """A DONE run as the comparison reads it, its histories read back the first time it is asked for."""
         from pipeline.compare import HISTORIES
         from pipeline.records import record
@@ -465,7 +512,7 @@ def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: l
 
 
 def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, outcomes: list[Outcome],
-                       finished: _Finished) -> "Comparison":
+                       finished: _Finished) -> Comparison:
     """The comparison `repeats: auto` judges: the parent's FINISHED children, built as _log_comparison
     builds it (the epochs this process logged, not read back), and the DONE runs of the rounds reached
     so far, so that a rerun reaches the rounds the first sweep did."""
@@ -483,14 +530,14 @@ def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, out
     return build(replace(children, children=children.children + done), _compare_options(spec))
 
 
-def _compare_options(spec: GridSpec) -> "CompareOptions":
+def _compare_options(spec: GridSpec) -> CompareOptions:
     """How a sweep compares its own runs: against its grid's target and quality margin."""
     from pipeline.compare import CompareOptions
 
     return CompareOptions(target=str(spec.target) if spec.target else None, quality_margin=spec.quality_margin)
 
 
-def _log_rounds(tracker: "Tracker", parent_id: str, reporter: "Reporter", stopped: str, reached: int) -> None:
+def _log_rounds(tracker: Tracker, parent_id: str, reporter: Reporter, stopped: str, reached: int) -> None:
     """Why a `repeats: auto` sweep stopped (names.TAG_REPEATS_STOPPED) and the rounds it reached
     (names.ROUNDS), on its parent run."""
     try:
@@ -579,8 +626,8 @@ def _fit_param(value: str) -> str:
     return value if len(value) <= MAX_PARAM_CHARS else value[:MAX_PARAM_CHARS - 20].rsplit(",", 1)[0] + ",... (cut)"
 
 
-def _log_sweep_summary(tracker: "Tracker", parent_id: str, reporter: "Reporter", outcomes: Sequence[Outcome],
-                       comparison: "Comparison | None") -> None:
+def _log_sweep_summary(tracker: Tracker, parent_id: str, reporter: Reporter, outcomes: Sequence[Outcome],
+                       comparison: Comparison | None) -> None:
     """The parent's answer at a glance, over the children it trained that FINISHED: the best steady
     epoch and the best final test accuracy among its settings (the comparison's medians, the figures
     the verdict gives; each run's own where there is no comparison), how many finished
@@ -646,7 +693,7 @@ def _append_result(sweep: _Sweep, job: PointJob, outcome: Outcome) -> None:
         }, model_state=outcome.model_state)
 
 
-def _dry_run(spec: GridSpec, planned: list[Planned], reporter: "Reporter", options: Options) -> SweepResult:
+def _dry_run(spec: GridSpec, planned: list[Planned], reporter: Reporter, options: Options) -> SweepResult:
     """The plan, and which points a real run would skip as DONE (read from the store when it exists;
     nothing is created)."""
     folder, _ = idx.locate(options.data_dir or spec.data.root)
@@ -674,7 +721,7 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: "Tracker", parent_id: str, reporter: "Reporter", spec: GridSpec, outcomes):
+def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: GridSpec, outcomes):
     """The sweep published (comparison_folder.publish): the comparison table and charts as the parent
     run's artifacts (comparison/), its report (report.html), and what the MLflow UI opens on (view.py):
     saved view, descriptions. The charts' histories are the epochs of `outcomes` as logged, never read
@@ -713,7 +760,8 @@ def _hardware(item: Planned) -> str:
 
 def _why_failed(result: SweepResult) -> str:
     """The parent's reason: which points did not finish, and why."""
-    parts = [f"#{o.point.index} {o.status}: {o.reason}" for o in result.outcomes if o.status in (FAILED, NOT_RUN, UNLOGGED)]
+    parts = [f"#{o.point.index} {o.status}: {o.reason}" for o in result.outcomes
+             if o.status in (FAILED, NOT_RUN, UNLOGGED)]
     return "; ".join(parts)[:5000]
 
 
@@ -727,7 +775,7 @@ def _require_devices(planned: Sequence[Planned]) -> None:
         )
 
 
-def _assign_run_keys(planned: Sequence[Planned], identity: dict, stop_at: "Target | None" = None) -> None:
+def _assign_run_keys(planned: Sequence[Planned], identity: dict, stop_at: Target | None = None) -> None:
     for item in planned:
         if item.device is not None:
             item.run_key = run_key(item.point.config, identity, _hardware(item), item.point.repeat, stop_at)

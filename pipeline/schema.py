@@ -20,8 +20,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.config import (AUTO, DATA_SIZE, DEFAULT_MAX_REPEATS, DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS,
-                             SETTABLE, SETTING_CHECKS, number_schema, settable_keys, words_schema)
+from pipeline.config import (
+    AUTO,
+    DATA_SIZE,
+    DEFAULT_MAX_REPEATS,
+    DEFAULT_QUALITY_MARGIN,
+    DEFAULTS,
+    KEYS,
+    SETTABLE,
+    SETTING_CHECKS,
+    number_schema,
+    settable_keys,
+    words_schema,
+)
 from pipeline.target import ACCURACIES, METRICS
 
 # Draft 7: the newest draft the VS Code YAML extension's language server supports.

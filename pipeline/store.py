@@ -689,7 +689,7 @@ def fluent_target(uri: str, experiment_id: str | None = None):
         yield
     finally:
         # None puts back "not set" (MLflow keeps the value as given); no public call unsets it.
-        mlflow.set_tracking_uri(previous_uri)  # type: ignore[arg-type]
+        mlflow.set_tracking_uri(previous_uri)
         if previous_experiment is None:
             os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
         else:

@@ -22,9 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import UserError
 from pipeline.liveness import process_tags
-from pipeline.names import EPOCH_METRICS, FAILED, FINISHED, KILLED, MODEL_NAME, TAG_ERROR, ARTIFACT_TRACEBACK
-from pipeline.store import (TrackingUnavailable, experiment_name_problem, fluent_target, is_transient, open_client,
-                            redact, store_failure, ui_hint)
+from pipeline.names import ARTIFACT_TRACEBACK, EPOCH_METRICS, FAILED, FINISHED, KILLED, MODEL_NAME, TAG_ERROR
+from pipeline.store import (
+    TrackingUnavailable,
+    experiment_name_problem,
+    fluent_target,
+    is_transient,
+    open_client,
+    redact,
+    store_failure,
+    ui_hint,
+)
 
 if TYPE_CHECKING:
     from pipeline.data import Dataset
@@ -38,7 +46,7 @@ class Tracker:
         self.experiment_id, self.experiment_name = experiment_id, experiment_name
 
     @classmethod
-    def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> "Tracker":
+    def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> Tracker:
         """The experiment named `experiment` (created when missing), or, under `mlflow run`, the
         experiment of the project run `project_run_id`. `client`: one already open on `uri`."""
         from mlflow.exceptions import MlflowException
@@ -58,7 +66,7 @@ class Tracker:
 
     @staticmethod
     @lru_cache(maxsize=8)
-    def attach(uri: str, experiment_id: str, experiment_name: str) -> "Tracker":
+    def attach(uri: str, experiment_id: str, experiment_name: str) -> Tracker:
         """A tracker on an experiment that exists (a point job's); one client per process and store."""
         return Tracker(uri, open_client(uri), experiment_id, experiment_name)
 
@@ -132,7 +140,7 @@ class Tracker:
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
         self.client.log_artifacts(run_id, str(folder), artifact_path)
 
-    def log_data(self, run_id: str, dataset: "Dataset") -> None:
+    def log_data(self, run_id: str, dataset: Dataset) -> None:
         """The run's training and test splits as MLflow datasets (the UI's Datasets column, lineage):
         source the IDX folder, the split's digest (its files' checksums and size, Dataset.digest),
         shape and dtype in the profile and schema. Only that description is stored, never the images."""
@@ -250,7 +258,7 @@ def _end_active(status: str) -> None:
 DATASET_CONTEXTS = {"train": "training", "test": "testing"}  # MLflow's context tag for each split
 
 
-def dataset_descriptions(dataset: "Dataset") -> dict[str, dict[str, str]]:
+def dataset_descriptions(dataset: Dataset) -> dict[str, dict[str, str]]:
     """Each split as MLflow describes a dataset (mlflow.data.from_numpy's name, digest, source,
     schema and profile), by its context. from_numpy is given the digest, so it reads shapes and
     dtypes and hashes nothing: about a millisecond for the full Fashion-MNIST."""
@@ -325,7 +333,8 @@ def _offers_serialization_format() -> bool:
     return "serialization_format" in inspect.signature(mlflow.pytorch.log_model).parameters
 
 
-def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None], steps: dict[str, int] | None = None) -> list[Any]:
+def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None],
+               steps: dict[str, int] | None = None) -> list[Any]:
     """MLflow Metrics, stamped now: each epoch's per-epoch metrics at step = epoch, and run-level ones
     at step 0 (or at `steps[name]`). A value that is None (peak memory where it cannot be told) is
     left out, never zero."""

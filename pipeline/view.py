@@ -41,9 +41,21 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pipeline.compare import SUMMARY, pick, ranks_on_target, run_order
-from pipeline.names import (FINAL_ACCURACY, RANK, SETTING_ACCURACY, SETTING_IMAGES, SETTING_RUNS,
-                            SETTING_STEADY_EPOCH, SETTING_TO_TARGET, STEADY_EPOCH, STEADY_IMAGES, TAG_GRID_FILE,
-                            TAG_GRID_SIZE, TAG_SETTING, TAG_VERDICT)
+from pipeline.names import (
+    FINAL_ACCURACY,
+    RANK,
+    SETTING_ACCURACY,
+    SETTING_IMAGES,
+    SETTING_RUNS,
+    SETTING_STEADY_EPOCH,
+    SETTING_TO_TARGET,
+    STEADY_EPOCH,
+    STEADY_IMAGES,
+    TAG_GRID_FILE,
+    TAG_GRID_SIZE,
+    TAG_SETTING,
+    TAG_VERDICT,
+)
 from pipeline.palette import colours
 from pipeline.sentences import claims, headline, notes, short_verdict, speedup_lines
 from pipeline.tables import markdown, speedup_columns, spread
@@ -146,7 +158,7 @@ def _card(uuid: str, kind: str, **fields: Any) -> dict:
 
 
 def state(parent_run_id: str, settings: list[str], categorical: list[str] | None = None,
-          target: str | None = None, groups: "Sequence[str]" = ()) -> dict:
+          target: str | None = None, groups: Sequence[str] = ()) -> dict:
     """The runs page of one sweep: its children flat in the verdict's order, the figures first, the
     comparison charts first, speed against accuracy first of all. The figures are each run's
     setting's (names.SETTING_*: the numbers `pipeline compare` prints for the setting), so that the
@@ -190,7 +202,7 @@ def state(parent_run_id: str, settings: list[str], categorical: list[str] | None
     }
 
 
-def _grouped(groups: "Sequence[str]") -> dict:
+def _grouped(groups: Sequence[str]) -> dict:
     """The UI state that folds a sweep's runs into one row per setting: grouped by the setting's tag,
     every group closed (the UI opens a group it has no entry for), the charts drawing one point per
     group. The group's id is the UI's own spelling: "tag.<key>.<value>"."""
@@ -230,12 +242,12 @@ def markdown_text(text: str) -> str:
 _MARKDOWN_SPECIAL = set("\\[]*_>|")
 
 
-def verdict_lines(comparison: "Comparison") -> list[str]:
+def verdict_lines(comparison: Comparison) -> list[str]:
     """The verdict (sentences.headline) as description lines: one claim a line, in bold."""
     return [f"**{markdown_text(line)}**  " for line in headline(comparison)]
 
 
-def parent_note(comparison: "Comparison", parent_run_id: str, summary: str) -> str:
+def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str:
     """The parent run's description: the verdict first (sentences.headline), what happened, the links
     to its children's view and to its report, the speed-vs-accuracy and epoch-time charts, a compact
     results table (one row per setting: its steady-state epoch time with the interquartile range,
@@ -277,7 +289,7 @@ def artifact_url(run_id: str, path: str) -> str:
     return f"get-artifact?path={quote(path, safe='')}&run_uuid={quote(run_id, safe='')}"
 
 
-def experiment_note(comparison: "Comparison", grid_file: str, axes: "Sequence[tuple[str, tuple]]",
+def experiment_note(comparison: Comparison, grid_file: str, axes: Sequence[tuple[str, tuple]],
                     view_link: str | None = None, model_link: str | None = None) -> str:
     """The experiment's description, which the UI shows above its runs folded to its first line: that
     line is its latest sweep's verdict in short (sentences.short_verdict) with the links to the best
@@ -311,7 +323,7 @@ def _report_link(experiment_id: str, parent_run_id: str, words: str) -> str:
     return f"`{REPORT}` in the artifacts of run {parent_run_id}"
 
 
-def model_page(client, comparison: "Comparison") -> str | None:
+def model_page(client, comparison: Comparison) -> str | None:
     """The UI's page of the best setting's model (compare.pick's run's logged model), relative to the
     UI; None where there is no best (speed withheld) or its run logged no model."""
     best = pick(comparison)
@@ -324,14 +336,14 @@ def model_page(client, comparison: "Comparison") -> str | None:
     return f"#/experiments/{comparison.sweep.experiment_id}/models/{models[-1].model_id}?workflowType=machine_learning"
 
 
-def published(client, comparison: "Comparison") -> bool:
+def published(client, comparison: Comparison) -> bool:
     """Whether the sweep's saved view is in its experiment (written by `pipeline run` at its end, or
     by `pipeline compare --publish`)."""
     sweep = comparison.sweep
     return VIEW_TAG_PREFIX + view_id(sweep.run_id) in client.get_experiment(sweep.experiment_id).tags
 
 
-def link(client, comparison: "Comparison") -> str:
+def link(client, comparison: Comparison) -> str:
     """The sweep's link as printed, with the command that starts the UI on a local store: its saved
     view where one is published, else its runs. Reads only: `publish` writes the view."""
     from pipeline.store import redact, ui_hint
@@ -348,7 +360,7 @@ def link(client, comparison: "Comparison") -> str:
     return redact(text)  # printed: a password in the store's URI is masked
 
 
-def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]] | None" = None) -> None:
+def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | None = None) -> None:
     """Write what the UI opens on: the sweep's saved view, its children's colours, order and setting
     figures, the parent's description and, where the sweep is its experiment's latest, the
     experiment's. `axes`: the grid's (a sweep that just ran); else the settings the sweep varies."""
@@ -366,7 +378,8 @@ def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]]
     view_link = None
     if supported():
         categorical = [k for k in settings if not _numeric(comparison.table[k])]
-        tag = VIEW_TAG_PREFIX + view_id(sweep.run_id)  # internal: MLflow's UI saved-view format, no public API (VERIFIED_UI)
+        # internal: MLflow's UI saved-view format, no public API (VERIFIED_UI)
+        tag = VIEW_TAG_PREFIX + view_id(sweep.run_id)
         groups = setting_names(comparison) if (comparison.table["n"] > 1).any() else []
         client.set_experiment_tag(sweep.experiment_id, tag, envelope(sweep.name, state(
             sweep.run_id, settings, categorical, comparison.target, groups)))
@@ -382,7 +395,7 @@ def publish(client, comparison: "Comparison", axes: "Sequence[tuple[str, tuple]]
         comparison, grid_file, list(axes), view_link, model_page(client, comparison)))
 
 
-def _tag_models(client, comparison: "Comparison", chunk: int = 100) -> None:
+def _tag_models(client, comparison: Comparison, chunk: int = 100) -> None:
     """Each child's logged model gets its setting's name (names.TAG_SETTING), as the run does: the
     experiment's Models tab can then be searched by setting (`tags.`pipeline.setting` = 'cpu bs128
     w0'`). The model itself keeps the name `model`, so that `runs:/RUN_ID/model` stays its URI (MLflow
@@ -401,7 +414,7 @@ def _tag_models(client, comparison: "Comparison", chunk: int = 100) -> None:
                 client.set_logged_model_tags(model.model_id, {TAG_SETTING: wanted})
 
 
-def setting_names(comparison: "Comparison") -> list[str]:
+def setting_names(comparison: Comparison) -> list[str]:
     """Each setting's name as its runs carry it (names.TAG_SETTING), one per row of the comparison's
     table: its label ("cpu bs128 w0"), made unique where rows share one (other hardware, other data
     sizes) by what tells them apart, since the view folds runs of one name into one row."""
@@ -418,7 +431,7 @@ def setting_names(comparison: "Comparison") -> list[str]:
     return names
 
 
-def setting_figures(comparison: "Comparison") -> list[dict[str, float]]:
+def setting_figures(comparison: Comparison) -> list[dict[str, float]]:
     """Each setting's figures as its runs carry them (names.SETTING_*), one dict per row of the
     comparison's table: the table's own numbers, so the UI's rows equal `pipeline compare`'s. A figure
     the setting lacks (speed withheld, a target missed) is left out."""
@@ -450,7 +463,7 @@ def _same(logged, value: float) -> bool:
     return logged is not None and (logged == value or (logged != logged and value != value))
 
 
-def _mark_children(client, comparison: "Comparison") -> None:
+def _mark_children(client, comparison: Comparison) -> None:
     """What each child needs for the view to show the comparison's figures: its setting's figures
     (setting_figures: the same numbers as `pipeline compare`'s row), its place in the verdict's order
     (names.RANK, which the view sorts by: the run the verdict names first), its steady-state summary
@@ -473,8 +486,10 @@ def _mark_children(client, comparison: "Comparison") -> None:
             wanted.update({RANK: float(rank[run_id]), **figures})
             # A figure the setting no longer has (speed withheld now): NaN over the old value (MLflow
             # has no public way to delete a metric), so no row shows a number no surface gives.
-            wanted.update({name: math.nan for name in COLUMN_METRICS if name not in figures and _known(logged.get(name))})
-            to_log = [Metric(name, value, now, 0) for name, value in wanted.items() if not _same(logged.get(name), value)]
+            wanted.update({name: math.nan for name in COLUMN_METRICS
+                           if name not in figures and _known(logged.get(name))})
+            to_log = [Metric(name, value, now, 0) for name, value in wanted.items()
+                      if not _same(logged.get(name), value)]
             # internal: the UI's run colour (VERIFIED_UI)
             new_tags = {TAG_SETTING: label, TAG_VERDICT: said or "-",
                         **({RUN_COLOR_TAG: shade} if shade is not None else {})}

@@ -101,7 +101,8 @@ def check_pipeline(words: list[str]) -> list[str]:
 
     args = words[1:]
     try:
-        with contextlib.redirect_stdout(io.StringIO()), main.make_context("pipeline", list(args), resilient_parsing=False) as context:
+        with contextlib.redirect_stdout(io.StringIO()), \
+                main.make_context("pipeline", list(args), resilient_parsing=False) as context:
             name, sub, rest = main.resolve_command(context, context.protected_args + context.args)
             if sub is not None:
                 sub.make_context(name, rest, parent=context, resilient_parsing=False)
@@ -338,7 +339,8 @@ def _same_lines(page: list[str], fresh: list[str]) -> bool:
     for shown, now in zip(page, fresh):
         if LEARNED.sub("#", shown) != LEARNED.sub("#", now):
             return False
-        if any(abs(float(a) - float(b)) > LEARNED_TOLERANCE for a, b in zip(LEARNED.findall(shown), LEARNED.findall(now))):
+        pairs = zip(LEARNED.findall(shown), LEARNED.findall(now))
+        if any(abs(float(a) - float(b)) > LEARNED_TOLERANCE for a, b in pairs):
             return False
     return True
 
@@ -372,7 +374,8 @@ def file_shown_above(text: str, line: int, name: str) -> str:
             break
         if match.group(1) == "yaml" and match.group(2).startswith(f"# {name}\n"):
             shown = match.group(2)
-    assert shown is not None, f"line {line} runs a command on {name}: show it above, in a ```yaml block headed `# {name}`"
+    assert shown is not None, \
+        f"line {line} runs a command on {name}: show it above, in a ```yaml block headed `# {name}`"
     return shown
 
 

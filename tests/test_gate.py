@@ -89,7 +89,8 @@ def test_hosts_must_match_unless_across_hosts(tracking_uri):
     out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline)
     assert out.exit_code == 2 and "no point has the same settings" in out.output
     assert "on ci-2" in out.output and "on ci-1" in out.output and "--across-hosts" in out.output
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--across-hosts", "--fail-if-slower", "10")
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--across-hosts",
+                "--fail-if-slower", "10")
     assert out.exit_code == 1, out.output
 
 

@@ -106,7 +106,8 @@ def test_runs_recorded_before_a_later_key_are_at_its_default():
         default = format_value(DEFAULTS[key])
         other = next(format_value(v) for v in TWO_VALUES[key] if format_value(v) != default)
         old, new = _run("old", "cpu", 4.0, {}), _run("new", "cuda:0", 1.0, {key: default})
-        assert build(SweepRecord("p", "p", "1", "x", [old, new])).table.set_index("run_ids").loc["new", "speedup"] == 4.0
+        table = build(SweepRecord("p", "p", "1", "x", [old, new])).table.set_index("run_ids")
+        assert table.loc["new", "speedup"] == 4.0
         changed = _run("new", "cuda:0", 1.0, {key: other})
         assert math.isnan(build(SweepRecord("p", "p", "1", "x", [old, changed])).table.set_index("run_ids").loc[
             "new", "speedup"]), key
