@@ -103,7 +103,7 @@ ARTIFACT_SUMMARY = "summary/model.txt"
 ARTIFACT_BATCH = "inputs/train_batch.png"
 ARTIFACT_TRACEBACK = "error/traceback.txt"
 ARTIFACT_GRID_DIR = "grid"  # a parent's grid file, as written, under its own name
-ARTIFACT_EFFECTIVE_GRID = "grid/effective.yaml"  # the grid it trained, after --set (or given as a mapping)
+ARTIFACT_EFFECTIVE_GRID = "grid/effective.yaml"  # the grid it trained, after any --set
 
 RESULTS_FILE = "pipeline-results.jsonl"
 CHECKPOINT_DIR = ".pipeline-checkpoints"

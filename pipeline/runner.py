@@ -577,10 +577,9 @@ class _Parent:
         if spec.from_file:
             with contextlib.suppress(OSError):
                 files[f"{ARTIFACT_GRID_DIR}/{spec.path.name}"] = spec.path.read_text(encoding="utf-8")
-        if spec.overrides or not spec.from_file:
-            files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
-        if files:
-            tracker.log_files(self.run_id, files)
+        # The grid it trains, after any --set: what the report's "run it again" commands download.
+        files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
+        tracker.log_files(self.run_id, files)
         sweep.reporter.sweep_start(tracker, self.run_id, spec)
         return self.run_id
 
