@@ -207,8 +207,9 @@ def process_settings():
     for the command (cli.main), `pipeline.api` for the call, a Ray task for the task, so that an
     outage reads the same whichever started the sweep. (MLflow reads these settings only from the
     environment and its loggers: there is no per-client setting.)"""
-    added = [key for key in {**_HTTP_DEFAULTS, **_QUIET} if key not in os.environ]
-    os.environ.update({key: {**_HTTP_DEFAULTS, **_QUIET}[key] for key in added})
+    defaults = {**_HTTP_DEFAULTS, **_QUIET}
+    added = [key for key in defaults if key not in os.environ]
+    os.environ.update({key: defaults[key] for key in added})
     levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
     for name, level in _QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(max(level, logging.getLogger(name).level))
