@@ -3,4 +3,4 @@
 from pipeline.cli import main
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="pipeline")  # the help and errors name the command users type

@@ -103,10 +103,36 @@ data_dir_option = click.option(
 )
 
 
+# Click shows the command's help for a bare `pipeline` (its own usage error subclass, absent before
+# Click 8.2): that one stays as Click prints it.
+_SHOWS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _one_line_usage_error(exc: click.UsageError) -> None:
+    """An unknown option or command, a missing argument or a value Click refuses, said as every
+    other error here is: one line that names the thing and where the fix is, and exit code 2
+    (Click's own form is four lines: the usage, a pointer to --help, a blank line and the error)."""
+    if isinstance(exc, _SHOWS_HELP):
+        raise exc
+    where = exc.ctx.command_path if exc.ctx is not None else "pipeline"
+    click.echo(f"error: {exc.format_message().rstrip('.')} (see '{where} --help')", err=True)
+    sys.exit(exc.exit_code)
+
+
 class _Group(click.Group):
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:  # the group's own options: `pipeline --bogus`
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            _one_line_usage_error(exc)
+            raise  # not reached: for type checkers
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's options and arguments, or a command that does not exist
+            _one_line_usage_error(exc)
         except UserError as exc:
             from pipeline.store import redact, tell_project_run
 

@@ -161,7 +161,16 @@ def _bad_contended_share(folder: Path, patch: pytest.MonkeyPatch) -> str:
     return invoke("run", str(QUICKSTART), "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}").output
 
 
-CASES = {"bad grid key": _bad_grid_key, "no grid file": _no_grid_file, "no data": _no_data,
+def _misspelt_option(folder: Path, patch: pytest.MonkeyPatch) -> str:
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    return CliRunner().invoke(main, ["run", str(QUICKSTART), "--experimen", "nightly"], prog_name="pipeline").output
+
+
+CASES = {"misspelt option": _misspelt_option, "bad grid key": _bad_grid_key, "no grid file": _no_grid_file,
+         "no data": _no_data,
          "server down": _server_down, "store is a folder": _store_is_a_folder,
          "read-only store": _read_only_store, "bad contended share": _bad_contended_share}
 # Where a case cannot be made on this machine, the page's lines holding its mark go unchecked.
