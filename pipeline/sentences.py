@@ -342,9 +342,16 @@ def pick_words(chosen: Pick) -> str:
 
 
 def pick_figures(chosen: Pick) -> str:
-    """What it won on: "0.412 s/epoch, test acc 0.8123" ("1.19 s to target, ..." by time to target)."""
+    """What it won on: "0.412 s/epoch, test acc 0.8123" ("1.19 s to target, ..." by time to target;
+    "speed withheld, ..." where no run of it was timed, as when `--by accuracy` picks among
+    contended runs)."""
     speed = chosen.figures.get(chosen.speed, math.nan)
-    time = f"{speed:.2f} s to target" if chosen.speed == "time_to_target_s" else f"{speed:.3f} s/epoch"
+    if math.isnan(speed):
+        time = "speed withheld"
+    elif chosen.speed == "time_to_target_s":
+        time = f"{speed:.2f} s to target"
+    else:
+        time = f"{speed:.3f} s/epoch"
     return f"{time}, test acc {chosen.figures[FINAL_ACCURACY]:.4f}"
 
 

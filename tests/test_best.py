@@ -10,7 +10,7 @@ import re
 import mlflow
 from click.testing import CliRunner
 
-from pipeline import view
+from pipeline import names, view
 from pipeline.cli import main
 
 GRID = """experiment: best
@@ -73,6 +73,16 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     fastest = invoke("register", "--experiment", "best", "--name", "fast-cnn", "--by", "speed",
                      "--tracking-uri", tracking_uri)
     assert fastest.exit_code == 0 and "by speed (the fastest setting)" in fastest.output, fastest.output
+
+    # Where every run was contended (as the contention check tags them on a busy machine), no speed
+    # counts: --by accuracy still registers, and says the speed is withheld rather than "nan".
+    for run in client.search_runs([experiment_id], "tags.`pipeline.role` = 'point'"):
+        client.set_tag(run.info.run_id, names.TAG_CONTENDED, "other processes took 90% of 2 cores")
+    accurate = invoke("register", "--experiment", "best", "--name", "accurate-cnn", "--by", "accuracy",
+                      "--tracking-uri", tracking_uri)
+    assert accurate.exit_code == 0, accurate.output
+    assert "(speed withheld, test acc " in accurate.output and "0 of 2 runs timed" in accurate.output, accurate.output
+    assert "nan" not in accurate.output, accurate.output
 
 
 def test_two_seeds_with_one_run_each_are_too_few_to_judge(write_grid, data_dir, tracking_uri):
