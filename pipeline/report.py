@@ -247,7 +247,7 @@ class Reporter:
         if comparison is not None and not comparison.table.empty:
             self.headline(comparison)
         self.console.print(results_table(axes, result))
-        counts = {}
+        counts: dict[str, int] = {}
         for o in result.outcomes:
             counts[o.status] = counts.get(o.status, 0) + 1
         self.console.print(", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
@@ -393,7 +393,7 @@ def frame_tables(title: str, frame, width: int | None = None, keys: Sequence[str
     extents = {column: _extent(headers[column], cells[column]) for column in frame.columns}
     parts = _fold(list(frame.columns), {c: least for c, (_, least) in extents.items()}, width, keys, later) \
         if width else [list(frame.columns)]
-    tables = []
+    tables: list[Table] = []
     for part in parts:
         table = Table(title=None if tables else title)
         widths = _widths([extents[column] for column in part], width) if width else [None] * len(part)
