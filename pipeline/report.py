@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+import pipeline.point
 from pipeline.grid import SHOWN_POINTS, format_value, grid_size, run_count
 from pipeline.store import redact
 
@@ -90,7 +91,10 @@ def make_console() -> Console:
     return Console(highlight=False)
 
 
-class Reporter:
+class Reporter(pipeline.point.Progress):
+    """The terminal's side of a sweep. It is the Progress a point reports to (`pipeline train` hands it
+    to LocalExecutor): a method Progress gains is a no-op here until the Reporter shows it."""
+
     def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
         if quiet:  # a Ray worker: the driver reports
             import os
