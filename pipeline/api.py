@@ -83,8 +83,8 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
                       repeats=None if repeats is None else check_repeats(repeats))
     with process_settings():  # as the CLI runs a sweep; put back when the call returns
         result = run_grid(spec, Reporter(quiet=quiet), options)
-    comparison = _table(result.tracking_uri, parent_run=result.parent_run_id) if result.parent_run_id \
-        else _empty()
+    comparison = _table(result.tracking_uri, parent_run=result.parent_run_id) \
+        if result.parent_run_id and result.tracking_uri else _empty()
     return SweepRun(result.parent_run_id, result.experiment_id, result.tracking_uri, result.outcomes,
                     comparison, result.exit_code, result.stopped)
 

@@ -132,7 +132,8 @@ def _tradeoff(comparison: Comparison) -> dict:
 
     t = comparison.table
     to_target = comparison.target is not None and "target_runs" in t and bool((t["target_runs"] > 0).any())
-    points, left_out = [], []
+    points: list[dict[str, Any]] = []
+    left_out = []
     for row, label, colour in _settings(comparison):
         reached = ranks_on_target(row) and not _missing(row["time_to_target_s"])
         missed = to_target and not reached
@@ -144,7 +145,7 @@ def _tradeoff(comparison: Comparison) -> dict:
         if missed:
             label += (f" (reached in {row['target_reached']}/{row['target_runs']} runs)" if row["target_runs"]
                       else " (trained without the target)")
-        low, high = (None, None) if to_target else (row["epoch_duration_s_q1"], row["epoch_duration_s_q3"])
+        low, high = (math.nan, math.nan) if to_target else (row["epoch_duration_s_q1"], row["epoch_duration_s_q3"])
         points.append({"label": label, "colour": colour, "missed": bool(missed),
                        "x": round(float(row[column]), 3), "y": round(float(row[FINAL_ACCURACY]), 4),
                        "low": None if _missing(low) else round(float(low), 3),
@@ -173,7 +174,8 @@ def _epoch_duration(comparison: Comparison) -> dict:
     group keys (batch size, workers: _group_keys): the median over the setting's timed runs, whiskers
     from its first to its third quartile."""
     groups = _group_keys()
-    bars, left_out = [], []
+    bars: list[dict[str, Any]] = []
+    left_out = []
     for row, label, colour in _settings(comparison):
         if _missing(row["epoch_duration_s"]):
             left_out.append(_not_shown(row, label, "epoch_duration_s"))

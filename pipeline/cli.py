@@ -260,7 +260,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
                       ray_address=ray_address, register=register_name, max_points=max_points,
                       repeats=repeats)
     result = run_grid(spec, Reporter(), options)
-    if register_name and not dry_run:
+    if register_name and result.tracking_uri is not None:  # None: a dry run, which records nothing
         from pipeline import registry
 
         try:
@@ -591,7 +591,7 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
     dataset = None if images else data_mod.load(data_dir)
     with fluent_target(uri):  # MLflow resolves runs:/ and models:/ URIs through its fluent target
         model = predict_mod.load(model_uri, target)
-    if images:
+    if dataset is None:  # image files given: a line each
         for p in predict_mod.predict_files(model, list(images), batch, target):
             click.echo(f"{p.path}\t{p.class_name}\t{p.probability:.3f}")
         return

@@ -57,6 +57,8 @@ from pipeline.names import (
 from pipeline.timing import FIGURE_HISTORIES, has_end_figures, run_figures, significant, timed_label
 
 if TYPE_CHECKING:
+    from mlflow.entities import Run
+
     from pipeline.records import RunRecord, SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices: every
@@ -117,7 +119,7 @@ class CompareOptions:
     quality_margin: float = DEFAULT_QUALITY_MARGIN  # the accuracy a faster setting may lose and still win
 
 
-def sweep_options(parent, options: CompareOptions, quality_margin: float | None = None) -> CompareOptions:
+def sweep_options(parent: Run, options: CompareOptions, quality_margin: float | None = None) -> CompareOptions:
     """`options` with what the sweep's parent run recorded: its target (TAG_TARGET) and its grid's
     quality margin (the `quality_margin` param; 0.005 for sweeps made before it was recorded), unless
     `quality_margin` overrides it."""
@@ -533,7 +535,7 @@ def _twins(comparison: Comparison, axis: str, reference_value: str) -> Iterator[
               if c in table]
     # As plain objects first: pandas' Arrow-backed strings are slow to iterate one by one.
     rows = table[needed].astype(object).reset_index().to_dict("records")
-    groups: dict[tuple, list[Row]] = {}
+    groups: dict[tuple[str, ...], list[Row]] = {}
     for row, key in zip(rows, table[keys].astype(object).astype(str).itertuples(index=False, name=None)):
         groups.setdefault(key, []).append(row)
     for members in groups.values():

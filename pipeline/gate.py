@@ -37,6 +37,7 @@ from pipeline.grid import format_value
 if TYPE_CHECKING:
     from pipeline.compare import Comparison
     from pipeline.records import SweepRecord
+    from pipeline.store import Retrying
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -75,7 +76,7 @@ class Change:
         """The change and its interval, in percent of the baseline (+ is slower)."""
         if self.ratio is None:
             return math.nan, math.nan, math.nan
-        return tuple(100 * (v - 1) for v in (self.ratio.estimate, self.ratio.low, self.ratio.high))
+        return 100 * (self.ratio.estimate - 1), 100 * (self.ratio.low - 1), 100 * (self.ratio.high - 1)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class GateResult:
         return EXIT_INCONCLUSIVE if self.inconclusive and not self.allow_inconclusive else 0
 
 
-def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: SweepRecord) -> SweepRecord:
+def baseline_sweep(client: Retrying, baseline: str, histories: tuple[str, ...], current: SweepRecord) -> SweepRecord:
     """`--baseline`: a parent run id, or an experiment name for its latest sweep; never `current` itself."""
     from pipeline.records import read_sweep
 
@@ -178,14 +179,14 @@ def _change(label: str, current: Comparison, row: pd.Series, baseline: Compariso
             threshold: float | None) -> Change:
     """A paired point judged: its change, or INCONCLUSIVE where one side has no timed run left."""
     mine, base = current.epochs(row), baseline.epochs(twin)
-    medians = {"baseline_s": _median(base), "current_s": _median(mine), "runs": (len(mine), len(base))}
+    baseline_s, current_s, runs = _median(base), _median(mine), (len(mine), len(base))
     if not mine or not base:
         side = "this sweep" if not mine else "the baseline"
         return Change(label, INCONCLUSIVE, f"every run contended in {side} (--include-contended counts them)",
-                      **medians)
+                      baseline_s, current_s, runs=runs)
     ratio = stats.ratio(mine, base)
     state, reason = judge(ratio, threshold)
-    return Change(label, state, reason, ratio=ratio, **medians)
+    return Change(label, state, reason, baseline_s, current_s, ratio, runs)
 
 
 def _unpaired(row: pd.Series, same_settings: pd.Series | None) -> str:

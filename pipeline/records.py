@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import UserError
 from pipeline.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
 from pipeline.store import first_line, redact
 from pipeline.timing import has_end_figures
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 # Runs per store read. MLflow's search calls return one page (search_runs: 1000 by default, 50000 at
 # most) and a token for the next; every read here follows the tokens to the end (`every`).
@@ -83,7 +86,7 @@ def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[f
     return result
 
 
-def finished_by_key(client, experiment_id: str | None) -> dict[str, object]:
+def finished_by_key(client, experiment_id: str | None) -> dict[str, Run]:
     """Complete runs of an experiment by run key (the newest per key): FINISHED with their summary and
     model logged (`complete`); none when the experiment does not exist yet."""
     if experiment_id is None:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+import pipeline.point
 from pipeline.grid import SHOWN_POINTS, format_value, grid_size, run_count
 from pipeline.store import redact
 
@@ -90,7 +91,10 @@ def make_console() -> Console:
     return Console(highlight=False)
 
 
-class Reporter:
+class Reporter(pipeline.point.Progress):
+    """The terminal's side of a sweep. It is the Progress a point reports to (`pipeline train` hands it
+    to LocalExecutor): a method Progress gains is a no-op here until the Reporter shows it."""
+
     def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
         if quiet:  # a Ray worker: the driver reports
             import os
@@ -247,7 +251,7 @@ class Reporter:
         if comparison is not None and not comparison.table.empty:
             self.headline(comparison)
         self.console.print(results_table(axes, result))
-        counts = {}
+        counts: dict[str, int] = {}
         for o in result.outcomes:
             counts[o.status] = counts.get(o.status, 0) + 1
         self.console.print(", ".join(f"{n} {s.lower()}" for s, n in counts.items()))
@@ -393,7 +397,7 @@ def frame_tables(title: str, frame, width: int | None = None, keys: Sequence[str
     extents = {column: _extent(headers[column], cells[column]) for column in frame.columns}
     parts = _fold(list(frame.columns), {c: least for c, (_, least) in extents.items()}, width, keys, later) \
         if width else [list(frame.columns)]
-    tables = []
+    tables: list[Table] = []
     for part in parts:
         table = Table(title=None if tables else title)
         widths = _widths([extents[column] for column in part], width) if width else [None] * len(part)

@@ -243,9 +243,9 @@ def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
 
     contended_share()  # a bad $PIPELINE_CONTENDED_SHARE is one line before anything trains
     uri, client = absolute_store_uri(resolve_tracking_uri(options.tracking_uri)), None
-    if sqlite_path(uri) is not None:
+    if (path := sqlite_path(uri)) is not None:
         check_reachable(uri)  # its folder exists; the file itself is only created once data is found
-        check_writable_store(uri, sqlite_path(uri))  # ... and can be: a read-only folder fails here, at once
+        check_writable_store(uri, path)  # ... and can be: a read-only folder fails here, at once
     else:
         client = open_client(uri)
     _check_folders(uri, options.checkpoint)

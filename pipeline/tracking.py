@@ -35,6 +35,8 @@ from pipeline.store import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pipeline.data import Dataset
 
 
@@ -128,7 +130,7 @@ class Tracker:
         if metrics or run_tags:
             self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
 
-    def log_files(self, run_id: str, files: dict[str, bytes | str]) -> None:
+    def log_files(self, run_id: str, files: Mapping[str, bytes | str]) -> None:
         """Files (contents by artifact path) into the run's artifacts, in one upload."""
         with tempfile.TemporaryDirectory() as tmp:
             for path, content in files.items():

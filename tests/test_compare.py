@@ -650,6 +650,7 @@ def test_every_setting_is_on_every_chart_in_its_one_colour(tracking_uri):
         "cuda:0 bs256": (1.0, 0.86, False), "cuda:0 bs128": (1.2, 0.88, False), "cpu bs128": (3.0, 0.89, False),
         "cpu bs256 (reached in 0/2 runs)": (round(row["run_duration_s"], 3), 0.8, True)}
     assert row["run_duration_s"] > 3.0  # the whole of training: slower than any time to the target
+    assert {(point["low"], point["high"]) for point in tradeoff["points"]} == {(None, None)}  # no epoch whiskers
     assert [tradeoff["points"][i]["label"] for i in tradeoff["front"]] == ["cuda:0 bs256", "cuda:0 bs128", "cpu bs128"]
     ax = charts.figure(tradeoff).axes[0]
     low, high = ax.get_ylim()

@@ -113,6 +113,15 @@ def test_run_register_option(write_grid, data_dir, tracking_uri):
     assert client.get_run(version.run_id).data.params["lr"] == "0.01"
 
 
+def test_run_register_option_on_a_dry_run_registers_nothing(write_grid, data_dir, tracking_uri):
+    """A dry run trains and records nothing, so --register has no best run: it registers nothing, and succeeds."""
+    out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
+                 "--register", "from-run", "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "models:/" not in out.output, out.output
+    assert mlflow.MlflowClient(tracking_uri).search_registered_models() == []
+
+
 @pytest.mark.slow
 def test_mlflow_models_predict_and_serve(trained, tracking_uri, tmp_path):
     client, runs = trained
