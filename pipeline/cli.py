@@ -436,8 +436,9 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
             raise UserError(f"--html {html}: a folder; pass a file name, e.g. --html {Path(html) / 'report.html'}")
         check_writable(Path(html).parent, "--html", "pass a file in a folder you can write in")
     client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
-    # Per-epoch histories only where a chart draws them (--out), or for runs without end figures.
-    charted = CHART_HISTORIES if out or publish else ()  # only the test-accuracy chart draws histories
+    # Per-epoch histories only where a chart draws them (--out, --publish, --html), or for runs
+    # without end figures.
+    charted = CHART_HISTORIES if out or publish or html else ()  # only the test-accuracy chart draws histories
     sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=charted)
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")

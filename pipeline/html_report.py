@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from pipeline.compare import Comparison
 
 # The charts the report shows, in order (charts.plan leaves out those a sweep cannot draw).
-CHARTS = (charts.TRADEOFF_PNG, charts.EPOCH_DURATION_PNG, charts.TIME_BREAKDOWN_PNG, charts.SPEEDUP_PNG)
+CHARTS = (charts.TRADEOFF_PNG, charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG, charts.TIME_BREAKDOWN_PNG,
+          charts.SPEEDUP_PNG)
 # Smaller than the PNGs of comparison/: the report is read on a screen, side by side with its table.
 DPI = 80
 
@@ -143,6 +144,9 @@ def _figures(comparison: Comparison) -> list[str]:
         return ['<p class="muted">One setting: nothing to chart.</p>']
     planned = charts.plan(comparison)
     out = []
+    if charts.TEST_ACCURACY_PNG in planned and charts.EPOCH_DURATION_PNG not in planned:
+        out.append('<p class="muted">No speed chart: every run was contended, so no speed figure counts '
+                   "(see the notes above).</p>")
     for name in CHARTS:
         if name not in planned:
             continue

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import invoke
+from pipeline import names
 from synthetic_sweeps import Run, jittered, write_sweep
 
 SETTING_FIGURES = {"setting_steady_epoch_s": "steady_epoch_s", "setting_images_per_s": "steady_images_per_s",
@@ -156,9 +157,10 @@ def test_compare_html_writes_one_offline_report(repeated, tmp_path):
     assert _report_records(text) == json.loads(_compare(uri, "--format", "json"))
     # Offline: nothing is fetched; the charts are inside the file.
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text) and "<link" not in text
-    # Speed against accuracy, epoch time and speedups (no time shares logged here: no breakdown).
-    assert text.count('src="data:image/png;base64,') == 3
-    assert 'alt="Speed against accuracy' in text and 'alt="Epoch duration' in text
+    # Speed against accuracy, epoch time, test accuracy and speedups (no time shares logged here: no
+    # breakdown).
+    assert text.count('src="data:image/png;base64,') == 4
+    assert 'alt="Speed against accuracy' in text and 'alt="Epoch duration' in text and 'alt="Test accuracy' in text
     assert 'id="verdict"' in text and 'id="hosts"' in text and "host-a" in text
     assert f"--run-id {parent_id} --artifact-path grid/effective.yaml --dst-path ." in text
     assert "pipeline run grid/effective.yaml" in text  # where the download puts it
@@ -195,6 +197,23 @@ def test_a_report_of_100_settings_stays_under_3_mb():
     records = _report_records(text)
     assert len(records) == 100 and text.count("</script>") == 1
     assert [r["run_name"] for r in records if "<!--" in r["run_name"]] == ["cpu bs32 lr0.001</script><!--<script>"]
+
+
+def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
+    """No speed figure counts, so there is no speed chart; the accuracy per epoch still is one, and the
+    page says why the speed charts are missing (the Charts heading stood empty)."""
+    from pipeline import html_report
+    from pipeline.compare import build
+    from pipeline.records import RunRecord, SweepRecord
+
+    runs = [RunRecord(f"r{b}-{repeat}", f"cpu bs{b}", {"batch_size": str(b), "epochs": "3"},
+                      {"test_accuracy": 0.8}, {"pipeline.device": "cpu", names.TAG_CONTENDED: "others took 90%"},
+                      histories={"epoch_duration_s": [2.0, 1.0, 1.0], "test_accuracy": [0.6, 0.7, 0.8]})
+            for b in (64, 128) for repeat in (1, 2)]
+    text = html_report.render(build(SweepRecord("p", "busy", "1", "busy", runs)))
+    charts_part = text.split("<h2>Charts</h2>")[1].split("<h2>")[0]
+    assert charts_part.count('src="data:image/png;base64,') == 1 and 'alt="Test accuracy' in charts_part
+    assert "every run was contended" in charts_part
 
 
 def test_a_figure_withheld_on_a_later_publish_is_no_longer_shown(tracking_uri):
