@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline import idx, interrupts, results
-from pipeline.config import AUTO, GridSpec, RunConfig, effective_yaml, with_repeats
+from pipeline.config import AUTO, DEFAULTS, GridSpec, RunConfig, effective_yaml, with_repeats
 from pipeline.errors import UserError
 from pipeline.executors import Executor, Planned, open_executor, plan
 from pipeline.grid import (
@@ -220,7 +220,10 @@ def run_single(config: RunConfig, reporter: Reporter, options: Options = Options
     with interrupts.handled():
         (outcome,) = LocalExecutor(reporter).run([job], lambda job, outcome: _keep(sweep, job, outcome))
     result = SweepResult([outcome], sweep.tracker.experiment_id, None, sweep.tracker.uri)
-    reporter.summary(tuple((k, (v,)) for k, v in config.as_params().items()), result, sweep.tracker)
+    # Its table shows the settings given that differ from the defaults (and the device), as a grid's
+    # shows the keys it varies: all fifteen cut every header to a letter.
+    given = tuple((k, (v,)) for k, v in config.as_params().items() if v != DEFAULTS[k])
+    reporter.summary(given, result, sweep.tracker)
     return result
 
 

@@ -110,6 +110,11 @@ def test_train_one_run(cli, data_dir, tracking_uri):
     (run,) = client.search_runs([client.get_experiment_by_name("single").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["epochs"] == "2"
     assert "mlflow.parentRunId" not in run.data.tags
+    # Its table shows the settings given that are not the defaults, whole, at 80 columns (all the
+    # keys cut every header to a letter and an ellipsis).
+    header = next(line for line in result.output.splitlines() if "test acc" in line)
+    assert "batch_size" in header and "device" in header and "…" not in header, result.output
+    assert "shuffle" not in header, result.output
 
 
 def test_train_rejects_bad_values(cli):
