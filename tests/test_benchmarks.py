@@ -7,6 +7,8 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -70,6 +72,7 @@ def test_a_failing_variant_is_listed_and_the_others_are_measured(data_dir, monke
     assert any(line.startswith("| cpu | 100 | 0 |") for line in text.splitlines())
 
 
+@pytest.mark.slow  # a repeated sweep on Fashion-MNIST-sized data (60 s on 2 cores): make test-slow
 def test_the_tracked_device_sweep_records_and_compares_its_cpu_half(data_dir, tmp_path):
     """gpu_check.sh's tracked sweep, on a machine without CUDA: the cuda points are skipped with the
     reason, the cpu points are trained once per repeat into a real store, and the device chart is drawn."""

@@ -278,6 +278,7 @@ def test_commands_without_a_store_never_print_a_password_from_the_environment_or
     Command(["devices"], 0, secrets=(PASSWORD,), watched=(tmp_path,), env=env, max_lines=40).check(tmp_path)
 
 
+@pytest.mark.slow  # a sweep through a real server, then compare (30-60 s on 2 cores): make test-slow
 def test_a_sweep_on_a_server_named_with_its_password_prints_and_tags_none(tracking_server, data_dir, tmp_path):
     """A sweep that trains and is compared prints its store and the UI link (the printed UI address
     for a server); with user:password in the server's URI none of those lines, nor any tag, holds it."""

@@ -48,6 +48,7 @@ def big_sweep(tmp_path_factory):
                                 point=lambda index: {**ONE_POINT, "seed": str(index)})
 
 
+@pytest.mark.slow  # the big sweep is written run by run (a minute on 2 cores): make test-slow
 def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):
     result = invoke("compare", "--parent-run", big_sweep.parent_run_id, "--format", "json",
                     "--tracking-uri", big_sweep.client.tracking_uri)
@@ -59,6 +60,7 @@ def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):
     assert rows[-1]["test_accuracy"] == pytest.approx(0.68 + 0.15 + (BIG - 1) % 10 * 0.001)  # the epoch-3 value
 
 
+@pytest.mark.slow
 def test_a_sweep_whose_children_logged_their_end_figures_is_read_without_histories(big_sweep):
     from pipeline.compare import HISTORIES
     from pipeline.records import read_sweep
@@ -67,6 +69,7 @@ def test_a_sweep_whose_children_logged_their_end_figures_is_read_without_histori
     assert len(sweep.children) == BIG and all(child.histories == {} for child in sweep.children)
 
 
+@pytest.mark.slow
 def test_the_resume_lookup_finds_every_finished_run_past_one_page(big_sweep):
     from pipeline.records import finished_by_key
 
@@ -102,6 +105,7 @@ def test_paging_crosses_page_boundaries_without_losing_or_repeating_runs(trackin
     assert pages == [10, 10, 5]
 
 
+@pytest.mark.slow  # writes sweeps of 10 and 20 runs, as benchmarks/scale.py does: make test-slow
 def test_the_scale_benchmark_writes_its_table(tmp_path, monkeypatch, capsys):
     scale = _scale()
     out = tmp_path / "scale.md"
