@@ -37,7 +37,8 @@ CACHE_ENV = "PIPELINE_CACHE_DIR"  # a folder for the pipeline's cache files (pea
 CACHE_NAME = "peaks.json"
 FORMAT = 1  # the cache file's format; a file of another format is measured over, not read
 TERA = 1e12
-_REMEASURED: set[str] = set()  # keys measured again in this process because a run was faster: once is enough
+# (cache file, key) measured again in this process because a run was faster than it: once is enough.
+_REMEASURED: set[tuple[Path, str]] = set()
 
 # One call of the matrix multiplication should take at least this long, so that the time is the
 # kernel's and not the launch's or the timer's (_matmul); no longer than LONGEST_CALL_S to find a faster size.
@@ -144,7 +145,8 @@ def cache_key(host: str, hardware: str, torch_version: str, threads: int | None)
     return " | ".join(parts)
 
 
-def _identity(device: torch.device) -> tuple[str, str, str, int | None]:
+def identity(device: torch.device) -> tuple[str, str, str, int | None]:
+    """What a peak is cached by: host name, hardware name, torch version, and torch's threads on a CPU."""
     import torch
 
     from pipeline.device import hardware_name
@@ -167,7 +169,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def cached(device: torch.device) -> Peak | None:
     """The cached peak of `device` on this host, hardware, torch version (and CPU threads), if any."""
-    entry = _read(cache_file()).get(cache_key(*_identity(device)))
+    entry = _read(cache_file()).get(cache_key(*identity(device)))
     if not isinstance(entry, dict):
         return None
     try:
@@ -280,7 +282,7 @@ def measure(device: torch.device) -> Peak:
     """Measure `device`'s peaks now: a matrix multiplication at each of its precisions, and a copy."""
     import torch
 
-    host, hardware, version, threads = _identity(device)
+    host, hardware, version, threads = identity(device)
     started = time.perf_counter()
     matmul, sides = {}, {}
     with torch.no_grad():
@@ -361,8 +363,8 @@ def share(device: torch.device, precision: str, achieved_flops: float) -> Share:
     the precision was not measured, there is no mfu, and the note says why: never a value clamped to 1."""
     found = find(device)
     peak = found.peak.matmul.get(precision)
-    if peak is not None and achieved_flops > peak and found.reused and found.peak.key not in _REMEASURED:
-        _REMEASURED.add(found.peak.key)
+    if peak is not None and achieved_flops > peak and found.reused and (found.cache, found.peak.key) not in _REMEASURED:
+        _REMEASURED.add((found.cache, found.peak.key))
         found = find(device, remeasure=True)
         peak = found.peak.matmul.get(precision)
     if peak is None:
