@@ -244,11 +244,10 @@ def _matmul(device: torch.device, precision: str) -> tuple[float, int]:
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     sync, side, largest = _sync(device), 256, MAX_SIDE.get(device.type, 4096)
-    generator = torch.Generator().manual_seed(0)
     rate = 0.0
-    while True:
-        a = torch.randn(side, side, generator=generator).to(device=device, dtype=dtype)
-        b = torch.randn(side, side, generator=generator).to(device=device, dtype=dtype)
+    while True:  # made on the device: a 16384-square matrix drawn on a CPU would take seconds
+        a = torch.randn(side, side, device=device, dtype=dtype)
+        b = torch.randn(side, side, device=device, dtype=dtype)
         out = torch.empty(side, side, device=device, dtype=dtype)
         torch.mm(a, b, out=out)  # the first call pays for choosing and loading the kernel
         sync()
