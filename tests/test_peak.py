@@ -70,6 +70,12 @@ def test_devices_peak_measures_caches_and_then_reuses(cache):
     assert remeasured["seconds"] > 0 and remeasured["measured_at"] >= entry["measured_at"]
 
 
+def test_devices_without_peak_measures_nothing(cache):
+    out = invoke("devices")
+    assert out.exit_code == 0, out.output
+    assert "matmul" not in out.output and not cache.exists()
+
+
 def test_remeasure_without_peak_is_a_usage_error():
     out = invoke("devices", "--remeasure")
     assert out.exit_code == 2 and "--remeasure goes with --peak" in out.output
