@@ -104,8 +104,12 @@ def tflops(value: float) -> str:
 
 
 def percent(share: float) -> str:
-    """A share as a percentage to 2 significant digits, "-" where unknown: 4.8, 0.37."""
-    return "-" if math.isnan(share) else f"{100 * share:.2g}"
+    """A share as a percentage, "-" where unknown: one decimal from 1% (12.3, 4.8, 100.0), 2
+    significant digits below it (0.37, 0.0041)."""
+    if math.isnan(share):
+        return "-"
+    value = 100 * share
+    return f"{value:.1f}" if value >= 1 else f"{value:.2g}"
 
 
 def utilisation_frame(comparison: Comparison) -> pd.DataFrame:

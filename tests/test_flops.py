@@ -17,6 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from conftest import invoke, isolated, new_store
 from pipeline import data, flops, view
 from pipeline.model import Network
+from pipeline.tables import percent
 
 # 300 training images: batch size 64 gives 4 full batches and one of 44, 128 gives 2 and one of 44.
 GRID = """experiment: mfu
@@ -110,12 +111,12 @@ def test_the_view_and_the_report_show_the_mfu(swept):
     note = parent.data.tags[view.NOTE_TAG]
     assert "MFU %" in note
     for row in rows:
-        assert f"| {100 * row['mfu']:.2g} |" in note
+        assert f"| {percent(row['mfu'])} |" in note
     # The report: its utilisation table, one row per setting, and the numbers in its JSON.
     table = re.search(r'<table id="utilisation">(.*?)</table>', report, re.S).group(1)
     assert table.count("<tr>") == 1 + len(rows)  # the head and one row a setting
     for row in rows:
-        assert f"<td class=\"number\">{100 * row['mfu']:.2g}</td>" in table
+        assert f'<td class="number">{percent(row["mfu"])}</td>' in table
     block = re.search(r'<script type="application/json" id="comparison">\n(.*?)\n</script>', report, re.S).group(1)
     assert sorted(r["mfu"] for r in json.loads(block)) == sorted(r["mfu"] for r in rows)
 
