@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Every GPU check in one call, for a lent GPU machine (see README, "Performance"), most valuable first,
 # each step under its own time limit so that one slow step cannot cost the others:
-#   1. the GPU-marked tests (tests/test_gpu.py: needs torch and pytest, no mlflow)       TESTS_S=90
+#   0. each device's peaks (`pipeline devices --peak`: matmul at fp32/bf16/fp16 and a memory copy,
+#      beside the datasheet's figures), appended to gpu.txt; later steps' runs reuse them (their
+#      cache, PIPELINE_CACHE_DIR, is a temporary folder of this call)                      PEAK_S=30
+#   1. the GPU-marked tests (tests/test_gpu.py: needs torch and pytest, no mlflow)       TESTS_S=60
 #   2. the tracked device sweep (benchmarks/tracked_sweep.py): experiments/devices.yaml with repeats 3
 #      through `pipeline run` into a fresh sqlite store, then `pipeline compare` with its intervals;
-#      writes the README's device charts (devices-*.png). Needs MLflow: the GPU machine has none, so
-#      carry it as wheels made here by `bash benchmarks/gpu_wheels.sh` (carry `.whl`)    SWEEP_S=240
+#      writes the README's device charts (devices-*.png); its comparison (in sweep.log) has each
+#      setting's achieved TFLOP/s and MFU, a share of the peaks of step 0. Needs MLflow: the GPU
+#      machine has none, so carry it as wheels made here by `bash benchmarks/gpu_wheels.sh` (carry
+#      `.whl`)                                                                             SWEEP_S=240
 #   3. per-epoch times (the README's GPU table): cuda and cpu at batch sizes 1000/10000/20000 with 0
 #      and 1 workers, 3 epochs each with the warm-up and every epoch shown and the cuda/cpu speedups
 #      on the steady-state epochs; on cuda also cuda_graph, prefetch, data_on_device, bf16 and fp16,
@@ -37,6 +42,10 @@ python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && python=.venv/bin/python
 export PYTHONUNBUFFERED=1
 status=0
+# The peaks step 0 measures, reused by every run after it, and removed at the end.
+PIPELINE_CACHE_DIR="$(mktemp -d)"
+export PIPELINE_CACHE_DIR
+trap 'rm -rf "$PIPELINE_CACHE_DIR"' EXIT
 
 # MLflow carried as wheels (benchmarks/gpu_wheels.sh), where this Python has none.
 if [ -d .whl ] && ! "$python" -c "import mlflow" 2>/dev/null; then
@@ -59,13 +68,20 @@ step() {
 }
 
 harness=("$python" benchmarks/harness.py --device cpu)
+cuda=false
 if "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  cuda=true
   harness=("$python" benchmarks/harness.py --device cuda --device cpu)
   nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv | tee "$out/gpu.txt"
-  step "GPU-marked tests" "${TESTS_S:-90}" gpu_tests.log \
-    "$python" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 else
   echo "no CUDA device here (torch.cuda.is_available() is False): skipping the CUDA parts, CPU only"
+fi
+
+step "device peaks" "${PEAK_S:-30}" peaks.log "$python" -m pipeline devices --peak
+cat "$out/peaks.log" >> "$out/gpu.txt" && rm -f "$out/peaks.log"  # 8 files come back at most: the peaks go in gpu.txt
+if $cuda; then
+  step "GPU-marked tests" "${TESTS_S:-60}" gpu_tests.log \
+    "$python" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 fi
 
 if "$python" -c "import mlflow" 2>/dev/null; then

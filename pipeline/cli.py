@@ -326,19 +326,30 @@ def validate(grid: str, overrides: tuple[str, ...]) -> None:
 
 
 @main.command(short_help="What this machine offers: CPU, and each CUDA or MPS device.")
-def devices() -> None:
-    """What this machine offers: CPU, each CUDA/MPS device (smoke-tested), and why CUDA is missing."""
+@click.option("--peak", is_flag=True,
+              help="Also each working device's peaks: a large matrix multiplication at each precision and a memory "
+                   "copy, measured (a few seconds a device) and cached, beside the vendor's figures or an estimate.")
+@click.option("--remeasure", is_flag=True, help="With --peak: measure again, even where a measurement is cached.")
+def devices(peak: bool, remeasure: bool) -> None:
+    """What this machine offers: CPU, each CUDA/MPS device (smoke-tested), and why CUDA is missing.
+    With --peak, how fast each one is at most: what every run's MFU is a share of."""
     import torch
 
     from pipeline.device import survey
-    from pipeline.report import devices_table, make_console
+    from pipeline.report import devices_table, make_console, print_peaks
 
+    if remeasure and not peak:
+        raise click.UsageError("--remeasure goes with --peak")
     found, notes = survey()
     console = make_console()
     console.print(devices_table(found))
     for note in notes:
         console.print(note)
     console.print(f"torch.cuda.is_available(): {torch.cuda.is_available()}")
+    if peak:
+        from pipeline import peak as peaks
+
+        print_peaks(console, [peaks.find(torch.device(d.name), remeasure) for d in found if d.works])
 
 
 @main.command(short_help="Find, verify and describe the Fashion-MNIST files to train on.")

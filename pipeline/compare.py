@@ -30,13 +30,16 @@ from pipeline.config import DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
 from pipeline.names import (
+    ACHIEVED_TFLOPS,
     COMPILE,
     END_FIGURES,
     FINAL_ACCURACY,
     FIRST_EPOCH,
     LOAD_AVERAGE,
+    MFU,
     OTHERS_CPU_SHARE,
     PEAK_MEMORY,
+    PEAK_TFLOPS,
     REPEAT,
     STEADY_ENERGY,
     STEADY_EPOCH,
@@ -50,6 +53,7 @@ from pipeline.names import (
     TAG_TARGET_STATUS,
     TIME_SHARES,
     TIME_TO_TARGET,
+    TRAIN_FLOPS,
     TRAINED_EPOCHS,
     WALL_TO_TARGET,
     WARMUP,
@@ -81,7 +85,7 @@ INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 # With each speedup, the faster row's accuracy against its reference's (a difference, with its
 # interval) and whether the speedup is a win: significant, and not less accurate beyond the margin.
 QUALITY_SUFFIXES = ("_accuracy_change", "_accuracy_change_low", "_accuracy_change_high", "_win")
-HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS)
+HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS, ACHIEVED_TFLOPS, MFU)
 # Per-epoch histories, read for a run only where needed (records.read_sweep): a run's figures come
 # from what it logged at its end, or from HISTORIES for a run made before children logged them; the
 # charts draw CHART_HISTORIES (`pipeline compare --out`; a sweep's end has them from its own epochs).
@@ -90,8 +94,13 @@ CHART_HISTORIES = ("test_accuracy",)
 # Per-run figures whose row value is the median over the row's runs: those that measure speed over
 # its timed runs (contended ones left out unless asked), those that measure what was learnt over all.
 SPEED_MEDIANS = ("images_per_s", "first_epoch_s", "warmup_s", "compile_s", "peak_memory_mb", "energy_j",
-                 "images_per_j", "run_duration_s", "data_share", "transfer_share", "compute_share")
+                 "images_per_j", "run_duration_s", "data_share", "transfer_share", "compute_share",
+                 ACHIEVED_TFLOPS, PEAK_TFLOPS, MFU)
 QUALITY_MEDIANS = FINAL
+# The arithmetic of an epoch (the same for every run of a setting: a median over all its runs), and
+# each run's FLOP/s and share of its device's peak (point._utilisation: speed, so among SPEED_MEDIANS).
+WORK_MEDIANS = (TRAIN_FLOPS,)
+UTILISATION = (ACHIEVED_TFLOPS, PEAK_TFLOPS, MFU)
 LOAD_MEDIANS = (LOAD_AVERAGE, OTHERS_CPU_SHARE)
 # The data's first columns (csv, json): which setting, its runs, the results people compare.
 KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", "timed_runs", *SUMMARY, "epoch_duration_s",
@@ -104,7 +113,7 @@ LABELS = {
     "epoch_duration_s": "epoch_s", "images_per_s": "img/s", "run_duration_s": "run_s",
     "first_epoch_s": "epoch1_s", "warmup_s": "warmup_s", "compile_s": "compile_s", "peak_memory_mb": "peak MiB",
     "data_share": "data %", "transfer_share": "transfer %", "compute_share": "compute %",
-    "time_to_target_s": "to target s",
+    "time_to_target_s": "to target s", ACHIEVED_TFLOPS: "TFLOP/s", MFU: "MFU %",
 }
 
 
@@ -289,6 +298,8 @@ def _run_row(run: RunRecord) -> dict[str, Any]:
     row["target_status"] = run.tags.get(TAG_TARGET_STATUS, "")
     row["time_to_target_s"] = run.metrics.get(TIME_TO_TARGET, math.nan)
     row["wall_to_target_s"] = run.metrics.get(WALL_TO_TARGET, math.nan)
+    for name in (*WORK_MEDIANS, *UTILISATION):  # runs made before they were logged have none
+        row[name] = run.metrics.get(name, math.nan)
     return row
 
 
@@ -327,7 +338,8 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
         quartiles[0.25], quartiles[0.5], quartiles[0.75]
     speed = timed_groups[[*SPEED_MEDIANS, STEADY_IMAGES]].median().reindex(table.index)
     table[list(SPEED_MEDIANS)] = speed[list(SPEED_MEDIANS)]
-    table[[*QUALITY_MEDIANS, *LOAD_MEDIANS]] = every[[*QUALITY_MEDIANS, *LOAD_MEDIANS]].median()
+    table[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]] = \
+        every[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]].median()
     table[STEADY_EPOCH] = table["epoch_duration_s"].map(lambda v: v if math.isnan(v) else significant(v, 4))
     table[STEADY_IMAGES] = speed[STEADY_IMAGES].round(0)
     table[FINAL_ACCURACY] = every[FINAL_ACCURACY].median().round(4)

@@ -103,6 +103,7 @@ def render(comparison: Comparison, source: Provenance | None = None) -> str:
         _table(comparison),
         *(f"<p>{escape(line)}</p>" for line in speedup_lines(comparison)),
         *(f'<p class="muted">{escape(line)}</p>' for line in notes(comparison)),
+        *_utilisation(comparison),
         "<h2>Charts</h2>",
         *_figures(comparison),
         "<h2>Hardware and software</h2>",
@@ -136,6 +137,27 @@ def _table(comparison: Comparison) -> str:
             cells.append(f"<td>{inner}</td>" if column in text else f'<td class="number">{inner}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f'<table id="settings"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"
+
+
+def _utilisation(comparison: Comparison) -> list[str]:
+    """How far from the hardware's limit (tables.utilisation_frame): a heading, a line on what the
+    figures are, and one row per setting; nothing for runs made before they were logged."""
+    from pipeline.tables import utilisation_frame
+
+    frame = utilisation_frame(comparison)
+    if frame.empty:
+        return []
+    text = {"device", "hardware"} | set(comparison.varying)
+    head = "".join(f"<th>{escape(str(column).replace('_', ' '))}</th>" for column in frame.columns)
+    rows = ["<tr>" + "".join(f"<td>{escape(str(value))}</td>" if column in text
+                             else f'<td class="number">{escape(str(value))}</td>'
+                             for column, value in zip(frame.columns, values)) + "</tr>"
+            for values in frame.itertuples(index=False)]
+    return ["<h2>How far from the hardware's limit</h2>",
+            '<p class="muted">FLOPs of a training epoch as torch counts them (forward, loss, backward); achieved: '
+            "over the median steady-state epoch; peak: the device's measured matrix-multiplication peak at the "
+            "run's precision (`pipeline devices --peak`); MFU: achieved over peak, median over the runs.</p>",
+            f'<table id="utilisation"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"]
 
 
 def _figures(comparison: Comparison) -> list[str]:

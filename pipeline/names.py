@@ -40,6 +40,7 @@ SETTING_STEADY_EPOCH = "setting_steady_epoch_s"
 SETTING_IMAGES = "setting_images_per_s"
 SETTING_ACCURACY = "setting_final_test_accuracy"
 SETTING_TO_TARGET = "setting_time_to_target_s"  # only for a setting that ranks on the target
+SETTING_MFU = "setting_mfu"  # the setting's median mfu, where its runs have one
 SETTING_RUNS = "setting_n"  # how many runs the setting has (its speed figures count the timed ones among them)
 # Each child's end figures (run-level, step 0), beside its summary: with it, every per-run
 # figure a comparison row needs, so that a comparison reads no history (records.read_sweep, timing.end_figures).
@@ -49,6 +50,11 @@ TIME_SHARES = ("data_share", "transfer_share", "compute_share")  # each TIME_BUC
 PEAK_MEMORY = "run_peak_memory_mb"  # the highest of the epochs' peak_memory_mb
 STEADY_ENERGY = "steady_energy_j"  # the mean of the steady epochs' energy_j (0 where the counter never moved)
 END_FIGURES = (TRAINED_EPOCHS, FIRST_EPOCH, *TIME_SHARES, PEAK_MEMORY, STEADY_ENERGY)
+# Each child's arithmetic and its share of the device's peak (run-level, step 0; flops.py, peak.py).
+TRAIN_FLOPS = "train_flops_per_epoch"  # FLOPs of a training epoch (forward, loss, backward), as torch counts them
+ACHIEVED_TFLOPS = "achieved_tflops"  # TRAIN_FLOPS over the steady-state epoch (its median), in TFLOP/s
+PEAK_TFLOPS = "peak_tflops"  # the device's measured matmul peak at the run's precision, in TFLOP/s
+MFU = "mfu"  # ACHIEVED_TFLOPS / PEAK_TFLOPS, in (0, 1]; absent where it cannot be told (TAG_PEAK says why)
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 # A sweep's parent run once its children are done (run-level, step 0): the answer at a glance, over
 # the children it trained that FINISHED. Its params are the grid's axes ("1000,10000"), repeats, target.
@@ -97,6 +103,7 @@ TAG_BEST_RUN = "pipeline.best_run"  # a sweep's parent: the run of its best sett
 # "repeats: auto stopped after 4 rounds: every speedup is significant"
 TAG_REPEATS_STOPPED = "pipeline.repeats_stopped"
 TAG_CONTENDED = "pipeline.contended"  # set when other processes took a meaningful share: the figures
+TAG_PEAK = "pipeline.peak"  # where PEAK_TFLOPS came from, or why a run has no MFU
 TAG_CONCURRENT = "pipeline.concurrent_points"  # Ray: how many points shared the node while it trained
 
 ARTIFACT_SUMMARY = "summary/model.txt"

@@ -26,6 +26,7 @@ from pipeline.timing import logged_at_end, summary_of
 if TYPE_CHECKING:
     import torch
 
+    from pipeline.config import RunConfig
     from pipeline.data import Dataset
     from pipeline.tracking import Tracker
     from pipeline.train import EpochStats
@@ -36,7 +37,7 @@ DONE = "DONE"  # already FINISHED in an earlier sweep: not trained again
 NOT_RUN = "NOT RUN"  # left out after --fail-fast or a tracking outage
 UNLOGGED = "UNLOGGED"  # trained, but the store went down: the results wait in the results file
 # The tags a run gets once it has trained (the rest it has from the start): logged with its results.
-MEASURED_TAGS = (names.TAG_CONTENDED, names.TAG_TARGET, names.TAG_TARGET_STATUS)
+MEASURED_TAGS = (names.TAG_CONTENDED, names.TAG_TARGET, names.TAG_TARGET_STATUS, names.TAG_PEAK)
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
                 load, outcome.span = contention.since(cpu), (started, time.time())
                 outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
                 timing = _measured(outcome, job.target, load)
+                _utilisation(outcome, job.point.config, len(dataset.train), device)
                 if job.stop_at is not None and timing is not None and timing.epoch is not None \
                         and timing.epoch < job.point.config.epochs:
                     progress.note(f"{timing.target} {timing.status}: stopped there (stop_at_target)")
@@ -287,6 +289,34 @@ def _measured(outcome: Outcome, target: Target | None, load: contention.Contenti
     outcome.measured.update(timing.metrics())
     outcome.tags.update(timing.tags())
     return timing
+
+
+def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: torch.device) -> None:
+    """The run's arithmetic and its share of the device's peak, into the outcome's metrics and tags:
+    FLOPs per epoch (flops.epoch_flops), the FLOP/s of its steady-state epochs (their median time,
+    timing.steady_median) and that over the device's measured matmul peak at its precision (peak.share:
+    the cached peak, measured now on the host's first run). Where the peak cannot be measured or is in
+    doubt, the run has no mfu and its TAG_PEAK says why."""
+    from pipeline import flops, peak
+    from pipeline.timing import steady_median
+
+    per_epoch = flops.epoch_flops(train_size, config.batch_size)
+    outcome.measured[names.TRAIN_FLOPS] = (float(per_epoch), 0)
+    epoch_s = steady_median([e.epoch_duration_s for e in outcome.epochs])
+    achieved = flops.achieved_flops(per_epoch, epoch_s) if epoch_s is not None else None
+    if achieved is None:
+        return
+    outcome.measured[names.ACHIEVED_TFLOPS] = (achieved / peak.TERA, 0)
+    try:
+        share = peak.share(device, config.precision, achieved)
+    except RuntimeError as exc:  # torch's errors (out of memory among them): the run stands without an mfu
+        outcome.tags[names.TAG_PEAK] = f"no mfu: measuring the peak failed ({exc.__class__.__name__}: {exc})"[:500]
+        return
+    outcome.tags[names.TAG_PEAK] = share.note
+    if share.peak_flops is not None:
+        outcome.measured[names.PEAK_TFLOPS] = (share.peak_flops / peak.TERA, 0)
+    if share.mfu is not None:
+        outcome.measured[names.MFU] = (share.mfu, 0)
 
 
 def _record_result(tracker: Tracker, run_id: str, result, dataset: Dataset, hooks: _PointHooks) -> None:

@@ -378,6 +378,37 @@ def devices_table(found: Sequence[Any]) -> Table:
     return table
 
 
+def print_peaks(console: Console, found: Sequence[Any]) -> None:
+    """`pipeline devices --peak`: per device (peak.Found), its measured matmul peak at each precision
+    and its copy bandwidth beside the vendor's nominal figures or the CPU's estimate, and whether the
+    figures were measured now or reused from the cache."""
+    from pipeline.peak import TERA, reference
+
+    for item in found:
+        peak = item.peak
+        nominal = reference(peak)
+        threads = f", {peak.threads} torch threads" if peak.threads is not None else ""
+        table = Table(title=f"{peak.device}: {peak.hardware}{threads}")
+        for column in ("figure", "measured", "nominal" if nominal is None or not nominal.estimate else "estimate"):
+            table.add_column(column, justify="left" if column == "figure" else "right")
+        for precision, flops in peak.matmul.items():
+            expected = nominal.matmul.get(precision) if nominal else None
+            table.add_row(f"{precision} matmul TFLOP/s (side {peak.matmul_side.get(precision, '?')})",
+                          f"{flops / TERA:.4g}", "-" if expected is None else f"{expected / TERA:.4g}")
+        bandwidth = nominal.copy_bytes_per_s if nominal else None
+        table.add_row("copy GB/s (read + write)", f"{peak.copy_bytes_per_s / 1e9:,.1f}",
+                      "-" if bandwidth is None else f"{bandwidth / 1e9:,.0f}")
+        console.print(table)
+        if nominal is not None:
+            console.print(f"  {nominal.label}")
+        if item.reused:
+            console.print(f"  reused the peaks measured {peak.measured_at} (torch {peak.torch_version}), cached in "
+                          f"{item.cache}; --remeasure measures again")
+        else:
+            saved = f"cached in {item.cache}" if not item.cache_error else f"not cached: {item.cache_error}"
+            console.print(f"  measured now in {peak.seconds:.1f} s, {saved}")
+
+
 def _status(status: str) -> str:
     colour = {"FINISHED": "green", "DONE": "green", "FAILED": "red", "NOT RUN": "red", "KILLED": "yellow",
               "SKIPPED": "yellow", "UNLOGGED": "yellow"}.get(status, "")

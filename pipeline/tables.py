@@ -63,6 +63,9 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
     if t["energy_j"].notna().any():
         out["J/epoch"] = t["energy_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.1f}")
         out["img/J"] = t["images_per_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
+    if "mfu" in t and t["achieved_tflops"].notna().any():
+        out[LABELS["achieved_tflops"]] = t["achieved_tflops"].map(tflops)
+        out[LABELS["mfu"]] = t["mfu"].map(percent)
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
@@ -92,6 +95,36 @@ def decision_frame(comparison: Comparison) -> pd.DataFrame:
     out = pd.concat([out, speedup_columns(comparison, t, compact=True)], axis=1)
     out[LABELS["test_accuracy"]] = t[FINAL_ACCURACY].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
     out[LABELS["images_per_s"]] = _images(t)
+    return out
+
+
+def tflops(value: float) -> str:
+    """TFLOP/s to 3 significant digits ("-" where unknown): 0.0412 on a CPU, 3.21 on a GPU."""
+    return "-" if math.isnan(value) else f"{value:.3g}"
+
+
+def percent(share: float) -> str:
+    """A share as a percentage, "-" where unknown: one decimal from 1% (12.3, 4.8, 100.0), 2
+    significant digits below it (0.37, 0.0041)."""
+    if math.isnan(share):
+        return "-"
+    value = 100 * share
+    return f"{value:.1f}" if value >= 1 else f"{value:.2g}"
+
+
+def utilisation_frame(comparison: Comparison) -> pd.DataFrame:
+    """How far each setting ran from its device's limit: its device, hardware and varying settings,
+    the FLOPs of an epoch, the FLOP/s it achieved in steady state, the device's measured matmul peak
+    at its precision and the share of it (MFU). Empty where no run logged them (runs made before)."""
+    t = comparison.table
+    if "mfu" not in t or not t["achieved_tflops"].notna().any():
+        return pd.DataFrame()
+    settings = list(dict.fromkeys(["device", "hardware", *comparison.varying]))
+    out = t[[c for c in settings if c in t]].copy()
+    out["GFLOP/epoch"] = t["train_flops_per_epoch"].map(lambda v: "-" if math.isnan(v) else f"{v / 1e9:,.1f}")
+    out["achieved TFLOP/s"] = t["achieved_tflops"].map(tflops)
+    out["peak TFLOP/s"] = t["peak_tflops"].map(tflops)
+    out["MFU %"] = t["mfu"].map(percent)
     return out
 
 

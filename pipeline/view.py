@@ -46,6 +46,7 @@ from pipeline.names import (
     RANK,
     SETTING_ACCURACY,
     SETTING_IMAGES,
+    SETTING_MFU,
     SETTING_RUNS,
     SETTING_STEADY_EPOCH,
     SETTING_TO_TARGET,
@@ -58,7 +59,7 @@ from pipeline.names import (
 )
 from pipeline.palette import colours
 from pipeline.sentences import claims, headline, notes, short_verdict, speedup_lines
-from pipeline.tables import markdown, speedup_columns, spread
+from pipeline.tables import markdown, percent, speedup_columns, spread
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
 VERIFIED_UI = ((3, 17),)
@@ -74,8 +75,10 @@ NOTE_TAG = "mlflow.note.content"
 # columns side by side); its charts are the chart icon away.
 _VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=TABLE"
 # The view's first columns: each run's setting's figures, the numbers of `pipeline compare`'s row
-# for it (setting_figures); the time to target only where the sweep has a target.
-COLUMN_METRICS = (SETTING_STEADY_EPOCH, SETTING_IMAGES, SETTING_ACCURACY, SETTING_TO_TARGET, SETTING_RUNS)
+# for it (setting_figures); the time to target only where the sweep has a target, the MFU only where
+# its runs logged one.
+COLUMN_METRICS = (SETTING_STEADY_EPOCH, SETTING_IMAGES, SETTING_ACCURACY, SETTING_TO_TARGET, SETTING_MFU,
+                  SETTING_RUNS)
 SECTION = "pipeline-comparison"
 TRADEOFF_CHART = "comparison/accuracy_vs_time.png"  # charts.TRADEOFF_PNG
 REPORT = "report.html"  # the sweep's shareable report (html_report.py), on the parent run
@@ -158,7 +161,7 @@ def _card(uuid: str, kind: str, **fields: Any) -> dict:
 
 
 def state(parent_run_id: str, settings: list[str], categorical: list[str] | None = None,
-          target: str | None = None, groups: Sequence[str] = ()) -> dict:
+          target: str | None = None, groups: Sequence[str] = (), utilisation: bool = False) -> dict:
     """The runs page of one sweep: its children flat in the verdict's order, the figures first, the
     comparison charts first, speed against accuracy first of all. The figures are each run's
     setting's (names.SETTING_*: the numbers `pipeline compare` prints for the setting), so that the
@@ -167,12 +170,13 @@ def state(parent_run_id: str, settings: list[str], categorical: list[str] | None
     it). `settings` are the params shown after the figures: device first, then those that vary;
     `categorical` those of them the parallel coordinates take (the UI draws a param whose values all
     read as numbers as a continuous axis, which misplaces batch sizes and worker counts: those are
-    left out). `target`: the sweep's target, if any (its time-to-target column). `groups`: the
+    left out). `target`: the sweep's target, if any (its time-to-target column). `utilisation`: whether
+    its runs logged an MFU (its column, names.SETTING_MFU, a share in (0, 1]). `groups`: the
     settings' names (names.TAG_SETTING) where some setting has several runs: the table then shows one
     row per setting, its runs folded under it (the UI's grouping; each run carries its setting's
     figures, so any aggregate of them is the setting's figure)."""
     metric = "METRIC"
-    figures = [m for m in COLUMN_METRICS if target or m != SETTING_TO_TARGET]
+    figures = [m for m in COLUMN_METRICS if (target or m != SETTING_TO_TARGET) and (utilisation or m != SETTING_MFU)]
     # The figures first (MLflow's assistant panel, open on a first visit, covers the table's right
     # side), then the settings, then the data each run trained on (the UI's own Dataset column).
     columns = [f"metrics.`{m}`" for m in figures] + [f"tags.`{TAG_VERDICT}`"] + [f"params.`{k}`" for k in settings] \
@@ -273,13 +277,18 @@ def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str
                                   zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
         frame = pd.concat([frame, speedup_columns(comparison, t)], axis=1)  # device, precision, compile twins
         frame["test acc"] = t[FINAL_ACCURACY].map(lambda v: f"{v:.4f}")
+        if _has_mfu(comparison):
+            frame["MFU %"] = t["mfu"].map(percent)
         frame = frame.rename(columns=markdown_text).map(lambda v: markdown_text(str(v)))
         if len(t) > 1 and t[STEADY_EPOCH].notna().any():  # the speed charts exist (charts.plan)
             lines += [f"![speed against accuracy]({artifact_url(parent_run_id, TRADEOFF_CHART)})", "",
                       f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]
         lines += [markdown_text(f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state "
                                 "when a run had 2+ epochs); speedups with their 95% interval over the runs (none "
-                                "below 2 runs a side), (n.s.) where it includes no difference."), "", markdown(frame)]
+                                "below 2 runs a side), (n.s.) where it includes no difference."
+                                + (" MFU: the FLOP/s of its steady-state epochs over the device's measured matrix-"
+                                   "multiplication peak at its precision." if _has_mfu(comparison) else "")),
+                  "", markdown(frame)]
         lines += [f"- {markdown_text(line)}" for line in speedup_lines(comparison) + notes(comparison)]
     return "\n".join(lines) + "\n"
 
@@ -382,7 +391,7 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
         tag = VIEW_TAG_PREFIX + view_id(sweep.run_id)
         groups = setting_names(comparison) if (comparison.table["n"] > 1).any() else []
         client.set_experiment_tag(sweep.experiment_id, tag, envelope(sweep.name, state(
-            sweep.run_id, settings, categorical, comparison.target, groups)))
+            sweep.run_id, settings, categorical, comparison.target, groups, _has_mfu(comparison))))
         view_link = relative_page(sweep.experiment_id, sweep.run_id)
     _mark_children(client, comparison)
     _tag_models(client, comparison)
@@ -441,8 +450,15 @@ def setting_figures(comparison: Comparison) -> list[dict[str, float]]:
                    SETTING_ACCURACY: row[FINAL_ACCURACY], SETTING_RUNS: row["n"]}
         if comparison.target is not None and ranks_on_target(row):
             figures[SETTING_TO_TARGET] = row["time_to_target_s"]
+        if "mfu" in row:
+            figures[SETTING_MFU] = row["mfu"]
         rows.append({name: float(value) for name, value in figures.items() if value == value})
     return rows
+
+
+def _has_mfu(comparison: Comparison) -> bool:
+    """Whether some setting of the sweep has an MFU (runs made before it was logged have none)."""
+    return "mfu" in comparison.table and bool(comparison.table["mfu"].notna().any())
 
 
 def _numeric(values) -> bool:

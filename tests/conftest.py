@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 # Under xdist, one core's share of torch threads per worker (and for the pipelines, servers and
@@ -21,6 +23,9 @@ import pytest  # noqa: E402
 from idx_files import make_idx  # noqa: E402 (numpy, after OMP_NUM_THREADS above)
 
 REPO = Path(__file__).resolve().parents[1]
+# The session's cache folder (PIPELINE_CACHE_DIR in isolated()): one per pytest worker process.
+PEAK_CACHE = Path(tempfile.mkdtemp(prefix="pipeline-cache-"))
+atexit.register(shutil.rmtree, PEAK_CACHE, True)
 REAL_DATA = Path("/usr/share/datasets/fashion-mnist")
 
 
@@ -60,6 +65,9 @@ def isolated(folder: Path):
         # Two pytest workers share 2 cores, so every run here would be tagged contended (truly) and
         # left out of the speedups that most tests check; tests of contention set their own share.
         patch.setenv("PIPELINE_CONTENDED_SHARE", "1")
+        # Devices' peaks (peak.py) are measured once per pytest worker, not once per test, and never
+        # into the caller's own cache: one folder for the session, set for every test.
+        patch.setenv("PIPELINE_CACHE_DIR", str(PEAK_CACHE))
         patch.chdir(folder)
         yield
     if mlflow is not None:

@@ -73,9 +73,10 @@ def test_a_failing_variant_is_listed_and_the_others_are_measured(data_dir, monke
 
 
 @pytest.mark.slow  # a repeated sweep on Fashion-MNIST-sized data (60 s on 2 cores): make test-slow
-def test_the_tracked_device_sweep_records_and_compares_its_cpu_half(data_dir, tmp_path):
+def test_the_tracked_device_sweep_records_and_compares_its_cpu_half(data_dir, tmp_path, capfd):
     """gpu_check.sh's tracked sweep, on a machine without CUDA: the cuda points are skipped with the
-    reason, the cpu points are trained once per repeat into a real store, and the device chart is drawn."""
+    reason, the cpu points are trained once per repeat into a real store, each with its MFU, which the
+    printed comparison shows, and the device chart is drawn."""
     import mlflow
 
     spec = importlib.util.spec_from_file_location("tracked_sweep", REPO / "benchmarks" / "tracked_sweep.py")
@@ -95,3 +96,6 @@ def test_the_tracked_device_sweep_records_and_compares_its_cpu_half(data_dir, tm
         ("100", "1"), ("100", "2"), ("50", "1"), ("50", "2")]
     assert {r.data.tags["pipeline.device"] for r in children} == {"cpu"}
     assert (out / "devices-epoch-duration.png").stat().st_size > 0
+    assert all(0 < r.data.metrics["mfu"] <= 1 for r in children)
+    header = next(line for line in capfd.readouterr().out.splitlines() if line.startswith("| device"))
+    assert "| TFLOP/s | MFU % |" in header

@@ -190,3 +190,37 @@ def test_compile_on_cuda_compiles_in_the_warm_up_and_learns_like_eager(data_dir)
     assert compiled.one_off["compile_s"] > 0
     eager = fit(RunConfig(batch_size=100, epochs=2, seed=1), dataset, device)
     assert compiled.final.test_accuracy == pytest.approx(eager.final.test_accuracy, abs=0.05)
+
+
+def test_the_gpus_measured_peaks_are_within_2x_of_its_datasheet(tmp_path, monkeypatch):
+    """`pipeline devices --peak`'s measurement on a real card: each matmul precision and the copy
+    bandwidth within 2x of the datasheet's figures (no higher than them, give or take a tenth)."""
+    from pipeline import peak
+
+    monkeypatch.setenv(peak.CACHE_ENV, str(tmp_path))
+    found = peak.find(resolve("cuda"))
+    assert not found.reused and (tmp_path / peak.CACHE_NAME).exists()
+    assert set(found.peak.matmul) == set(peak.precisions(resolve("cuda")))
+    nominal = peak.nominal(found.peak.hardware)
+    if nominal is None:
+        pytest.skip(f"{found.peak.hardware} is not in peak.py's datasheet table")
+    for precision, flops in found.peak.matmul.items():
+        if (expected := nominal.matmul.get(precision)) is not None:
+            assert expected / 2 <= flops <= expected * 1.1, (precision, flops, expected)
+    assert nominal.copy_bytes_per_s / 2 <= found.peak.copy_bytes_per_s <= nominal.copy_bytes_per_s * 1.1
+
+
+def test_a_cuda_runs_mfu_is_a_share_of_the_measured_peak(data_dir, tmp_path, monkeypatch):
+    """What point._utilisation logs for a cuda run, without a tracking store: the epoch's FLOPs over
+    its steady epoch, over the card's measured fp32 matmul peak, in (0, 1]."""
+    from pipeline import flops, peak
+    from pipeline.timing import steady_median
+
+    monkeypatch.setenv(peak.CACHE_ENV, str(tmp_path))
+    dataset, device = load(data_dir), resolve("cuda")
+    result = fit(RunConfig(batch_size=128, epochs=3), dataset, device)
+    per_epoch = flops.epoch_flops(len(dataset.train), 128)
+    achieved = flops.achieved_flops(per_epoch, steady_median([e.epoch_duration_s for e in result.epochs]))
+    share = peak.share(device, "fp32", achieved)
+    assert share.mfu is not None and 0 < share.mfu <= 1, share.note
+    assert share.note.startswith("fp32 matmul peak ")

@@ -44,7 +44,8 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     assert state["orderByKey"] == "metrics.`rank`" and state["orderByAsc"] is True  # the verdict's order
     # The figures first (each run's setting's: the numbers compare prints), then the settings.
     assert state["selectedColumns"] == ["metrics.`setting_steady_epoch_s`", "metrics.`setting_images_per_s`",
-                                        "metrics.`setting_final_test_accuracy`", "metrics.`setting_n`",
+                                        "metrics.`setting_final_test_accuracy`", "metrics.`setting_mfu`",
+                                        "metrics.`setting_n`",
                                         "tags.`pipeline.verdict`", "params.`device`", "params.`batch_size`",
                                         "attributes.`Dataset`"]
     charts = {c["uuid"]: c for c in state["compareRunCharts"]}

@@ -1,0 +1,149 @@
+"""Peaks measured: `pipeline devices --peak` on the CPU through the real CLI, its cache file, the
+vendor table and the CPU estimate, and an MFU that is never clamped."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import invoke
+from pipeline import peak
+
+# Two logical CPUs on one core (SMT) and one on another, as /proc/cpuinfo lists them.
+CPUINFO = """processor\t: 0
+model name\t: Some CPU
+cpu MHz\t\t: 3000.000
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse2 avx fma avx2 avx512f avx512_bf16
+
+processor\t: 1
+cpu MHz\t\t: 2000.000
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse2 avx fma avx2 avx512f avx512_bf16
+
+processor\t: 2
+cpu MHz\t\t: 3000.000
+physical id\t: 0
+core id\t\t: 1
+flags\t\t: fpu sse2 avx fma avx2 avx512f avx512_bf16
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache folder of this test's own: the first measurement here is made here."""
+    monkeypatch.setenv(peak.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache" / peak.CACHE_NAME
+
+
+def _entries(path) -> dict:
+    return json.loads(path.read_text())["peaks"]
+
+
+def test_devices_peak_measures_caches_and_then_reuses(cache):
+    first = invoke("devices", "--peak")
+    assert first.exit_code == 0, first.output
+    assert "measured now in" in first.output and str(cache) in " ".join(first.output.split())
+    (key, entry), = _entries(cache).items()
+    assert key == peak.cache_key(entry["host"], entry["hardware"], torch.__version__, torch.get_num_threads())
+    assert set(entry["matmul"]) == {"fp32", "bf16"} and all(v > 0 for v in entry["matmul"].values())
+    assert entry["copy_bytes_per_s"] > 0 and entry["torch_version"] == torch.__version__
+    assert "fp32 matmul TFLOP/s" in first.output and "copy GB/s" in first.output
+
+    written = cache.read_text()
+    second = invoke("devices", "--peak")
+    assert second.exit_code == 0, second.output
+    said = " ".join(second.output.split())
+    assert f"reused the peaks measured {entry['measured_at']}" in said and "--remeasure measures again" in said
+    assert "measured now" not in said
+    assert cache.read_text() == written  # read, not written again
+
+    again = invoke("devices", "--peak", "--remeasure")
+    assert again.exit_code == 0, again.output
+    assert "measured now in" in again.output
+    (remeasured,) = _entries(cache).values()
+    assert remeasured["seconds"] > 0 and remeasured["measured_at"] >= entry["measured_at"]
+
+
+def test_devices_without_peak_measures_nothing(cache):
+    out = invoke("devices")
+    assert out.exit_code == 0, out.output
+    assert "matmul" not in out.output and not cache.exists()
+
+
+def test_remeasure_without_peak_is_a_usage_error():
+    out = invoke("devices", "--remeasure")
+    assert out.exit_code == 2 and "--remeasure goes with --peak" in out.output
+
+
+def test_the_cpus_measured_matmul_peak_is_within_2x_of_its_estimate(cache):
+    threads = torch.get_num_threads()
+    estimate = peak.cpu_estimate(threads)
+    if estimate is None:
+        pytest.skip("/proc/cpuinfo gives no clock (cpu MHz) or no vector flags: nothing to estimate from")
+    cores = len(os.sched_getaffinity(0))
+    if os.getloadavg()[0] > 1.5 * cores:
+        pytest.skip(f"the machine is busy (load {os.getloadavg()[0]:.1f} on {cores} cores): a peak measured now "
+                    "says nothing about the CPU")
+    found = peak.find(torch.device("cpu"))
+    measured, expected = found.peak.matmul["fp32"], estimate.matmul["fp32"]
+    assert expected / 2 <= measured <= expected * 2, (measured, expected, estimate.label)
+
+
+def test_the_cpu_estimate_counts_physical_cores_clock_and_vector_width():
+    estimate = peak.cpu_estimate(8, CPUINFO)
+    # 2 physical cores (8 threads asked), the highest clock, AVX-512: 2 FMA units x 16 lanes x 2.
+    assert estimate.matmul["fp32"] == 3.0e9 * 2 * 64
+    assert estimate.matmul["bf16"] == 3.0e9 * 2 * 128
+    assert estimate.estimate and estimate.label.startswith("estimate: 3.00 GHz x 2 cores x 64")
+    assert peak.cpu_estimate(1, CPUINFO).matmul["fp32"] == 3.0e9 * 64
+    avx2 = CPUINFO.replace(" avx512f avx512_bf16", "")
+    assert peak.cpu_estimate(2, avx2).matmul == {"fp32": 3.0e9 * 2 * 32}  # bf16 emulated: no estimate
+    assert peak.cpu_estimate(2, CPUINFO.replace("cpu MHz", "cpu speed")) is None
+
+
+def test_known_gpus_get_their_datasheet_figures():
+    assert peak.nominal("NVIDIA H200").matmul["fp32"] == 67e12
+    assert peak.nominal("NVIDIA H100 PCIe").label.startswith("NVIDIA H100 PCIe")
+    assert peak.nominal("NVIDIA H100 80GB HBM3").label.startswith("NVIDIA H100 SXM")
+    assert "bf16" not in peak.nominal("Tesla T4").matmul
+    assert peak.nominal("Some Other GPU") is None
+
+
+def _fake(cache, fp32: float) -> None:
+    """A cached CPU peak of `fp32` FLOP/s for this host, as if measured on a very busy machine."""
+    host, hardware, version, threads = peak.identity(torch.device("cpu"))
+    entry = peak.Peak("cpu", hardware, host, version, threads, {"fp32": fp32, "bf16": fp32}, {"fp32": 256, "bf16": 256},
+                      1.0, "2026-01-01T00:00:00+00:00", 1.0)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"format": peak.FORMAT, "peaks": {entry.key: entry.__dict__}}))
+
+
+def test_a_run_faster_than_a_cached_peak_measures_it_again(cache):
+    _fake(cache, fp32=1e6)  # 1 MFLOP/s: far below any CPU
+    share = peak.share(torch.device("cpu"), "fp32", 1e8)
+    (entry,) = _entries(cache).values()
+    assert entry["measured_at"] != "2026-01-01T00:00:00+00:00"  # measured again, and cached
+    assert share.peak_flops == entry["matmul"]["fp32"] and share.mfu == pytest.approx(1e8 / share.peak_flops)
+    assert 0 < share.mfu <= 1 and share.note.startswith("fp32 matmul peak ")
+
+
+def test_an_mfu_above_1_is_never_clamped(cache):
+    share = peak.share(torch.device("cpu"), "fp32", 1e18)  # an exaflop: no CPU's
+    assert share.mfu is None and share.peak_flops is not None
+    assert share.note.startswith("no mfu: the run's 1e+06 TFLOP/s is above the fp32 matmul peak")
+    assert peak.share(torch.device("cpu"), "fp16", 1e6).note.startswith("no mfu: fp16 matmul was not measured")
+
+
+def test_a_cache_file_of_another_format_is_measured_over(cache):
+    cache.parent.mkdir(parents=True)
+    cache.write_text('{"format": 0, "peaks": {"x": 1}}')
+    found = peak.find(torch.device("cpu"))
+    assert not found.reused and json.loads(cache.read_text())["format"] == peak.FORMAT
+    cache.write_text("not json")
+    assert not peak.find(torch.device("cpu")).reused
