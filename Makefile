@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data browser postgres run lint test test-slow docs compat clean
+.PHONY: setup data browser postgres run grid-file lint test test-slow docs compat clean
 
 setup: $(STAMP) data
 
@@ -43,9 +43,14 @@ data:
 	fi
 
 # The default experiment through `mlflow run` on the embedded sqlite store (./mlflow.db).
-run: setup
+run: grid-file setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/mlflow run . --env-manager local \
 	  --experiment-name $(EXPERIMENT) -P grid=$(GRID)
+
+# Before anything is set up or started: MLflow would make the experiment and a project run that
+# stays RUNNING before it finds that the grid file is missing.
+grid-file:
+	@test -f "$(GRID)" || { echo "error: GRID=$(GRID): no such grid file; pick one of experiments/*.yaml, e.g. make run GRID=experiments/quickstart.yaml" >&2; exit 2; }
 
 # $(call debian,PACKAGE,TEST,WHAT): when TEST fails, install Debian's PACKAGE with apt-get as root,
 # else say that WHAT will be skipped. The UI tests open MLflow in Debian's chromium through

@@ -95,7 +95,9 @@ tracking_uri_option = click.option(
 )
 system_metrics_option = click.option(
     "--system-metrics", type=bool, is_flag=False, flag_value=True, default=False, show_default=True,
-    help="Record MLflow system metrics (CPU, memory, disk, network; GPU via nvidia-ml-py) per run.",
+    metavar="[true|false]",
+    help="Record MLflow system metrics (CPU, memory, disk, network; GPU via nvidia-ml-py) per run; "
+         "the bare flag means true.",
 )
 data_dir_option = click.option(
     "--data-dir", type=OPTIONAL_TEXT, metavar="DIR",
@@ -161,7 +163,8 @@ class _Group(click.Group):
 set_option = click.option(
     "--set", "overrides", type=TEXT, multiple=True, metavar="KEY=VALUE",
     help="Override the grid file without editing it (repeatable): a grid key and its values (batch_size=100,1000), "
-         "or experiment, repeats, checkpoint, stop_at_target, data.KEY, target.METRIC; values read as in the file.")
+         "or experiment, repeats, max_repeats, half_width, quality_margin, checkpoint, stop_at_target, data.KEY, "
+         "target.METRIC; values read as in the file.")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -219,7 +222,8 @@ def schema() -> None:
 @click.option("--dry-run", is_flag=True, help="Show the plan (points, devices, data) and exit; trains nothing.")
 @system_metrics_option
 @click.option("--register", "register_name", type=OPTIONAL_TEXT, metavar="MODEL_NAME",
-              help="When the grid finishes, register its best run (by test_accuracy) as MODEL_NAME@champion.")
+              help="When the grid finishes, register the run its verdict names best (the fastest setting within the "
+                   "quality margin of the most accurate) as MODEL_NAME@champion.")
 @click.option("--rerun", is_flag=True, help="Train every point, even those already FINISHED in this experiment.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed run.")
 @click.option("--checkpoint", is_flag=True,
@@ -277,7 +281,8 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 @main.command(short_help="Train one run with the given settings and track it in MLflow.")
 @setting_options
 @data_dir_option
-@click.option("--experiment", default="train", show_default=True, type=OPTIONAL_TEXT, metavar="NAME")
+@click.option("--experiment", default="train", show_default=True, type=OPTIONAL_TEXT, metavar="NAME",
+              help="MLflow experiment to log the run in (made when missing).")
 @tracking_uri_option
 @system_metrics_option
 def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool,
@@ -487,7 +492,7 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
 
 
 @main.command(short_help="Start the MLflow UI on the pipeline's store; print its address.")
-@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True, help="Port to serve the UI on.")
 @click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. The UI has no authentication: keep it on 127.0.0.1 unless you must.")
 @tracking_uri_option
@@ -536,8 +541,8 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
                    "over every sweep of --experiment, or the runs of --parent-run.")
 @click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True, help="With --metric.")
 @click.option("--alias", type=TEXT, default="champion", show_default=True, help="Alias to point at the version.")
-@click.option("--force", type=bool, is_flag=False, flag_value=True, default=False,
-              help="Make a new version even if this run is already registered.")
+@click.option("--force", type=bool, is_flag=False, flag_value=True, default=False, metavar="[true|false]",
+              help="Make a new version even if this run is already registered; the bare flag means true.")
 @tracking_uri_option
 def register(run_id: str | None, experiment: str | None, parent_run: str | None, name: str, rule: str | None,
              metric: str | None, mode: str, alias: str, force: bool, tracking_uri: str | None) -> None:
@@ -582,9 +587,11 @@ def _print_registration(reg) -> None:
 @click.argument("images", nargs=-1, type=NonBlank(click.Path(path_type=Path)), metavar="[IMAGE_FILES]...")
 @click.option("--model", "model_uri", required=True, type=TEXT, metavar="URI",
               help="models:/NAME@ALIAS, models:/m-..., or runs:/RUN_ID/model.")
-@click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "mps"]))
+@click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "mps"]),
+              help="Where the model runs; auto: cuda, else mps, else cpu.")
 @data_dir_option
-@click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
+@click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True,
+              help="Without IMAGE_FILES: the Fashion-MNIST split to measure accuracy on.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N examples of the split.")
 @tracking_uri_option
 def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str | None, split: str,
@@ -652,7 +659,7 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
 @main.command(short_help="Start an MLflow tracking server for sweeps on several machines.")
 @click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
               help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
-@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True, help="Port to listen on.")
 @click.option("--backend-store-uri", type=TEXT, default="sqlite:///mlflow.db", show_default=True,
               envvar="MLFLOW_BACKEND_STORE_URI",
               help="Where runs are stored; use a database (postgresql://...) for a busy cluster. "

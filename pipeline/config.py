@@ -218,7 +218,7 @@ class Integer(Check):
     @property
     def allowed(self) -> str:  # type: ignore[override]  # a property for the base's attribute
         lower = "a positive integer" if self.minimum == 1 else f"an integer >= {self.minimum}"
-        bounds = f"{lower} up to {self.maximum:,}".replace(",", "_")
+        bounds = f"{lower} up to {self.maximum:,}"
         return f"{bounds} ({self.why})" if self.why else bounds
 
     def __call__(self, value: Any) -> int:

@@ -151,7 +151,10 @@ def finished_run(client, run_id: str):
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        raise UserError(f"--run-id {run_id}: no such run in {redact(client.tracking_uri)}") from None
+        # The verdict names runs by their first 8 characters; MLflow finds a run by its whole id only.
+        whole = ("; give the whole 32-character id (the UI's run page shows it, and `pipeline compare "
+                 "--format json` lists each setting's run_ids)") if len(run_id) < 32 else ""
+        raise UserError(f"--run-id {run_id}: no such run in {redact(client.tracking_uri)}{whole}") from None
     if run.info.status != "FINISHED":
         raise UserError(f"--run-id {run_id}: the run is {run.info.status}, not FINISHED; register a finished run")
     return run

@@ -308,6 +308,8 @@ def notes(comparison: Comparison) -> list[str]:
     if len(contended):
         figures = "; ".join(f"{name}: {detail}" for name, detail in
                             zip(contended["run_name"][:5], contended["contended_detail"][:5]))
+        if len(contended) > 5:
+            figures += f"; and {len(contended) - 5} more"
         if comparison.include_contended:
             notes.append(f"{len(contended)} contended run(s) counted in the speed figures (--include-contended): "
                          f"{figures}")

@@ -50,12 +50,12 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
     if t["contended"].any():
         out["contended"] = _contended(t)
     for key in FINAL:
-        out[LABELS[key]] = t[key].map(lambda v: f"{v:.4f}")
+        out[LABELS[key]] = t[key].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
     out[LABELS["epoch_duration_s"]] = _spreads(t, compact=stacked)
     out["timed"] = t["timed"]
     if comparison.target is not None:
         out[LABELS["time_to_target_s"]] = [_to_target(row, stacked) for _, row in t.iterrows()]
-    out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: f"{v:.3f}")
+    out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.3f}")
     if t["compile_s"].notna().any():  # compiling is its own one-off cost, in neither epoch column
         out[LABELS["compile_s"]] = t["compile_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.1f}")
     out[LABELS["images_per_s"]] = _images(t)
@@ -66,7 +66,7 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
     if "mfu" in t and t["achieved_tflops"].notna().any():
         out[LABELS["achieved_tflops"]] = t["achieved_tflops"].map(tflops)
         out[LABELS["mfu"]] = t["mfu"].map(percent)
-    out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: f"{v:.2f}")
+    out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
     return pd.concat([out, speedup_columns(comparison, t, always=("speedup",), compact=stacked)], axis=1)

@@ -259,3 +259,16 @@ def test_server_refuses_a_database_it_cannot_use_in_one_line(scheme, expected):
     assert out.exit_code == 2, out.output
     assert len(out.output.strip().splitlines()) == 1 and expected in out.output, out.output
     assert "hunter2" not in out.output and "mlflow:***@127.0.0.1" in out.output
+
+
+def test_make_run_with_a_missing_grid_file_stops_before_mlflow_starts(tmp_path):
+    """`make run GRID=typo.yaml` once left an experiment and a RUNNING project run behind: MLflow
+    makes both before it checks the file. The Makefile checks it first, sets nothing up, starts nothing."""
+    missing = tmp_path / "typo.yaml"
+    done = subprocess.run(["make", "-C", str(REPO), "run", f"GRID={missing}", "EXPERIMENT=typo"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: GRID={missing}: no such grid file; pick one of experiments/*.yaml, "
+                      "e.g. make run GRID=experiments/quickstart.yaml"], done.stderr
+    assert "mlflow" not in done.stdout

@@ -88,6 +88,8 @@ def test_register_errors_exit_2_and_register_nothing(trained, tracking_uri):
     empty = client.create_experiment("empty")
     cases = [
         (["--run-id", bare.info.run_id], "has no logged model"),
+        (["--run-id", next(iter(runs.values())).info.run_id[:8]], "no such run in sqlite:"),  # the verdict's short form
+        (["--run-id", next(iter(runs.values())).info.run_id[:8]], "give the whole 32-character id"),
         (["--experiment", "reg", "--metric", "f1"], "--metric f1: no FINISHED run"),
         (["--experiment", "empty"], "no sweep"),
         (["--experiment", "reg", "--by", "speed", "--metric", "test_accuracy"], "give one"),

@@ -216,6 +216,25 @@ def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
     assert "every run was contended" in charts_part
 
 
+def test_the_contended_note_names_five_runs_and_counts_the_rest():
+    from pipeline.compare import build
+    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.sentences import notes
+
+    runs = [RunRecord(f"r{i}", f"cpu bs64 r{i}", {"batch_size": "64", "epochs": "3"}, {"test_accuracy": 0.8},
+                      {"pipeline.device": "cpu", names.TAG_CONTENDED: f"others took {80 + i}%"},
+                      histories={"epoch_duration_s": [2.0, 1.0, 1.0]}) for i in range(7)]
+    comparison = build(SweepRecord("p", "busy", "1", "busy", runs))
+    (note,) = [line for line in notes(comparison) if "contended" in line]
+    assert note.startswith("7 of 7 runs contended") and "others took 84%" in note, note
+    assert "others took 85%" not in note and "; and 2 more; --include-contended counts them" in note, note
+    # Every withheld figure of the wide table reads "-", none "nan".
+    from pipeline.tables import display_frame
+
+    wide = display_frame(comparison, compact=False, stacked=True)
+    assert not [column for column in wide if wide[column].astype(str).str.contains("nan").any()], wide.T
+
+
 def test_a_figure_withheld_on_a_later_publish_is_no_longer_shown(tracking_uri):
     """Published with --include-contended, every run shows its setting's epoch time; published again
     without it (every run contended: speed withheld), no run keeps the old number (NaN over it)."""
