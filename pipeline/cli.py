@@ -543,9 +543,14 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
 @click.option("--alias", type=TEXT, default="champion", show_default=True, help="Alias to point at the version.")
 @click.option("--force", type=bool, is_flag=False, flag_value=True, default=False, metavar="[true|false]",
               help="Make a new version even if this run is already registered; the bare flag means true.")
+@click.option("--include-contended", type=bool, is_flag=False, flag_value=True, default=False,
+              metavar="[true|false]",
+              help="With --by: count contended runs' speed figures, as `compare --include-contended` does (and the "
+                   "verdict a `compare --include-contended --publish` wrote); the bare flag means true.")
 @tracking_uri_option
 def register(run_id: str | None, experiment: str | None, parent_run: str | None, name: str, rule: str | None,
-             metric: str | None, mode: str, alias: str, force: bool, tracking_uri: str | None) -> None:
+             metric: str | None, mode: str, alias: str, force: bool, include_contended: bool,
+             tracking_uri: str | None) -> None:
     """Register a run's model (by default the run the sweep's verdict names best) as a new version of
     MODEL_NAME and alias it."""
     from pipeline import registry
@@ -569,7 +574,7 @@ def register(run_id: str | None, experiment: str | None, parent_run: str | None,
         reason = registry.metric_reason(run, metric)
     else:
         run, reason = registry.picked_run(client, experiment=experiment, parent_run_id=parent_run,
-                                          rule=rule or "best")
+                                          rule=rule or "best", include_contended=include_contended)
     _print_registration(registry.register(client, run, name=name, reason=reason, alias=alias, force=force))
 
 

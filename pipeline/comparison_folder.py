@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline import charts
-from pipeline.compare import Comparison
+from pipeline.compare import BEST, Comparison, pick
 from pipeline.files import atomic_write
+from pipeline.names import TAG_BEST_RUN
 from pipeline.sentences import notes, speedup_lines
 from pipeline.tables import render
 
@@ -46,7 +47,9 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
     """Everything a sweep shows in MLflow, written again from `comparison`: the parent run's
     `comparison/` folder and `report.html`, then the saved view and the descriptions (view.publish).
     `pipeline run` publishes each sweep at its end (with its grid's `axes`); `pipeline compare
-    --publish` publishes one again, with that call's options."""
+    --publish` publishes one again, with that call's options. The parent's TAG_BEST_RUN follows the
+    verdict it publishes: the best setting's run, or no tag where there is none (every run
+    contended), so the tag, the descriptions and `pipeline register` name one run."""
     from pipeline import view
 
     with tempfile.TemporaryDirectory(prefix="pipeline-publish-") as temporary:
@@ -55,3 +58,8 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
         write_html(client, comparison, folder / view.REPORT)
         client.log_artifacts(comparison.sweep.run_id, str(folder))
     view.publish(client, comparison, axes)
+    best = pick(comparison, BEST)
+    if best is not None:
+        client.set_tag(comparison.sweep.run_id, TAG_BEST_RUN, best.run_id)
+    elif TAG_BEST_RUN in client.get_run(comparison.sweep.run_id).data.tags:
+        client.delete_tag(comparison.sweep.run_id, TAG_BEST_RUN)

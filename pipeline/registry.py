@@ -84,10 +84,11 @@ def check_name(name: str, option: str = "--name") -> None:
 
 
 def picked_run(client, *, experiment: str | None = None, parent_run_id: str | None = None,
-               rule: str = "best"):
+               rule: str = "best", include_contended: bool = False):
     """The run `rule` picks (compare.pick) in a sweep: `parent_run_id`, else the latest sweep of
-    `experiment`, else the store's latest; with the Reason to record. UserError when the sweep has
-    no FINISHED run, or when every run is contended and the rule needs a speed figure."""
+    `experiment`, else the store's latest; with the Reason to record. Contended runs' speed figures
+    count only with `include_contended`, as in `pipeline compare`. UserError when the sweep has no
+    FINISHED run, or when every run is contended and the rule needs a speed figure."""
     from pipeline.compare import HISTORIES, RULES, CompareOptions, build, pick, sweep_options
     from pipeline.records import read_sweep
     from pipeline.sentences import pick_words
@@ -95,13 +96,16 @@ def picked_run(client, *, experiment: str | None = None, parent_run_id: str | No
     sweep = read_sweep(client, experiment, parent_run_id, histories=HISTORIES)
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to register; train a grid first")
-    comparison = build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions()))
+    options = CompareOptions(include_contended=include_contended)
+    comparison = build(sweep, sweep_options(client.get_run(sweep.run_id), options))
     chosen = pick(comparison, rule)
     if chosen is None:
         raise UserError(f"sweep {sweep.name!r}: no {rule} setting: every run is contended (other processes took the "
-                        "cores), so no speed figure counts; rerun on a quiet machine, --by accuracy, or --run-id ID")
+                        "cores), so no speed figure counts; rerun on a quiet machine, --by accuracy, "
+                        "--include-contended, or --run-id ID")
+    # A figure withheld (NaN: no timed run) is no tag: "nan" would read as a value.
     tags = {TAG_RULE: rule, TAG_SETTING: chosen.label, TAG_SWEEP: sweep.run_id,
-            **{name: f"{value:g}" for name, value in chosen.figures.items()}}
+            **{name: f"{value:g}" for name, value in chosen.figures.items() if not math.isnan(value)}}
     return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {pick_words(chosen)}", tags)
 
 

@@ -83,6 +83,27 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     assert accurate.exit_code == 0, accurate.output
     assert "(speed withheld, test acc " in accurate.output and "0 of 2 runs timed" in accurate.output, accurate.output
     assert "nan" not in accurate.output, accurate.output
+    version = client.get_model_version_by_alias("accurate-cnn", "champion")
+    assert "nan" not in version.tags.values(), version.tags
+
+    # Counting them is one choice everywhere: a verdict published with --include-contended names the
+    # same run as its parent's tag and as `register --include-contended`; published without, there is
+    # no best, no tag, and register says how to count them.
+    published = invoke("compare", "--experiment", "best", "--include-contended", "--publish",
+                       "--tracking-uri", tracking_uri)
+    assert published.exit_code == 0, published.output
+    named = client.get_run(parent.info.run_id).data.tags["pipeline.best_run"]
+    first = next(line for line in published.output.splitlines() if line.startswith("Best: "))
+    assert f"model from run {named[:8]})" in first, first
+    counted = invoke("register", "--experiment", "best", "--name", "counted-cnn", "--include-contended",
+                     "--tracking-uri", tracking_uri)
+    assert counted.exit_code == 0, counted.output
+    assert client.get_model_version_by_alias("counted-cnn", "champion").run_id == named
+    assert invoke("compare", "--experiment", "best", "--publish", "--tracking-uri", tracking_uri).exit_code == 0
+    assert "pipeline.best_run" not in client.get_run(parent.info.run_id).data.tags
+    refused = CliRunner().invoke(main, ["register", "--experiment", "best", "--name", "none", "--tracking-uri",
+                                        tracking_uri])
+    assert refused.exit_code == 2 and "--include-contended" in refused.output, refused.output
 
 
 def test_two_seeds_with_one_run_each_are_too_few_to_judge(write_grid, data_dir, tracking_uri):
