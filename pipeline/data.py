@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,12 +102,18 @@ def download(root: str | os.PathLike = "data") -> Path:
             f"--download needs torchvision, which cannot be imported here ({exc.__class__.__name__}: {reason}); "
             f"install the torchvision build that matches torch {torch.__version__}, or install Debian's "
             "dataset-fashion-mnist, or point --data-dir at a folder with the four IDX files") from None
+    raw = Path(root) / "FashionMNIST" / "raw"
+    # What this call makes, outermost first: removed again, with whatever it holds, if the download fails.
+    made = [folder for folder in (Path(root), raw.parent, raw) if not folder.exists()]
     try:
         for train in (True, False):
             FashionMNIST(root=str(root), train=train, download=True)
     except Exception as exc:
-        raise UserError(f"download into {root} failed ({exc.__class__.__name__}: {exc}); {idx.HOW_TO_GET}") from None
-    return Path(root) / "FashionMNIST" / "raw"
+        if made:
+            shutil.rmtree(made[0], ignore_errors=True)
+        cause = " ".join(str(exc).split())  # torchvision's message spans lines: the error is one
+        raise UserError(f"download into {root} failed ({exc.__class__.__name__}: {cause}); {idx.HOW_TO_GET}") from None
+    return raw
 
 
 def image_grid(images: torch.Tensor, max_images: int = 64, columns: int = 8, pad: int = 2) -> np.ndarray:

@@ -500,3 +500,17 @@ def test_a_server_passes_on_sigterm_sent_to_pipeline_alone(tmp_path, _store_temp
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # whatever of its group is left
+
+
+def test_a_download_that_cannot_connect_is_one_line_and_leaves_no_folder(tmp_path, monkeypatch):
+    """No network (a proxy that refuses, as on a machine that reaches nothing): torchvision's
+    several-line message becomes one line, and the folders the download made are gone again."""
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{free_port()}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    out = CliRunner().invoke(main, ["data", "--download", "--data-dir", str(tmp_path / "fashion")])
+    assert out.exit_code == 2, out.output
+    (line,) = out.output.strip().splitlines()
+    assert line.startswith(f"error: download into {tmp_path / 'fashion'} failed (") and "--data-dir" in line, line
+    assert list(tmp_path.iterdir()) == []
