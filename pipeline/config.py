@@ -603,6 +603,9 @@ def load_grid(source: str | Path | Mapping[str, Any], overrides: Sequence[str] =
             raise _unknown_key(where, key, _TOP_KEYS)
     for item in overrides:
         _override(raw, item)
+    if overrides:  # a clash between keys may come from a --set: the error names them beside the file
+        keys = ", ".join(dict.fromkeys(str(item).partition("=")[0].strip() for item in overrides))
+        where = f"{where.removesuffix(': ')} with --set {keys}: "
     spec = _spec(raw, path, where)
     return dataclasses.replace(spec, overrides=tuple(overrides), from_file=from_file)
 

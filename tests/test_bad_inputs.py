@@ -284,6 +284,8 @@ CASES = {
     "--set a target metric unknown": ("args", ["run", "{good}", "--set", "target.f1=0.9", "--tracking-uri", "{uri}"],
                                       ("--set target: f1: unknown metric", "test_accuracy")),
     "empty --set": ("args", ["run", "{good}", "--set", ""], ("'--set'", "empty value")),
+    "keys that clash through --set": ("args", ["validate", "{good}", "--set", "repeats=3", "--set", "max_repeats=4"],
+                                      ("with --set repeats, max_repeats: max_repeats: only with repeats: auto",)),
     # What Click itself refuses, said in our one line too, with the command's --help as the fix.
     "unknown option": ("args", ["run", "{good}", "--bogus"], ("'--bogus'", "run --help')")),
     "misspelt option": ("args", ["run", "{good}", "--experimen", "x"], ("Did you mean '--experiment'?",)),
