@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import children_of
 from pipeline import names, point, store
 from pipeline.config import load_grid
 from pipeline.errors import UserError
@@ -23,12 +24,6 @@ grid:
   device: [cuda, cpu]
   epochs: [2]
 """
-
-
-def children(client, parent_id):
-    return client.search_runs(
-        [client.get_run(parent_id).info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'"
-    )
 
 
 def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid, data_dir, tracking_uri):
@@ -51,7 +46,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     grid_files = {a.path for a in client.list_artifacts(parent.info.run_id, "grid")}
     assert grid_files == {"grid/devices-small.yaml", names.ARTIFACT_EFFECTIVE_GRID}
 
-    runs = children(client, result.parent_run_id)
+    runs = children_of(client, result.parent_run_id)
     assert len(runs) == (4 if cuda else 2)
     by_name = {r.info.run_name: r for r in runs}
     run = by_name["cpu bs64"]
@@ -184,7 +179,7 @@ def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, track
     assert result.exit_code == 1
 
     client = mlflow.MlflowClient(tracking_uri)
-    runs = {r.data.params["batch_size"]: r for r in children(client, result.parent_run_id)}
+    runs = {r.data.params["batch_size"]: r for r in children_of(client, result.parent_run_id)}
     failed = runs["64"]
     assert failed.info.status == "FAILED"
     assert failed.data.tags[names.TAG_ERROR] == "RuntimeError: injected failure"
