@@ -24,7 +24,7 @@ def _opened(sweep: Sweep):
 
 @pytest.fixture(scope="module")
 def swept(shared_sweep):
-    """The shared sweep (batch sizes 64 and 128), read only; a test that writes takes `sweep_copy`."""
+    """conftest's shared sweep (batch sizes 64 and 128), which these tests only read."""
     return _opened(shared_sweep)
 
 
