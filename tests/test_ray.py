@@ -157,6 +157,7 @@ def test_a_task_asks_for_its_threads_and_its_workers():
         assert task_resources(config, "cpu") == {"num_cpus": cpus, "num_gpus": 0}
 
 
+@pytest.mark.slow  # two fresh Ray workers, each importing torch and MLflow: 25 s on 2 cores
 def test_a_gpu_task_runs_once_per_worker(cluster, pg, data_dir):
     """A reused worker keeps its first CUDA context, so each GPU task gets a worker process of its
     own: two GPU tasks in turn on one node run in two processes (each run's pid tag says which), on
