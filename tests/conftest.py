@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Under xdist, one core's share of torch threads per worker (and for the pipelines, servers and
@@ -223,16 +224,94 @@ def tracking_server(tmp_path_factory, _store_template):
         stop_service(server)
 
 
+# --- one small real sweep, shared -------------------------------------------------------------------
+
+SHARED_GRID = "experiment: shared\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [2]\n"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep trained by the real CLI: the folder it ran in (its grid file, and MLflow's artifacts
+    under mlruns/), its sqlite store (store/mlflow.db, with the pipeline's results file beside it),
+    and what `pipeline run` printed."""
+
+    folder: Path
+    uri: str
+    grid: Path
+    data_dir: Path
+    output: str
+
+    @property
+    def run_args(self) -> list[str]:
+        """The `pipeline run` arguments that trained it: run them again and every point is DONE."""
+        return ["run", str(self.grid), "--data-dir", str(self.data_dir), "--tracking-uri", self.uri]
+
+    @property
+    def store(self) -> Path:
+        """The store's folder: the sqlite file and the pipeline's files beside it."""
+        return Path(self.uri.removeprefix("sqlite:///")).parent
+
+
+def train_sweep(folder: Path, grid_text: str, data_dir: Path, template: Path, name: str = "grid.yaml") -> Sweep:
+    """`pipeline run` on `grid_text` in `folder` (its working directory), into a new store there."""
+    (folder / name).write_text(grid_text)
+    with isolated(folder):
+        uri = new_store(folder, template)
+        out = invoke("run", str(folder / name), "--data-dir", str(data_dir), "--tracking-uri", uri)
+    assert out.exit_code == 0, out.output
+    return Sweep(folder, uri, folder / name, data_dir, out.output)
+
+
+def copy_sweep(sweep: Sweep, folder: Path) -> Sweep:
+    """The same sweep in a store of its own in `folder` (the store's folder copied), for a test that
+    writes to the store (tags, registrations, another run): what it writes there reaches no other
+    test. The artifacts are not copied: MLflow keeps the absolute path each run logged them to, so
+    the copy's runs read the original's files, and a run the copy adds logs its own under its new
+    run id, a folder no other store names. A test that rewrites the artifacts of the sweep's own
+    runs (`compare --publish`) trains a sweep of its own."""
+    shutil.copytree(sweep.store, folder / "store")
+    return replace(sweep, uri=f"sqlite:///{folder / 'store' / 'mlflow.db'}")
+
+
+def checksums(folder: Path, leave_out: Path | None = None) -> dict[str, str]:
+    """Every file under `folder` (but `leave_out`), by its path there: its sha256."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p != leave_out}
+
+
+@pytest.fixture(scope="session")
+def shared_sweep(tmp_path_factory, data_dir, _store_template) -> Sweep:
+    """SHARED_GRID trained once per pytest worker, for the tests that only read a sweep: two cpu
+    points (batch sizes 64 and 128) of two epochs each. A test that writes to it takes `sweep_copy`.
+    A change to this store, or to a file its runs logged, fails the session at teardown."""
+    sweep = train_sweep(tmp_path_factory.mktemp("shared-sweep"), SHARED_GRID, data_dir, _store_template)
+    store, logged = checksums(sweep.store), checksums(sweep.folder / "mlruns")
+    yield sweep
+    assert checksums(sweep.store) == store, "a test wrote to shared_sweep's store: give it sweep_copy"
+    now = checksums(sweep.folder / "mlruns")
+    changed = sorted(path for path, digest in logged.items() if now.get(path) != digest)
+    assert not changed, f"a test rewrote artifacts of shared_sweep's runs: {changed}"
+
+
+@pytest.fixture
+def sweep_copy(shared_sweep, tmp_path) -> Sweep:
+    """shared_sweep in a store of this test's own (copy_sweep), to write to."""
+    return copy_sweep(shared_sweep, tmp_path)
+
+
 # --- driving the CLI -------------------------------------------------------------------------------
 
 
-def invoke(*args: str):
-    """The real CLI in this process."""
+def invoke(*args: str, columns: int | None = None):
+    """The real CLI in this process; `columns` sets the width of its tables, as a terminal's would."""
     from click.testing import CliRunner
 
     from pipeline.cli import main
 
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+    env = {"COLUMNS": str(columns)} if columns else None
+    return CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
 
 
 def runs_of(uri: str, experiment: str) -> list:
@@ -246,6 +325,17 @@ def runs_of(uri: str, experiment: str) -> list:
 def children(runs) -> list:
     """The grid points' runs (those with a parent) among `runs`."""
     return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def children_of(client, parent_id: str) -> list:
+    """The runs whose parent is `parent_id`."""
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    return client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
+
+
+def history(client, run_id: str, metric: str) -> list[float]:
+    """A run's values of `metric`, step by step (per-epoch metrics: epoch 1 first)."""
+    return [m.value for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.step)]
 
 
 def start_pipeline(args: list[str], **kwargs):

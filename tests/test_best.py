@@ -8,10 +8,9 @@ import json
 import re
 
 import mlflow
-from click.testing import CliRunner
 
+from conftest import invoke as invoke_cli
 from pipeline import names, view
-from pipeline.cli import main
 
 GRID = """experiment: best
 repeats: 2
@@ -24,7 +23,8 @@ grid:
 
 
 def invoke(*args: str):
-    return CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args), catch_exceptions=False)
+    """The CLI 200 columns wide: the verdict's lines unwrapped."""
+    return invoke_cli(*args, columns=200)
 
 
 def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one_run(write_grid, data_dir,
@@ -101,8 +101,7 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     assert client.get_model_version_by_alias("counted-cnn", "champion").run_id == named
     assert invoke("compare", "--experiment", "best", "--publish", "--tracking-uri", tracking_uri).exit_code == 0
     assert "pipeline.best_run" not in client.get_run(parent.info.run_id).data.tags
-    refused = CliRunner().invoke(main, ["register", "--experiment", "best", "--name", "none", "--tracking-uri",
-                                        tracking_uri])
+    refused = invoke("register", "--experiment", "best", "--name", "none", "--tracking-uri", tracking_uri)
     assert refused.exit_code == 2 and "--include-contended" in refused.output, refused.output
 
 

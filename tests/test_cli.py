@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from catalogue import BAD_GRIDS
-from conftest import REPO
+from conftest import REPO, invoke
 from pipeline.cli import main
 
 SMALL = "experiment: cli-test\ngrid:\n  batch_size: [128]\n  device: [cpu, cuda]\n  epochs: [1]\n"
@@ -22,11 +22,6 @@ SMALL = "experiment: cli-test\ngrid:\n  batch_size: [128]\n  device: [cpu, cuda]
 
 @pytest.fixture
 def cli():
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(main, list(args), catch_exceptions=False)
-
     return invoke
 
 

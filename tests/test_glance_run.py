@@ -11,7 +11,7 @@ import mlflow
 import pytest
 import yaml
 
-from conftest import children, invoke, isolated, new_store, runs_of
+from conftest import children, history, invoke, isolated, new_store, runs_of
 from pipeline import names, timing
 from pipeline.data import load
 
@@ -33,10 +33,6 @@ def sweep(tmp_path_factory, data_dir, _store_template):
                "children": children(runs), "parent": next(r for r in runs if r not in children(runs))}
 
 
-def _history(client, run_id: str, metric: str) -> list[float]:
-    return [m.value for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.step)]
-
-
 def test_the_override_is_what_trained(sweep):
     kids = sweep["children"]
     assert sorted(int(r.data.params["batch_size"]) for r in kids) == [128, 256]  # the file says 512
@@ -49,21 +45,21 @@ def test_every_child_logs_the_summary_and_end_figures_of_its_own_history(sweep):
     client = sweep["client"]
     for run in sweep["children"]:
         rid = run.info.run_id
-        expected = timing.summary(_history(client, rid, "epoch_duration_s"), _history(client, rid, "images_per_s"),
-                                  _history(client, rid, "test_accuracy")[-1])
+        expected = timing.summary(history(client, rid, "epoch_duration_s"), history(client, rid, "images_per_s"),
+                                  history(client, rid, "test_accuracy")[-1])
         assert set(expected) == {names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY}
-        expected = timing.run_figures({name: _history(client, rid, name) for name in timing.FIGURE_HISTORIES},
-                                      _history(client, rid, "test_accuracy")[-1])
+        expected = timing.run_figures({name: history(client, rid, name) for name in timing.FIGURE_HISTORIES},
+                                      history(client, rid, "test_accuracy")[-1])
         # energy_j only where a counter is readable: then its steady mean too
         told = {names.TRAINED_EPOCHS, names.FIRST_EPOCH, *names.TIME_SHARES,
-                names.PEAK_MEMORY, *([names.STEADY_ENERGY] if _history(client, rid, "energy_j") else [])}
+                names.PEAK_MEMORY, *([names.STEADY_ENERGY] if history(client, rid, "energy_j") else [])}
         assert set(expected) == {names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY, *told}
         assert {name: run.data.metrics[name] for name in expected} == expected
         assert expected[names.TRAINED_EPOCHS] == 2
-        assert expected[names.FIRST_EPOCH] == _history(client, rid, "epoch_duration_s")[0]
+        assert expected[names.FIRST_EPOCH] == history(client, rid, "epoch_duration_s")[0]
         for name in expected:  # run-level, once
             assert [m.step for m in client.get_metric_history(rid, name)] == [0]
-        assert len(_history(client, rid, "epoch_duration_s")) == 2  # the per-epoch history stays
+        assert len(history(client, rid, "epoch_duration_s")) == 2  # the per-epoch history stays
 
 
 def test_the_parent_has_params_metrics_and_the_best_model(sweep):
@@ -114,7 +110,7 @@ def test_each_run_records_its_training_and_test_data(sweep, data_dir):
 
 def test_peak_memory_is_a_footprint_at_every_epoch(sweep):
     for run in sweep["children"]:
-        peaks = _history(sweep["client"], run.info.run_id, "peak_memory_mb")
+        peaks = history(sweep["client"], run.info.run_id, "peak_memory_mb")
         assert len(peaks) == 2 and all(p > 10 for p in peaks)  # the process's resident peak, never 0
 
 

@@ -145,3 +145,39 @@ def test_gitignore_keeps_logs_and_timing_dumps_out():
     candidates = [f"busy{suffix}" for suffix in LITTER_SUFFIXES] + ["docs/gpu/run.log", "benchmarks/scale.time"]
     ignored = _git("check-ignore", "--no-index", *candidates).stdout.splitlines()
     assert sorted(ignored) == sorted(candidates)
+
+
+# --- where each module is tested (docs/development.md's "Tests by module") ---------------------------
+
+DEVELOPMENT = REPO / "docs" / "development.md"
+TESTS = REPO / "tests"
+
+
+def _test_map() -> dict[str, list[str]]:
+    """The "Tests by module" table: each row's module file, and the test files it names."""
+    section = DEVELOPMENT.read_text().split("\n## Tests by module\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 2:
+            rows[cells[0].strip("`")] = [name.strip().strip("`") for name in cells[1].split(",")]
+    return rows
+
+
+def test_every_module_has_a_row_in_the_test_map_and_every_row_names_test_files_that_exist():
+    rows = _test_map()
+    assert len(rows) > 10, "docs/development.md's 'Tests by module' table was not found"
+    modules = sorted(path.name for path in PACKAGE.glob("*.py"))
+    missing = []
+    for module in modules:
+        if module not in rows:
+            own = f"test_{module.removesuffix('.py')}.py"
+            named = f"`{own}`" if (TESTS / own).exists() else "`test_WHERE_ITS_TESTS_ARE.py`"
+            missing.append(f"| `{module}` | {named} |")
+    assert not missing, ("pipeline/ has modules with no row in docs/development.md's 'Tests by module' table; "
+                         "add, in alphabetical order:\n" + "\n".join(missing))
+    stale = sorted(set(rows) - set(modules))
+    assert not stale, f"rows for modules that pipeline/ no longer has; remove them: {stale}"
+    absent = {module: [name for name in names if not (TESTS / name).is_file()] for module, names in rows.items()}
+    absent = {module: names for module, names in absent.items() if names}
+    assert not absent, f"rows naming test files that tests/ does not hold: {absent}"

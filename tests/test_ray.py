@@ -157,35 +157,33 @@ def test_a_task_asks_for_its_threads_and_its_workers():
         assert task_resources(config, "cpu") == {"num_cpus": cpus, "num_gpus": 0}
 
 
-def test_a_gpu_task_runs_once_per_worker(cluster, pg):
-    from pipeline.executors import RayExecutor
+@pytest.mark.slow  # two fresh Ray workers, each importing torch and MLflow: 25 s on 2 cores
+def test_a_gpu_task_runs_once_per_worker(cluster, pg, data_dir):
+    """A reused worker keeps its first CUDA context, so each GPU task gets a worker process of its
+    own: two GPU tasks in turn on one node run in two processes (each run's pid tag says which), on
+    the kind of device the driver planned. (The GPU itself is asked away, num_gpus=0, so that this
+    cpu-only cluster runs them; each point diverges at its first step, so no training is spent.)"""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from pipeline.config import RunConfig
+    from pipeline.executors import Login, RayExecutor
+    from pipeline.grid import GridPoint
+    from pipeline.names import FAILED, TAG_DEVICE, TAG_PID
+    from pipeline.point import DataRef, PointJob
     from pipeline.report import Reporter
 
     tasks = RayExecutor(None, pg["uri"], Reporter()).tasks()
-    assert tasks["gpu"]._default_options["max_calls"] == 1
-    assert tasks["cpu"]._default_options.get("max_calls", 0) in (0, None)
-
-
-def test_a_worker_trains_on_the_gpu_ray_gave_it(monkeypatch):
-    """In a worker Ray shows only the assigned GPU (CUDA_VISIBLE_DEVICES=N makes it cuda:0): the task
-    runs on the planned kind of device there, whatever index the driver saw."""
-    import torch
-
-    import pipeline.executors as executors
-    from pipeline.point import DataRef, PointJob
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    seen = []
-    monkeypatch.setattr(executors, "run_point", lambda job: seen.append(job.device))
-    point = _planned("cuda").point
-    job = PointJob(point, "cuda:1", "key", "sqlite:///x.db", "1", "e", DataRef("/nowhere"))
-    executors._run_remote_gpu(job, 1)
-    # An auto point the driver planned on the cpu asked for no GPU: it must not take one it finds.
-    executors._run_remote(PointJob(_planned("auto").point, "cpu", "key", "sqlite:///x.db", "1", "e",
-                                   DataRef("/nowhere")), 1)
-    assert seen == ["cuda:0", "cpu"]
+    client = mlflow.MlflowClient(pg["uri"])
+    experiment_id = client.create_experiment("once-per-worker")
+    point = GridPoint(1, RunConfig(device="cpu", lr=1e12), "cpu lr1e+12")
+    job = PointJob(point, "cpu", "key", pg["uri"], experiment_id, "once-per-worker", DataRef(str(data_dir)))
+    one_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    gpu_task = tasks["gpu"].options(num_gpus=0, num_cpus=1, max_retries=0, scheduling_strategy=one_node)
+    outcomes = [ray.get(gpu_task.remote(job, 1, Login.from_environment())) for _ in range(2)]
+    assert [o.status for o in outcomes] == [FAILED, FAILED], [o.reason for o in outcomes]
+    tags = [client.get_run(o.run_id).data.tags for o in outcomes]
+    assert [t[TAG_DEVICE] for t in tags] == ["cpu", "cpu"]
+    assert len({t[TAG_PID] for t in tags}) == 2
 
 
 @pytest.mark.slow  # one of the longest (30-50 s on 2 cores): make test-slow

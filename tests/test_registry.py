@@ -15,31 +15,42 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from conftest import free_port, requires_real_data, start_service, stop_service, wait_for
+from conftest import (
+    copy_sweep,
+    free_port,
+    invoke,
+    requires_real_data,
+    start_service,
+    stop_service,
+    train_sweep,
+    wait_for,
+)
 from pipeline.cli import main
 from pipeline.model import CLASSES
 
 GRID = "experiment: reg\ngrid:\n  lr: [0.01, 0.0001]\n  batch_size: [64]\n  device: [cpu]\n  epochs: [2]\n"
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, data_dir, _store_template):
+    """Two real runs on the synthetic data: lr 0.01 learns, lr 0.0001 barely does. Trained once for
+    the module; each test registers models in a copy of its own (`trained`)."""
+    return train_sweep(tmp_path_factory.mktemp("reg"), GRID, data_dir, _store_template)
 
 
 @pytest.fixture
-def trained(write_grid, data_dir, tracking_uri):
-    """Two real runs on the synthetic data: lr 0.01 learns, lr 0.0001 barely does."""
-    out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
-    assert out.exit_code == 0, out.output
-    client = mlflow.MlflowClient(tracking_uri)
+def trained(sweep, tmp_path):
+    """A client of this test's copy of the sweep (copy_sweep), and the sweep's runs by lr."""
+    client = mlflow.MlflowClient(copy_sweep(sweep, tmp_path / "copy").uri)
     runs = client.search_runs([client.get_experiment_by_name("reg").experiment_id], "tags.`pipeline.role` = 'point'")
     return client, {r.data.params["lr"]: r for r in runs}
 
 
-def test_register_best_run_under_champion(trained, tracking_uri):
+def test_register_best_run_under_champion(trained):
     client, runs = trained
+    uri = client.tracking_uri
     best = max(runs.values(), key=lambda r: r.data.metrics["test_accuracy"])
-    out = invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--tracking-uri", tracking_uri)
+    out = invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--tracking-uri", uri)
     assert out.exit_code == 0, out.output
     assert "version 1" in out.output and "models:/fashion-cnn@champion" in out.output
     version = client.get_model_version_by_alias("fashion-cnn", "champion")
@@ -54,34 +65,36 @@ def test_register_best_run_under_champion(trained, tracking_uri):
     assert "by best (the fastest setting whose test accuracy is within the quality margin" in out.output
 
     # Again: no duplicate version; --force makes one; --mode min picks the other run.
-    out = invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--tracking-uri", tracking_uri)
+    out = invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--tracking-uri", uri)
     assert "already fashion-cnn version 1" in out.output
     assert len(client.search_model_versions("name = 'fashion-cnn'")) == 1
-    invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--force", "--tracking-uri", tracking_uri)
+    invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--force", "--tracking-uri", uri)
     assert len(client.search_model_versions("name = 'fashion-cnn'")) == 2
     invoke("register", "--experiment", "reg", "--name", "worst", "--metric", "test_accuracy", "--mode", "min",
-           "--alias", "worst", "--tracking-uri", tracking_uri)
+           "--alias", "worst", "--tracking-uri", uri)
     worst = min(runs.values(), key=lambda r: r.data.metrics["test_accuracy"])
     assert client.get_model_version_by_alias("worst", "worst").run_id == worst.info.run_id
 
 
-def test_predict_split_accuracy_matches_the_run(trained, tracking_uri, data_dir):
+def test_predict_split_accuracy_matches_the_run(trained, data_dir):
     client, runs = trained
+    uri = client.tracking_uri
     run = runs["0.01"]
-    invoke("register", "--run-id", run.info.run_id, "--name", "m", "--tracking-uri", tracking_uri)
+    invoke("register", "--run-id", run.info.run_id, "--name", "m", "--tracking-uri", uri)
     out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir),
-                 "--tracking-uri", tracking_uri)
+                 "--tracking-uri", uri)
     assert out.exit_code == 0, out.output
     accuracy = float(out.output.split("accuracy ")[1].split()[0])
     assert accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-4)  # the same test split
     assert "Ankle boot" in out.output
     out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir), "--limit", "10",
-                 "--split", "train", "--tracking-uri", tracking_uri)
+                 "--split", "train", "--tracking-uri", uri)
     assert "train split, first 10 examples" in out.output
 
 
-def test_register_errors_exit_2_and_register_nothing(trained, tracking_uri):
+def test_register_errors_exit_2_and_register_nothing(trained):
     client, runs = trained
+    uri = client.tracking_uri
     experiment_id = client.get_experiment_by_name("reg").experiment_id
     bare = client.create_run(experiment_id, run_name="no model")
     client.set_terminated(bare.info.run_id, "FINISHED")
@@ -99,7 +112,7 @@ def test_register_errors_exit_2_and_register_nothing(trained, tracking_uri):
         ([], "say which run to register"),
     ]
     for args, fragment in cases:
-        out = CliRunner().invoke(main, ["register", "--name", "bad", "--tracking-uri", tracking_uri, *args])
+        out = CliRunner().invoke(main, ["register", "--name", "bad", "--tracking-uri", uri, *args])
         assert out.exit_code == 2, (args, out.output)
         assert out.output.startswith("error: ") and fragment in out.output and len(out.output.splitlines()) == 1
     assert client.search_registered_models() == [] and empty
@@ -125,13 +138,14 @@ def test_run_register_option_on_a_dry_run_registers_nothing(write_grid, data_dir
 
 
 @pytest.mark.slow
-def test_mlflow_models_predict_and_serve(trained, tracking_uri, tmp_path):
+def test_mlflow_models_predict_and_serve(trained, tmp_path):
     client, runs = trained
-    invoke("register", "--run-id", runs["0.01"].info.run_id, "--name", "served", "--tracking-uri", tracking_uri)
+    uri = client.tracking_uri
+    invoke("register", "--run-id", runs["0.01"].info.run_id, "--name", "served", "--tracking-uri", uri)
     batch = np.random.default_rng(0).random((3, 1, 28, 28), dtype=np.float32)
     (tmp_path / "in.json").write_text(json.dumps({"inputs": batch.tolist()}))
     # `mlflow models serve` starts `uvicorn` from PATH: the venv's bin must be on it (activate the venv).
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri,
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri,
            "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
     out = subprocess.run(
         [sys.executable, "-m", "mlflow", "models", "predict", "-m", "models:/served@champion", "-i", "in.json",

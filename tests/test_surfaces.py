@@ -10,7 +10,6 @@ the store or its artifacts.
 from __future__ import annotations
 
 import csv
-import hashlib
 import html
 import io
 import json
@@ -21,7 +20,7 @@ import mlflow
 import numpy as np
 import pytest
 
-from conftest import invoke
+from conftest import checksums, invoke
 from pipeline import names
 from synthetic_sweeps import Run, jittered, write_sweep
 
@@ -45,11 +44,6 @@ def _compare(uri: str, *args: str) -> str:
     out = invoke("compare", "--tracking-uri", uri, *args)
     assert out.exit_code == 0, out.output
     return out.stdout
-
-
-def _checksums(folder: Path, leave_out: Path | None = None) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p != leave_out}
 
 
 def _report_records(text: str) -> list[dict]:
@@ -138,21 +132,21 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
 
 def test_compare_without_publish_changes_no_byte_of_the_store(repeated, tmp_path):
     uri, _ = repeated
-    before = _checksums(tmp_path)
+    before = checksums(tmp_path)
     for args in (("--format", "table"), ("--format", "json"), ("--format", "csv"), ("--wide",),
                  ("--versus", "batch_size=64")):
         _compare(uri, *args)
-        assert _checksums(tmp_path) == before, args
+        assert checksums(tmp_path) == before, args
 
 
 def test_compare_html_writes_one_offline_report(repeated, tmp_path):
     uri, parent_id = repeated
     target = tmp_path / "out" / "report.html"
-    before = _checksums(tmp_path)
+    before = checksums(tmp_path)
     out = invoke("compare", "--tracking-uri", uri, "--html", str(target))
     assert out.exit_code == 0, out.output
     assert f"wrote {target}" in out.stderr
-    assert _checksums(tmp_path, leave_out=target) == before  # the report, and nothing else
+    assert checksums(tmp_path, leave_out=target) == before  # the report, and nothing else
     text = target.read_text(encoding="utf-8")
     assert _report_records(text) == json.loads(_compare(uri, "--format", "json"))
     # Offline: nothing is fetched; the charts are inside the file.

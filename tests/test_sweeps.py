@@ -24,21 +24,13 @@ def point_runs(uri: str, experiment: str):
     return children(runs_of(uri, experiment))
 
 
-@pytest.fixture
-def trained(write_grid, data_dir, tracking_uri):
-    grid = write_grid(TWO)
-    args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
-    assert invoke(*args).exit_code == 0
-    return args
-
-
-def test_dry_run_shows_the_points_a_run_would_skip_as_done(trained, tracking_uri):
-    before = len(mlflow.MlflowClient(tracking_uri).search_runs(["1"]))
-    out = invoke(*trained, "--dry-run")
+def test_dry_run_shows_the_points_a_run_would_skip_as_done(shared_sweep):
+    before = len(mlflow.MlflowClient(shared_sweep.uri).search_runs(["1"]))
+    out = invoke(*shared_sweep.run_args, "--dry-run")
     assert out.exit_code == 0, out.output
     assert out.output.count("DONE") == 2 and "2 of 2 already FINISHED here would be skipped" in out.output
-    assert len(mlflow.MlflowClient(tracking_uri).search_runs(["1"])) == before
-    assert invoke(*trained, "--dry-run", "--rerun").output.count("DONE") == 0
+    assert len(mlflow.MlflowClient(shared_sweep.uri).search_runs(["1"])) == before
+    assert invoke(*shared_sweep.run_args, "--dry-run", "--rerun").output.count("DONE") == 0
 
 
 def test_dry_run_on_a_new_store_creates_nothing(write_grid, data_dir, tmp_path):
@@ -47,14 +39,14 @@ def test_dry_run_on_a_new_store_creates_nothing(write_grid, data_dir, tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_done_rows_show_the_steady_state_epoch_time(trained, tracking_uri):
+def test_done_rows_show_the_steady_state_epoch_time(sweep_copy):
     from pipeline.config import load_grid
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_grid
 
-    spec = load_grid(trained[1])
-    result = run_grid(spec, Reporter(), Options(tracking_uri=tracking_uri, data_dir=trained[3]))
-    client = mlflow.MlflowClient(tracking_uri)
+    spec = load_grid(sweep_copy.grid)
+    result = run_grid(spec, Reporter(), Options(tracking_uri=sweep_copy.uri, data_dir=str(sweep_copy.data_dir)))
+    client = mlflow.MlflowClient(sweep_copy.uri)
     for outcome in result.outcomes:
         assert outcome.status == "DONE"
         history = sorted(client.get_metric_history(outcome.run_id, "epoch_duration_s"), key=lambda m: m.step)
@@ -91,19 +83,20 @@ def test_a_done_row_shows_the_figures_it_finished_with(write_grid, data_dir, tra
     assert finished[-4:-1] == figures and done[-4:-1] == figures, (finished, done)
 
 
-def test_register_when_every_point_is_done_registers_the_best(trained, tracking_uri):
-    out = invoke(*trained, "--register", "fashion")
+def test_register_when_every_point_is_done_registers_the_best(sweep_copy):
+    out = invoke(*sweep_copy.run_args, "--register", "fashion")
     assert out.exit_code == 0, out.output
     assert "registered fashion version 1" in out.output and "alias champion -> version 1" in out.output
-    best = max(point_runs(tracking_uri, "two"), key=lambda r: r.data.metrics["test_accuracy"])
-    version = mlflow.MlflowClient(tracking_uri).get_model_version_by_alias("fashion", "champion")
+    best = max(point_runs(sweep_copy.uri, "shared"), key=lambda r: r.data.metrics["test_accuracy"])
+    version = mlflow.MlflowClient(sweep_copy.uri).get_model_version_by_alias("fashion", "champion")
     assert version.run_id == best.info.run_id
 
 
-def test_compare_sorts_by_the_labels_it_shows(trained, tracking_uri):
-    rows = json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--sort", "epoch_s", "--format", "json").stdout)
+def test_compare_sorts_by_the_labels_it_shows(shared_sweep):
+    uri = shared_sweep.uri
+    rows = json.loads(invoke("compare", "--tracking-uri", uri, "--sort", "epoch_s", "--format", "json").stdout)
     assert [r["epoch_duration_s"] for r in rows] == sorted(r["epoch_duration_s"] for r in rows)
-    out = invoke("compare", "--tracking-uri", tracking_uri, "--sort", "test acc", "--format", "json")
+    out = invoke("compare", "--tracking-uri", uri, "--sort", "test acc", "--format", "json")
     rows = json.loads(out.stdout)
     assert [r["test_accuracy"] for r in rows] == sorted((r["test_accuracy"] for r in rows), reverse=True)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import children_of
 from pipeline import names, point, store
 from pipeline.config import load_grid
 from pipeline.errors import UserError
@@ -23,12 +24,6 @@ grid:
   device: [cuda, cpu]
   epochs: [2]
 """
-
-
-def children(client, parent_id):
-    return client.search_runs(
-        [client.get_run(parent_id).info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'"
-    )
 
 
 def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid, data_dir, tracking_uri):
@@ -51,7 +46,7 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     grid_files = {a.path for a in client.list_artifacts(parent.info.run_id, "grid")}
     assert grid_files == {"grid/devices-small.yaml", names.ARTIFACT_EFFECTIVE_GRID}
 
-    runs = children(client, result.parent_run_id)
+    runs = children_of(client, result.parent_run_id)
     assert len(runs) == (4 if cuda else 2)
     by_name = {r.info.run_name: r for r in runs}
     run = by_name["cpu bs64"]
@@ -184,7 +179,7 @@ def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, track
     assert result.exit_code == 1
 
     client = mlflow.MlflowClient(tracking_uri)
-    runs = {r.data.params["batch_size"]: r for r in children(client, result.parent_run_id)}
+    runs = {r.data.params["batch_size"]: r for r in children_of(client, result.parent_run_id)}
     failed = runs["64"]
     assert failed.info.status == "FAILED"
     assert failed.data.tags[names.TAG_ERROR] == "RuntimeError: injected failure"
@@ -237,17 +232,37 @@ def test_unreachable_server_fails_fast():
     (404, "Not Found", False),
     (403, "Permission denied", False),
 ])
-def test_which_server_answers_are_retried_mid_sweep(status, body, retried):
+def test_which_server_answers_are_retried_mid_sweep(status, body, retried, monkeypatch):
     """A 401 after the sweep's login was checked is MLflow's auth app failing to look the login up
-    (its database restarting), so it is retried like a 503; a 403 or a 404 is an answer."""
-    import requests
-    from mlflow.exceptions import MlflowException
-    from mlflow.utils.rest_utils import verify_rest_response
+    (its database restarting), so it is retried like a 503; a 403 or a 404 is an answer. What
+    MLflow's client raises for each, from a server that answers every request so."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    response = requests.Response()
-    response.status_code, response._content = status, body.encode()
-    with pytest.raises(MlflowException) as info:
-        verify_rest_response(response, "/api/2.0/mlflow/runs/log-batch")
+    from mlflow.entities import Metric
+    from mlflow.exceptions import MlflowException
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):  # no access log on the test's output
+            pass
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's own retries, spent at once
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = mlflow.MlflowClient(f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(MlflowException) as info:
+            client.log_batch("0" * 32, metrics=[Metric("test_loss", 0.5, 0, 1)])
+    finally:
+        server.shutdown()
+        server.server_close()
     assert store.is_transient(info.value) is retried
 
 

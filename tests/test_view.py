@@ -8,18 +8,24 @@ import re
 import mlflow
 import pytest
 
-from conftest import invoke, isolated, new_store
+from conftest import Sweep, checksums, invoke, isolated, new_store
 from pipeline import view
 
 GRID = "experiment: ui\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [2]\n"
 
 
+def _opened(sweep: Sweep):
+    """What `pipeline run` printed, a client of its store, its experiment and its parent run."""
+    client = mlflow.MlflowClient(sweep.uri)
+    experiment = client.get_experiment_by_name("shared")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`pipeline.role` = 'sweep'")
+    return sweep.output, client, experiment.experiment_id, parent.info.run_id
+
+
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory, data_dir, _store_template):
-    """One sweep for the module; a test that changes it puts it back."""
-    folder = tmp_path_factory.mktemp("view")
-    with isolated(folder):
-        return _swept(folder, data_dir, new_store(folder, _store_template))
+def swept(shared_sweep):
+    """conftest's shared sweep (batch sizes 64 and 128), which these tests only read."""
+    return _opened(shared_sweep)
 
 
 def _swept(folder, data_dir, tracking_uri):
@@ -154,41 +160,6 @@ def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_
     assert parent.data.params["repeats"] == "1"
 
 
-def _checksums(folder) -> dict[str, str]:
-    import hashlib
-
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def test_compare_reads_only_and_publish_writes_the_view_of_an_older_sweep(swept):
-    """`pipeline compare` writes nothing, in any format: the store and its artifacts keep their bytes.
-    A sweep whose view is missing gets its runs' link and the way to publish; --publish writes the
-    view, the descriptions and the report again."""
-    from pathlib import Path
-
-    _, client, experiment_id, parent_id = swept
-    folder = Path(client.tracking_uri.removeprefix("sqlite:///")).parent
-    key = f"mlflow.sharedViewState.sweep-{parent_id}"
-    saved = client.get_experiment(experiment_id).tags[key]
-    client.delete_experiment_tag(experiment_id, key)
-    try:
-        before = _checksums(folder)
-        for fmt in ("table", "json", "csv", "markdown"):
-            out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri, "--format", fmt)
-            assert out.exit_code == 0, out.output
-            assert _checksums(folder) == before, fmt
-        said = " ".join(out.output.split())
-        assert "viewStateShareKey" not in said and "searchFilter=" in said and "compare --publish" in said, said
-        assert key not in client.get_experiment(experiment_id).tags
-        out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri, "--publish")
-        assert out.exit_code == 0, out.output
-        assert f"viewStateShareKey=sweep-{parent_id}" in " ".join(out.output.split())
-        assert key in client.get_experiment(experiment_id).tags
-    finally:  # the module's other tests share this sweep
-        client.set_experiment_tag(experiment_id, key, saved)
-
-
 def test_envelope_round_trip_and_size():
     state = view.state("abc", ["device", "batch_size", "num_workers"])
     value = view.envelope("sweep", state)
@@ -216,10 +187,14 @@ def test_point_names_are_short_and_lead_with_what_varies(axes, expected):
     assert all(len(n) <= 24 for n in names)
 
 
-def test_an_unverified_mlflow_gets_the_plain_filtered_link_and_a_note(tmp_path, data_dir, _store_template, monkeypatch):
+def test_an_unverified_mlflow_gets_the_filtered_link_and_a_note_and_publish_writes_the_view_later(
+        tmp_path, data_dir, _store_template, monkeypatch):
     """The saved view is MLflow's UI format, with no public API: on a version it was not checked on
     (here: this one, taken off the verified list) no view is written, and the printed link filters
-    the runs page to the sweep's children, with a note. Nothing fails."""
+    the runs page to the sweep's children, with a note. Nothing fails. Later, on a verified MLflow,
+    `pipeline compare` of that sweep (an older sweep whose view is missing) writes nothing, in any
+    format: the store and its artifacts keep their bytes; it gives the runs' link and the way to
+    publish, and --publish writes the view, the descriptions and the report."""
     from urllib.parse import parse_qs, urlsplit
 
     assert view.supported("3.17.2") and not view.supported("3.18.0") and not view.supported("4.0.0rc1")
@@ -236,6 +211,20 @@ def test_an_unverified_mlflow_gets_the_plain_filtered_link_and_a_note(tmp_path, 
     tags = client.get_experiment(experiment_id).tags
     assert not [key for key in tags if key.startswith(view.VIEW_TAG_PREFIX)]
     assert client.get_run(parent_id).data.tags[view.NOTE_TAG]  # the description is still written
+
+    monkeypatch.undo()  # a verified MLflow again
+    folders = (tmp_path / "store", tmp_path / "mlruns")
+    before = [checksums(folder) for folder in folders]
+    for fmt in ("table", "json", "csv", "markdown"):
+        out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri, "--format", fmt)
+        assert out.exit_code == 0, out.output
+        assert [checksums(folder) for folder in folders] == before, fmt
+    said = " ".join(out.output.split())
+    assert "viewStateShareKey" not in said and "searchFilter=" in said and "compare --publish" in said, said
+    out = invoke("compare", "--parent-run", parent_id, "--tracking-uri", client.tracking_uri, "--publish")
+    assert out.exit_code == 0, out.output
+    assert f"viewStateShareKey=sweep-{parent_id}" in " ".join(out.output.split())
+    assert f"mlflow.sharedViewState.sweep-{parent_id}" in client.get_experiment(experiment_id).tags
 
 
 def test_the_parent_description_carries_speedup_intervals_and_the_not_significant_label():
