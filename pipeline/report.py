@@ -132,7 +132,8 @@ class Reporter(pipeline.point.Progress):
         if done:
             self.console.print(f"{len(done)} of {len(planned)} already FINISHED here would be skipped; "
                                "--rerun trains them again")
-        self.console.print(f"experiment: {spec.experiment}   data: {data_folder}")
+        sizes = f" ({_data_sizes(spec)})" if spec.data.train_size or spec.data.test_size else ""
+        self.console.print(f"experiment: {spec.experiment}   data: {data_folder}{sizes}")
 
     def data(self, description: str) -> None:
         self.console.print(f"data: {description}")
@@ -280,6 +281,14 @@ class Reporter(pipeline.point.Progress):
         if command:
             self.console.print(f"Open the MLflow UI:  {command}", soft_wrap=True)
         self.console.print(f"then browse to       {url}", soft_wrap=True)
+
+
+def _data_sizes(spec: GridSpec) -> str:
+    """What the grid's data.train_size and data.test_size take: "first 60000 train, all test images"."""
+    def part(size: int | None, split: str) -> str:
+        return f"first {size} {split}" if size else f"all {split}"
+
+    return f"{part(spec.data.train_size, 'train')}, {part(spec.data.test_size, 'test')} images"
 
 
 def auto_line(spec: GridSpec) -> str:

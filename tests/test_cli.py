@@ -97,6 +97,14 @@ def test_dry_run_trains_nothing(cli, write_grid, data_dir, tmp_path):
         assert "(1) 1 point would be skipped: cuda is not available" in words
 
 
+def test_a_dry_run_says_how_much_data_it_would_train_on(cli, write_grid, data_dir):
+    """An override of the data's size shows in the plan, so a dry run confirms it took."""
+    result = cli("run", str(write_grid(SMALL)), "--data-dir", str(data_dir), "--dry-run",
+                 "--set", "data.train_size=300")
+    words = " ".join(result.output.split())
+    assert result.exit_code == 0 and "(first 300 train, all test images)" in words, result.output
+
+
 def test_train_one_run(cli, data_dir, tracking_uri):
     result = cli("train", "--device", "cpu", "--batch-size", "128", "--epochs", "2", "--lr", "0.01",
                  "--data-dir", str(data_dir), "--tracking-uri", tracking_uri, "--experiment", "single")
