@@ -471,23 +471,27 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
         else:
             click.echo(render_gate(result, fmt), nl=False)
         sys.exit(result.exit_code)
-    if fmt == "table":
-        Reporter().comparison(comparison, wide)
-    else:
-        click.echo(render(comparison, fmt), nl=False)
-    if out:
-        for path in write_report(comparison, Path(out)):
-            click.echo(f"wrote {path}", err=True)
-    if html:
-        click.echo(f"wrote {write_html(client, comparison, Path(html))}", err=True)
     from pipeline import view
 
+    # The writes first, then the printing: a reader that stops early (`| head`) ends the printing
+    # with a broken pipe, and that must not cancel a --publish or leave a report unwritten.
+    written: list[str] = []
+    if out:
+        written += [f"wrote {path}" for path in write_report(comparison, Path(out))]
+    if html:
+        written.append(f"wrote {write_html(client, comparison, Path(html))}")
     if publish:
         from pipeline.comparison_folder import publish as publish_sweep
 
         publish_sweep(client, comparison)
-        click.echo(f"published: the saved view, the descriptions and {view.REPORT} of sweep {comparison.sweep.run_id}",
-                   err=True)
+        written.append(f"published: the saved view, the descriptions and {view.REPORT} of sweep "
+                       f"{comparison.sweep.run_id}")
+    if fmt == "table":
+        Reporter().comparison(comparison, wide)
+    else:
+        click.echo(render(comparison, fmt), nl=False)
+    for line in written:
+        click.echo(line, err=True)
     click.echo(f"In the MLflow UI: {view.link(client, comparison)}", err=fmt != "table")
 
 

@@ -13,6 +13,7 @@ import csv
 import html
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -159,6 +160,23 @@ def test_compare_html_writes_one_offline_report(repeated, tmp_path):
     assert f"--run-id {parent_id} --artifact-path grid/effective.yaml --dst-path ." in text
     assert "pipeline run grid/effective.yaml" in text  # where the download puts it
     assert f"export MLFLOW_TRACKING_URI={uri}" in text and "pipeline compare --experiment surfaces" in text
+
+
+def test_a_publish_piped_into_a_reader_that_stops_early_still_publishes(repeated, tmp_path):
+    """`pipeline compare --publish | head -1`: the reader closes the pipe early (here at once: `true`
+    reads nothing); the view, the descriptions and the report are written all the same (the printing
+    once came first, and its broken pipe ended the command)."""
+    import subprocess
+    import sys
+
+    uri, parent_id = repeated
+    client = mlflow.MlflowClient(uri)
+    assert [a.path for a in client.list_artifacts(parent_id)] == []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    done = subprocess.run(f"{sys.executable} -m pipeline compare --publish --tracking-uri {uri} | true",
+                          shell=True, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert {"comparison", "report.html"} <= {a.path for a in client.list_artifacts(parent_id)}, done.stderr
+    assert "pipeline.best_run" in client.get_run(parent_id).data.tags
 
 
 def test_compare_html_refuses_a_folder_and_the_gate(repeated, tmp_path):
