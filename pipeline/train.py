@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from pipeline.clock import Clock, sync
 from pipeline.config import RunConfig
+from pipeline.cuda_graph import GraphStep
 from pipeline.data import Dataset, DeviceBatches, PinnedPrefetch, Split, batches
 from pipeline.device import PeakMemory
 from pipeline.energy import EnergyMeter
@@ -275,130 +276,184 @@ def _diverged(epoch: int, step: int | None = None) -> Diverged:
     return Diverged(f"diverged at {where}: the training loss became NaN or inf; try a lower lr")
 
 
+@dataclass
+class _Training:
+    """What the epochs work with: the model on the device, what the steps call (the model, or its
+    compiled form: the same parameters), Adam, the fp16 loss scaler, the batches of the run's data
+    path, the captured CUDA graph, and the memory layout the device prefers."""
+
+    model: Network
+    net: torch.nn.Module
+    optimizer: torch.optim.Adam
+    scaler: torch.amp.GradScaler | None
+    loader: DeviceBatches | PinnedPrefetch | torch.utils.data.DataLoader
+    channels_last: bool
+    graph: GraphStep | None = None
+
+
+@dataclass
+class _Start:
+    """Where the epochs start: epoch 1 with nothing behind it, or after a checkpoint's epoch, with the
+    training seconds and the wall clock the earlier process had reached."""
+
+    epoch: int = 1
+    earlier_s: float = 0.0
+    earlier_wall_s: float | None = 0.0
+
+
 def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None,
          stop_at: Target | None) -> FitResult:
     fit_start = time.perf_counter()  # each epoch's wall_clock_s counts from here
+    one_off: dict[str, float] = {}
+    run = _build(config, data, device, one_off)
+    result = FitResult(model=run.model, one_off=one_off)
+    start = _resume(run, result, resume) if resume is not None else _Start()
+    hooks.model_ready(run.model)
+    _prepare(run, config, data, device, result)
+    hooks.before_training(result.one_off)
+    meters = PeakMemory(device), EnergyMeter(device)
+    run_start = time.perf_counter()
+    for epoch in range(start.epoch, config.epochs + 1):
+        hooks.epoch_start(epoch, len(run.loader))
+        stats = _epoch(run, config, data, device, epoch, hooks, meters)
+        if start.earlier_wall_s is not None:
+            stats = dataclasses.replace(stats, wall_clock_s=start.earlier_wall_s + time.perf_counter() - fit_start)
+        result.epochs.append(stats)
+        hooks.epoch_end(stats)
+        if hooks.checkpointing:
+            hooks.save_state(_state(run, result, epoch, start.earlier_s + time.perf_counter() - run_start))
+        if stop_at is not None and stop_at.reached(getattr(stats, stop_at.metric)):
+            break
+    result.duration_s = start.earlier_s + time.perf_counter() - run_start
+    return result
+
+
+def _build(config: RunConfig, data: Dataset, device: torch.device, one_off: dict[str, float]) -> _Training:
+    """The model (initialised on the CPU by the seed, then moved: the same weights on any device),
+    Adam, the fp16 scaler on CUDA, and the batches of the run's data path (a one-off upload of the
+    whole set with data_on_device, timed into `one_off`)."""
     torch.manual_seed(config.seed)
-    model = Network().to(device)  # initialised on the CPU by the seed, then moved: same weights anywhere
+    model = Network().to(device)
     channels_last = uses_channels_last(device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = make_optimizer(model.parameters(), config, device, capturable=config.cuda_graph)
-    cuda, cpu = device.type == "cuda", device.type == "cpu"
+    cuda = device.type == "cuda"
     # fp16 has too few exponent bits for small gradients: scale the loss up, unscale before the step.
     scaler = torch.amp.GradScaler("cuda") if cuda and config.precision == "fp16" else None
-    result = FitResult(model=model)
+    loader: DeviceBatches | PinnedPrefetch | torch.utils.data.DataLoader
     if config.data_on_device:
-        loader, result.one_off[UPLOAD] = _timed(
+        loader, one_off[UPLOAD] = _timed(
             device, lambda: DeviceBatches(data.train, config.batch_size, config.shuffle, config.seed, device))
     elif config.prefetch:
         loader = PinnedPrefetch(data.train, config.batch_size, config.shuffle, config.seed, device)
     else:
         loader = batches(data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
                          num_workers=config.num_workers, pin_memory=cuda)
-    first_epoch, earlier_s = 1, 0.0
-    earlier_wall_s: float | None = 0.0  # the wall clock a resumed run had reached before this process
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        loader.sampler.generator.set_state(resume["generator"])
-        if scaler is not None and "scaler" in resume:
-            scaler.load_state_dict(resume["scaler"])
-        result.epochs = [EpochStats(**e) for e in resume["epochs"]]
-        first_epoch, earlier_s = resume["epoch"] + 1, resume["elapsed_s"]
-        # The wall clock goes on from the checkpointed epoch's: the time between the two processes
-        # trained nothing, and this process's own set-up counts again.
-        earlier_wall_s = result.epochs[-1].wall_clock_s
-    hooks.model_ready(model)
-    net: torch.nn.Module = model  # what the steps call: the model, or its compiled form (same parameters)
+    return _Training(model, model, optimizer, scaler, loader, channels_last)
+
+
+def _resume(run: _Training, result: FitResult, resume: dict) -> _Start:
+    """A checkpoint's weights, optimizer moments, shuffling order and epochs put back."""
+    run.model.load_state_dict(resume["model"])
+    run.optimizer.load_state_dict(resume["optimizer"])
+    run.loader.sampler.generator.set_state(resume["generator"])
+    if run.scaler is not None and "scaler" in resume:
+        run.scaler.load_state_dict(resume["scaler"])
+    result.epochs = [EpochStats(**e) for e in resume["epochs"]]
+    # The wall clock goes on from the checkpointed epoch's: the time between the two processes
+    # trained nothing, and this process's own set-up counts again.
+    return _Start(resume["epoch"] + 1, resume["elapsed_s"], result.epochs[-1].wall_clock_s)
+
+
+def _prepare(run: _Training, config: RunConfig, data: Dataset, device: torch.device, result: FitResult) -> None:
+    """The one-off costs before epoch 1, each timed into `result`: compiling (with compile), the
+    warm-up, and capturing the step as a CUDA graph (with cuda_graph)."""
     if config.compile:
         torch.compiler.reset()  # each run compiles (and is timed compiling) as if it were the first
-        net = _compiled(model)
+        run.net = _compiled(run.model)
     try:
-        result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(model, config, data, device)
+        result.one_off[COMPILE if config.compile else WARMUP] = _warm_up(run.model, config, data, device)
     except Exception as exc:
         if not config.compile or isinstance(exc, torch.OutOfMemoryError):
             raise
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [exc.__class__.__name__]
         raise CompileFailed(f"torch.compile failed ({lines[0][:300]}); set compile: false to train this "
                             "point eagerly") from exc
-    graph = None
     if config.cuda_graph:  # the planner only lets cuda points through
-        from pipeline.cuda_graph import GraphStep
+        run.graph, result.one_off[CAPTURE] = _timed(device, lambda: GraphStep(
+            run.model, run.optimizer, min(config.batch_size, len(data.train)), device,
+            lambda images: _normalise(images, run.channels_last)))
 
-        graph, result.one_off[CAPTURE] = _timed(device, lambda: GraphStep(
-            model, optimizer, min(config.batch_size, len(data.train)), device,
-            lambda images: _normalise(images, channels_last)))
-    hooks.before_training(result.one_off)
-    memory, meter = PeakMemory(device), EnergyMeter(device)
-    run_start = time.perf_counter()
-    for epoch in range(first_epoch, config.epochs + 1):
-        hooks.epoch_start(epoch, len(loader))
-        net.train()
-        clock = Clock(device)
-        memory.start()
-        meter.start()
-        # Accumulate on the device; reading them once per epoch avoids a host sync per step.
-        # Cross-entropy is never negative, so a NaN or inf loss stays in the sum: one check per epoch.
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), dtype=torch.long, device=device)
-        epoch_start = waiting_since = time.perf_counter()
-        for step, (images, labels) in enumerate(loader, start=1):
-            waited_s = time.perf_counter() - waiting_since
-            before_copy = clock.mark()
-            if config.prefetch:  # already copied on the side stream: wait for it (the exposed transfer)
-                images, labels = loader.take(images, labels)
-            images, labels = graph.feed(images, labels) if graph else _to_device(images, labels, device, cuda)
-            after_copy = clock.mark()
-            if graph is not None and images is graph.images:
-                logits, loss = graph.replay()
-            else:
-                logits, loss = _train_step(net, optimizer, images, labels, device, config.precision,
-                                           channels_last, scaler)
-            loss_sum += loss.detach() * labels.size(0)
-            correct += (logits.argmax(dim=1) == labels).sum()
-            if cpu and not math.isfinite(loss.item()):  # free on the CPU: stop at the step it happened
-                raise _diverged(epoch, step)
-            clock.step(waited_s, before_copy, after_copy, clock.mark())
-            hooks.step()
-            waiting_since = time.perf_counter()
-        sync(device)
-        epoch_s = time.perf_counter() - epoch_start
-        clock.finish(epoch_s)
-        peak_mb, joules = memory.read(), meter.joules()
-        n = len(data.train)
-        train_loss = loss_sum.item() / n
-        if not math.isfinite(train_loss):
-            raise _diverged(epoch)
-        test_loss, test_accuracy = evaluate(net, data.test, device, config.precision)  # .item(): synced
-        wall_clock_s = None if earlier_wall_s is None else earlier_wall_s + time.perf_counter() - fit_start
-        stats = EpochStats(
-            epoch=epoch,
-            train_loss=train_loss,
-            train_accuracy=correct.item() / n,
-            test_loss=test_loss,
-            test_accuracy=test_accuracy,
-            epoch_duration_s=epoch_s,
-            images_per_s=n / epoch_s if epoch_s > 0 else float("inf"),
-            data_time_s=clock.data,
-            transfer_time_s=clock.transfer,
-            compute_time_s=clock.compute,
-            enqueue_time_s=clock.enqueue,
-            peak_memory_mb=peak_mb,
-            energy_j=joules,
-            wall_clock_s=wall_clock_s,
-        )
-        result.epochs.append(stats)
-        hooks.epoch_end(stats)
-        if hooks.checkpointing:
-            hooks.save_state({
-                "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "generator": loader.sampler.generator.get_state(),
-                **({"scaler": scaler.state_dict()} if scaler is not None else {}),
-                "epochs": [dataclasses.asdict(e) for e in result.epochs],
-                "elapsed_s": earlier_s + time.perf_counter() - run_start,
-            })
-        if stop_at is not None and stop_at.reached(getattr(stats, stop_at.metric)):
-            break
-    result.duration_s = earlier_s + time.perf_counter() - run_start
-    return result
+
+def _epoch(run: _Training, config: RunConfig, data: Dataset, device: torch.device, epoch: int, hooks: Hooks,
+           meters: tuple[PeakMemory, EnergyMeter]) -> EpochStats:
+    """One epoch: every batch moved to the device and stepped, timed by where its time went (the
+    data, the copy, the compute: Clock), then the test set evaluated."""
+    cuda, cpu = device.type == "cuda", device.type == "cpu"
+    memory, meter = meters
+    run.net.train()
+    clock = Clock(device)
+    memory.start()
+    meter.start()
+    # Accumulate on the device; reading them once per epoch avoids a host sync per step.
+    # Cross-entropy is never negative, so a NaN or inf loss stays in the sum: one check per epoch.
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    graph, loader = run.graph, run.loader
+    epoch_start = waiting_since = time.perf_counter()
+    for step, (images, labels) in enumerate(loader, start=1):
+        waited_s = time.perf_counter() - waiting_since
+        before_copy = clock.mark()
+        if isinstance(loader, PinnedPrefetch):  # already copied on the side stream: wait for it (the exposed transfer)
+            images, labels = loader.take(images, labels)
+        images, labels = graph.feed(images, labels) if graph else _to_device(images, labels, device, cuda)
+        after_copy = clock.mark()
+        if graph is not None and images is graph.images:
+            logits, loss = graph.replay()
+        else:
+            logits, loss = _train_step(run.net, run.optimizer, images, labels, device, config.precision,
+                                       run.channels_last, run.scaler)
+        loss_sum += loss.detach() * labels.size(0)
+        correct += (logits.argmax(dim=1) == labels).sum()
+        if cpu and not math.isfinite(loss.item()):  # free on the CPU: stop at the step it happened
+            raise _diverged(epoch, step)
+        clock.step(waited_s, before_copy, after_copy, clock.mark())
+        hooks.step()
+        waiting_since = time.perf_counter()
+    sync(device)
+    epoch_s = time.perf_counter() - epoch_start
+    clock.finish(epoch_s)
+    peak_mb, joules = memory.read(), meter.joules()
+    n = len(data.train)
+    train_loss = loss_sum.item() / n
+    if not math.isfinite(train_loss):
+        raise _diverged(epoch)
+    test_loss, test_accuracy = evaluate(run.net, data.test, device, config.precision)  # .item(): synced
+    return EpochStats(
+        epoch=epoch,
+        train_loss=train_loss,
+        train_accuracy=correct.item() / n,
+        test_loss=test_loss,
+        test_accuracy=test_accuracy,
+        epoch_duration_s=epoch_s,
+        images_per_s=n / epoch_s if epoch_s > 0 else float("inf"),
+        data_time_s=clock.data,
+        transfer_time_s=clock.transfer,
+        compute_time_s=clock.compute,
+        enqueue_time_s=clock.enqueue,
+        peak_memory_mb=peak_mb,
+        energy_j=joules,
+        wall_clock_s=None,  # set by _fit, which knows when the run began
+    )
+
+
+def _state(run: _Training, result: FitResult, epoch: int, elapsed_s: float) -> dict:
+    """What a resumed run needs to go on as if never stopped (Hooks.save_state)."""
+    return {
+        "epoch": epoch, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+        "generator": run.loader.sampler.generator.get_state(),
+        **({"scaler": run.scaler.state_dict()} if run.scaler is not None else {}),
+        "epochs": [dataclasses.asdict(e) for e in result.epochs],
+        "elapsed_s": elapsed_s,
+    }
