@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline import charts
+from pipeline import charts, html_report, view
 from pipeline.compare import Comparison
 from pipeline.files import atomic_write
 from pipeline.sentences import notes, speedup_lines
@@ -34,8 +34,6 @@ def write_report(comparison: Comparison, folder: Path) -> list[Path]:
 
 def write_html(client, comparison: Comparison, path: Path) -> Path:
     """The sweep's report (html_report.render) as one file at `path`, replaced whole."""
-    from pipeline import html_report
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, html_report.render(comparison, html_report.provenance(client, comparison.sweep.run_id)))
@@ -47,8 +45,6 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
     `comparison/` folder and `report.html`, then the saved view and the descriptions (view.publish).
     `pipeline run` publishes each sweep at its end (with its grid's `axes`); `pipeline compare
     --publish` publishes one again, with that call's options."""
-    from pipeline import view
-
     with tempfile.TemporaryDirectory(prefix="pipeline-publish-") as temporary:
         folder = Path(temporary)
         write_report(comparison, folder / "comparison")
