@@ -23,9 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline import idx, interrupts, results, rounds
-from pipeline.compare import BEST, CHART_HISTORIES, HISTORIES, CompareOptions, Comparison, build, pick
-from pipeline.comparison_folder import publish
+from pipeline import idx, interrupts, results
 from pipeline.config import AUTO, DEFAULTS, GridSpec, RunConfig, effective_yaml, with_repeats
 from pipeline.contention import contended_share
 from pipeline.errors import UserError
@@ -99,6 +97,7 @@ from pipeline.timing import histories_of, steady_mean, summary, summary_line
 from pipeline.tracking import Tracker, param_str
 
 if TYPE_CHECKING:
+    from pipeline.compare import CompareOptions, Comparison
     from pipeline.data import Dataset
     from pipeline.report import Reporter
     from pipeline.target import Target
@@ -193,7 +192,7 @@ def run_grid(spec: GridSpec, reporter: Reporter, options: Options = Options(),
 
 def _run_grid(spec: GridSpec, planned: list[Planned], reporter: Reporter, options: Options,
               executor: Executor | None, store: tuple[str, Any] | None) -> SweepResult:
-    from pipeline import data as data_mod  # torch: not loaded before the inputs are checked
+    from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
 
     if options.require_devices:
         _require_devices(planned)
@@ -219,14 +218,14 @@ def run_single(config: RunConfig, reporter: Reporter, options: Options = Options
     uri, client = _check_inputs(options, options.data_dir)  # at once, before planning imports torch
     (item,) = plan([GridPoint(1, config, single_name(config))])
     if item.device is None:
-        from pipeline.device import DeviceUnavailable, resolve  # torch: not loaded before the inputs are checked
+        from pipeline.device import DeviceUnavailable, resolve  # torch (seconds): after the inputs are checked
 
         try:
             resolve(config.device)
         except DeviceUnavailable:  # the device itself is missing
             raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto") from None
         raise UserError(f"pipeline train: {item.reason}")  # a setting this device cannot run
-    from pipeline import data as data_mod  # torch: not loaded before the inputs are checked
+    from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
 
     dataset = data_mod.load(options.data_dir)
     reporter.data(dataset.description)
@@ -440,6 +439,8 @@ class _Finished:
 
     def record(self, run_id: str) -> RunRecord:
         """A DONE run as the comparison reads it, its histories read back the first time it is asked for."""
+        from pipeline.compare import HISTORIES  # pandas, scipy (seconds): after the inputs are checked
+
         if run_id not in self._records:
             self._records[run_id] = record(self.client, self._by_id[run_id], HISTORIES)
         return self._records[run_id]
@@ -479,6 +480,8 @@ def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: l
     why the rounds stop, as the sweep's end says it, or '' to train one more round (its line printed).
     A round that was cut short (--fail-fast, a store outage) or in which no run finished stops them,
     so that failing runs never loop."""
+    from pipeline import rounds  # pandas, scipy (seconds): after the inputs are checked
+
     if any(o.store_down for o in latest):
         full = any(o.no_room for o in latest)
         return rounds.stopped(reached, "the tracking store's disk is full" if full else
@@ -506,6 +509,8 @@ def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, out
     """The comparison `repeats: auto` judges: the parent's FINISHED children, built as _log_comparison
     builds it (the epochs this process logged, not read back), and the DONE runs of the rounds reached
     so far, so that a rerun reaches the rounds the first sweep did."""
+    from pipeline.compare import HISTORIES, build  # pandas, scipy (seconds): after the inputs are checked
+
     tracker = sweep.tracker
     done = [finished.record(o.run_id) for o in outcomes if o.status == DONE and o.run_id]
     if parent_id is None:  # every run so far was DONE: no parent yet
@@ -518,6 +523,8 @@ def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, out
 
 def _compare_options(spec: GridSpec) -> CompareOptions:
     """How a sweep compares its own runs: against its grid's target and quality margin."""
+    from pipeline.compare import CompareOptions  # pandas, scipy (seconds): after the inputs are checked
+
     return CompareOptions(target=str(spec.target) if spec.target else None, quality_margin=spec.quality_margin)
 
 
@@ -616,6 +623,8 @@ def _log_sweep_summary(tracker: Tracker, parent_id: str, reporter: Reporter, out
     name) linked as the sweep's output, its run id in TAG_BEST_RUN (MLflow 3.17's UI lists a run
     without a model output under "Evaluation runs" in GenAI experiments; with one it is a training
     run). Where every run is contended there is no best: nothing is linked."""
+    from pipeline.compare import BEST, pick  # pandas, scipy (seconds): after the inputs are checked
+
     finished = [o for o in outcomes if o.status == FINISHED and o.run_id]
     if comparison is not None and not comparison.table.empty:  # the settings' figures, as every view shows them
         epochs = comparison.table[STEADY_EPOCH].dropna().tolist()
@@ -689,7 +698,7 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     finished = finished_by_key(client, experiment_id_of(client, options.experiment or spec.experiment))
     if not finished:
         return {}
-    from pipeline import data as data_mod  # torch: not loaded before the inputs are checked
+    from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
 
     _assign_run_keys(planned, data_mod.load(options.data_dir or spec.data.root, spec.data.train_size,
                                             spec.data.test_size).identity, spec.stop_at)
@@ -701,6 +710,10 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
     run's artifacts (comparison/), its report (report.html), and what the MLflow UI opens on (view.py):
     saved view, descriptions. The charts' histories are the epochs of `outcomes` as logged, never read
     back; each run's figures are the ones it logged at its end."""
+    # pandas, scipy (seconds): after the inputs are checked
+    from pipeline.compare import CHART_HISTORIES, HISTORIES, build
+    from pipeline.comparison_folder import publish
+
     known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
         comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known,
@@ -723,7 +736,7 @@ def _project_run_id() -> str | None:
 
 
 def _hardware(item: Planned) -> str:
-    from pipeline.device import hardware_name  # torch: not loaded before the inputs are checked
+    from pipeline.device import hardware_name  # torch (seconds): after the inputs are checked
 
     return item.hardware or hardware_name(item.device)
 
@@ -761,7 +774,7 @@ def _outcome_of_finished(client, item: Planned, run) -> Outcome:
     """A DONE point as the summary shows it: final metrics, the steady-state epoch time of its history,
     and its steady-state summary as it logged it (worked out from its history for a run older than
     those figures)."""
-    from pipeline.train import EpochStats  # torch: not loaded before the inputs are checked
+    from pipeline.train import EpochStats  # torch (seconds): after the inputs are checked
 
     metrics = run.data.metrics
     fields = {name: metrics.get(name, float("nan")) for name in EPOCH_METRICS}
