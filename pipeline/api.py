@@ -19,6 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.compare import HISTORIES, CompareOptions, build, sweep_options
+from pipeline.config import check_repeats, load_grid
+from pipeline.errors import UserError
+from pipeline.records import read_sweep
+from pipeline.report import Reporter
+from pipeline.runner import Options, run_grid
+from pipeline.store import absolute_store_uri, open_client, process_settings, resolve_tracking_uri
+
 if TYPE_CHECKING:
     import pandas
 
@@ -71,11 +79,6 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
         pipeline.errors.UserError: bad input (the grid, an override, the store, the data), with the
             one-line message the CLI prints, before anything is written.
     """
-    from pipeline.config import check_repeats, load_grid
-    from pipeline.report import Reporter
-    from pipeline.runner import Options, run_grid
-    from pipeline.store import process_settings
-
     _check_overrides(overrides)
     spec = load_grid(grid, overrides, name=experiment or "notebook")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir, rerun=rerun,
@@ -92,8 +95,6 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
 def _check_overrides(overrides: Any) -> None:
     """`overrides` is a list or tuple of "KEY=VALUE" strings: a bare string would be read one
     character at a time, so it is refused by name (UserError), like any other type."""
-    from pipeline.errors import UserError
-
     if isinstance(overrides, (str, bytes)):
         text = overrides.decode(errors="replace") if isinstance(overrides, bytes) else overrides
         raise UserError(f"overrides: got a string {text!r}; pass a list, e.g. overrides=[{text!r}]")
@@ -120,16 +121,10 @@ def compare(experiment: str | None = None, parent_run: str | None = None,
     Raises:
         pipeline.errors.UserError: no such store, experiment or sweep, with the CLI's message.
     """
-    from pipeline.store import absolute_store_uri, resolve_tracking_uri
-
     return _table(absolute_store_uri(resolve_tracking_uri(tracking_uri)), experiment, parent_run)
 
 
 def _table(uri: str, experiment: str | None = None, parent_run: str | None = None) -> pandas.DataFrame:
-    from pipeline.compare import HISTORIES, CompareOptions, build, sweep_options
-    from pipeline.records import read_sweep
-    from pipeline.store import open_client
-
     client = open_client(uri, must_exist=True)
     sweep = read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)
     return build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions())).table

@@ -1,6 +1,7 @@
 """The `pipeline` command: parses, calls and prints. Logic lives in the modules below it.
 
-Heavy imports (torch, mlflow) happen inside the commands that need them: `pipeline --help` is quick.
+The package's light modules are imported at the top. Those that load torch, mlflow, pandas, numpy or
+rich are imported inside the commands that need them: `--help`, `validate`, `schema` and `init` stay quick.
 """
 
 from __future__ import annotations
@@ -13,10 +14,30 @@ from typing import Any, get_type_hints
 
 import click
 
-from pipeline import __version__
-from pipeline.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats
+from pipeline import __version__, registry, results
+from pipeline.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats, load_grid
 from pipeline.errors import UserError
-from pipeline.grid import MAX_POINTS
+from pipeline.files import check_writable
+from pipeline.grid import MAX_POINTS, SHOWN_POINTS, expand
+from pipeline.records import latest_experiment_id, read_sweep
+from pipeline.schema import schema_text
+from pipeline.server import check_port, run_mlflow, serve
+from pipeline.starter import FIRST_GRID, write_examples
+from pipeline.store import (
+    RUNS_PAGE,
+    UI_OPTIONS,
+    TrackingUnavailable,
+    absolute_store_uri,
+    fluent_target,
+    local_state_dir,
+    open_client,
+    process_settings,
+    redact,
+    resolve_tracking_uri,
+    short_cause,
+    tell_project_run,
+    user_error,
+)
 
 EXIT_INTERRUPTED = 130
 
@@ -136,8 +157,6 @@ class _Group(click.Group):
         except click.UsageError as exc:  # a command's options and arguments, or a command that does not exist
             _one_line_usage_error(exc)
         except UserError as exc:
-            from pipeline.store import redact, tell_project_run
-
             click.echo(f"error: {redact(str(exc))}", err=True)  # a password in any URI it names is masked
             tell_project_run(redact(str(exc)))
             ctx.exit(exc.exit_code)
@@ -146,8 +165,6 @@ class _Group(click.Group):
             ctx.exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
         except Exception as exc:  # an MlflowException no caller mapped: one line, never a traceback
             from mlflow.exceptions import MlflowException
-
-            from pipeline.store import TrackingUnavailable, redact, short_cause, user_error
 
             if isinstance(exc, TrackingUnavailable):
                 click.echo(redact(f"error: the tracking store {exc}; run the command again once it answers"), err=True)
@@ -177,8 +194,6 @@ def main() -> None:
                  pipeline validate experiments/quickstart.yaml
                  pipeline run experiments/quickstart.yaml
     """
-    from pipeline.store import process_settings
-
     click.get_current_context().with_resource(process_settings())  # for the command, then put back
 
 
@@ -189,8 +204,6 @@ def init(folder: Path, force: bool) -> None:
     """Write the example grids, and the JSON Schema they name for editors, into DIR (default:
     ./experiments), to copy and edit. A file already there is never overwritten without --force."""
     import shlex
-
-    from pipeline.starter import FIRST_GRID, write_examples
 
     copied = write_examples(folder, force)
     for path in copied.written:
@@ -206,8 +219,6 @@ def init(folder: Path, force: bool) -> None:
 @main.command(short_help="Print the JSON Schema of a grid file, for editors.")
 def schema() -> None:
     """Print the JSON Schema of a grid file, for editors (the example grids name it in their first line)."""
-    from pipeline.schema import schema_text
-
     click.echo(schema_text(), nl=False)
 
 
@@ -249,14 +260,12 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     again. Exit code: 0 when every run that could run finished, 1 when one failed, 2 for bad input,
     130 on Ctrl-C (143 on SIGTERM, 129 on SIGHUP).
     """
-    from pipeline.config import load_grid
+    # rich (report), and pandas and numpy (runner): loaded by the commands that use them only
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_grid
 
     spec = load_grid(grid, overrides)
     if register_name:  # refused now, not after the sweep
-        from pipeline import registry
-
         registry.check_name(register_name, "--register")
     options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
                       require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
@@ -265,14 +274,10 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
                       repeats=repeats)
     result = run_grid(spec, Reporter(), options)
     if register_name and result.tracking_uri is not None:  # None: a dry run, which records nothing
-        from pipeline import registry
-
         try:
             _print_registration(registry.register_best(result.tracking_uri, result.parent_run_id,
                                                        result.experiment_id, register_name))
         except UserError as exc:  # the sweep is done and recorded; only the registration failed
-            from pipeline.store import redact
-
             click.echo(f"--register {register_name}: {redact(str(exc))}", err=True)
             sys.exit(max(result.exit_code, 1))
     sys.exit(result.exit_code)
@@ -288,6 +293,7 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool,
           **settings: Any) -> None:
     """Train one run with the given settings (each the grid key of its name) and track it in MLflow."""
+    # rich (report), and pandas and numpy (runner): loaded by the commands that use them only
     from pipeline.report import Reporter
     from pipeline.runner import Options, run_single
 
@@ -306,9 +312,7 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
 @set_option
 def validate(grid: str, overrides: tuple[str, ...]) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
-    from pipeline.config import load_grid
-    from pipeline.grid import SHOWN_POINTS, expand
-    from pipeline.report import grid_notes, grid_table, make_console, sweep_size, target_line
+    from pipeline.report import grid_notes, grid_table, make_console, sweep_size, target_line  # rich: not for --help
 
     spec = load_grid(grid, overrides)
     title = f"{spec.path}: experiment {spec.experiment!r}, {sweep_size(spec)}"
@@ -322,8 +326,6 @@ def validate(grid: str, overrides: tuple[str, ...]) -> None:
         console.print(target_line(spec))
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
-        from pipeline.store import redact
-
         root = redact(str(data.root)) if data.root else "search"
         console.print(f"data: root={root} train_size={data.train_size or 'all'} "
                       f"test_size={data.test_size or 'all'}")
@@ -362,7 +364,7 @@ def devices(peak: bool, remeasure: bool) -> None:
 @click.option("--download", is_flag=True, help="Fetch Fashion-MNIST with torchvision into ./data (needs a network).")
 def data(data_dir: str | None, download: bool) -> None:
     """Find, verify and describe the Fashion-MNIST files the pipeline would use."""
-    from pipeline import data as data_mod
+    from pipeline import data as data_mod  # torch
 
     if download:
         click.echo(f"downloaded into {data_mod.download(data_dir or 'data')}")
@@ -422,12 +424,12 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     It reads only: --out and --html write files, --publish writes to the store."""
     from dataclasses import replace
 
-    from pipeline import gate
+    # pandas (the comparison and everything that reads it) and rich: loaded by compare only
+    from pipeline import gate, view
     from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, sweep_options
+    from pipeline.comparison_folder import publish as publish_sweep
     from pipeline.comparison_folder import write_html, write_report
-    from pipeline.records import read_sweep
     from pipeline.report import Reporter
-    from pipeline.store import open_client, resolve_tracking_uri
     from pipeline.tables import render, render_gate
 
     if fail_if_slower is not None and baseline is None:
@@ -443,7 +445,6 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     if baseline is not None and (publish or html):
         raise UserError(f"{'--publish' if publish else '--html'} publishes a sweep's comparison; with --baseline "
                         "compare checks a gate and publishes nothing: run them as two commands")
-    from pipeline.files import check_writable
 
     if out:  # before anything is printed: a table followed by a failed write reads as success
         check_writable(Path(out), "--out", "pass a folder you can write in (it is created when missing)")
@@ -471,8 +472,6 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
         else:
             click.echo(render_gate(result, fmt), nl=False)
         sys.exit(result.exit_code)
-    from pipeline import view
-
     # The writes first, then the printing: a reader that stops early (`| head`) ends the printing
     # with a broken pipe, and that must not cancel a --publish or leave a report unwritten.
     written: list[str] = []
@@ -481,8 +480,6 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     if html:
         written.append(f"wrote {write_html(client, comparison, Path(html))}")
     if publish:
-        from pipeline.comparison_folder import publish as publish_sweep
-
         publish_sweep(client, comparison)
         written.append(f"published: the saved view, the descriptions and {view.REPORT} of sweep "
                        f"{comparison.sweep.run_id}")
@@ -502,16 +499,11 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
 @tracking_uri_option
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
-    from pipeline.records import latest_experiment_id
-    from pipeline.server import check_port, run_mlflow
-    from pipeline.store import UI_OPTIONS, absolute_store_uri, open_client, redact, resolve_tracking_uri
-
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
         click.echo(f"{redact(uri)} is a tracking server: its UI is at that address")
         return
-    from pipeline import view
-    from pipeline.store import RUNS_PAGE
+    from pipeline import view  # pandas: not before a server's address is all there is to say
 
     check_port(host, port)
     client = open_client(uri, must_exist=True)
@@ -557,9 +549,6 @@ def register(run_id: str | None, experiment: str | None, parent_run: str | None,
              tracking_uri: str | None) -> None:
     """Register a run's model (by default the run the sweep's verdict names best) as a new version of
     MODEL_NAME and alias it."""
-    from pipeline import registry
-    from pipeline.store import open_client, resolve_tracking_uri
-
     if not (run_id or experiment or parent_run):
         raise UserError("say which run to register: --run-id ID, or --experiment NAME [--parent-run ID]")
     if rule and metric:
@@ -607,10 +596,10 @@ def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str
             limit: int | None, tracking_uri: str | None) -> None:
     """Classify IMAGE_FILES (PNG/JPEG, any size, colour or grey), or measure accuracy on a
     Fashion-MNIST split when no files are given."""
+    # torch (data, predict) and rich (report): loaded by predict only
     from pipeline import data as data_mod
     from pipeline import predict as predict_mod
     from pipeline.report import class_accuracy_table, make_console
-    from pipeline.store import fluent_target, resolve_tracking_uri
 
     target = predict_mod.check_inputs(device, images, bool(data_dir or limit))
     batch = predict_mod.read_images(list(images)) if images else None
@@ -642,9 +631,6 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     as it is; the other lines are relogged, and the exit code is 2 (bad input). A line whose run the
     store refuses (or whose model file is gone) marks that run FAILED with the reason and stays for
     a relog after the fix; the other lines are relogged, and the exit code is 1."""
-    from pipeline import results
-    from pipeline.store import local_state_dir, redact, resolve_tracking_uri
-
     path = results_file or results.path_in(local_state_dir(resolve_tracking_uri(tracking_uri)))
     done = results.relog(path, override_uri=tracking_uri)
     logged, failed = [run for run in done if not run.error], [run for run in done if run.error]
@@ -695,8 +681,6 @@ def server(host: str, port: int, backend_store_uri: str, artifacts_destination: 
            allowed_hosts: str | None, auth: bool, admin_password_file: str | None, default_permission: str,
            auth_database_uri: str | None) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
-    from pipeline.server import serve
-
     sys.exit(serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts, auth=auth,
                    admin_password_file=admin_password_file, default_permission=default_permission,
                    auth_database_uri=auth_database_uri))

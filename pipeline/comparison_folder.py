@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline import charts
+from pipeline import charts, html_report, view
 from pipeline.compare import BEST, Comparison, pick
 from pipeline.files import atomic_write
 from pipeline.names import TAG_BEST_RUN
@@ -35,8 +35,6 @@ def write_report(comparison: Comparison, folder: Path) -> list[Path]:
 
 def write_html(client, comparison: Comparison, path: Path) -> Path:
     """The sweep's report (html_report.render) as one file at `path`, replaced whole."""
-    from pipeline import html_report
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, html_report.render(comparison, html_report.provenance(client, comparison.sweep.run_id)))
@@ -50,8 +48,6 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
     --publish` publishes one again, with that call's options. The parent's TAG_BEST_RUN follows the
     verdict it publishes: the best setting's run, or no tag where there is none (every run
     contended), so the tag, the descriptions and `pipeline register` name one run."""
-    from pipeline import view
-
     with tempfile.TemporaryDirectory(prefix="pipeline-publish-") as temporary:
         folder = Path(temporary)
         write_report(comparison, folder / "comparison")

@@ -37,6 +37,7 @@ from typing import Any, Literal
 import yaml
 
 from pipeline.errors import UserError
+from pipeline.store import experiment_name_problem
 from pipeline.target import Target
 from pipeline.target import parse as parse_target
 
@@ -694,8 +695,6 @@ def _repeat_settings(raw: dict, where: str) -> tuple[int, int | None, float | No
 
 
 def _experiment(value: Any, where: str) -> str:
-    from pipeline.store import experiment_name_problem
-
     try:
         name = _nonempty_string(value, "a non-empty name")
     except ValueError:

@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from pipeline.errors import UserError
+from pipeline.names import TAG_CONCURRENT, TAG_RAY_NODE
 from pipeline.point import FAILED, FINISHED, NOT_RUN, Outcome, PointJob, Progress, run_point
+from pipeline.store import CREDENTIAL_VARIABLES, TrackingUnavailable, process_settings, redact, sqlite_path
+from pipeline.tracking import Tracker
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +51,7 @@ class Planned:
 
 def plan(points: Sequence[GridPoint]) -> list[Planned]:
     """Resolve every point's device once; unavailable ones carry the reason."""
+    # torch: loaded when a sweep plans, after its inputs are checked
     from pipeline.device import DeviceUnavailable, compile_missing, precision_missing, resolve
 
     planned = []
@@ -163,7 +167,6 @@ class RayExecutor:
                                 "start it with `ray start --head` or drop --ray-address") from None
         self.nodes = len([n for n in ray.nodes() if n.get("Alive")])
         self.resources = ray.cluster_resources()
-        from pipeline.store import redact, sqlite_path
 
         if sqlite_path(tracking_uri) is not None and self.nodes > 1:
             self.close()
@@ -296,8 +299,6 @@ def concurrency_by_node(outcomes: Sequence[Outcome]) -> dict[str, int]:
     """Run id → how many points trained at once on its node while it trained (the most at any
     moment, itself included), for the trained outcomes that say where and when they trained.
     Spans are the workers' clocks: compared only within one node, where they are one clock."""
-    from pipeline.names import TAG_RAY_NODE
-
     by_node: dict[str, list[tuple[str, tuple[float, float]]]] = {}  # node: (run id, span) of each run
     for outcome in outcomes:
         node = outcome.tags.get(TAG_RAY_NODE)
@@ -314,10 +315,6 @@ def _tag_concurrency(jobs: Sequence[PointJob], outcomes: Sequence[Outcome]) -> N
     """Tag each Ray run with TAG_CONCURRENT once every point has landed: only the driver sees every
     run's node and training span, and points that shared a node timed each other's load. A store
     that is down loses these tags only (the sweep has said so already)."""
-    from pipeline.names import TAG_CONCURRENT
-    from pipeline.store import TrackingUnavailable
-    from pipeline.tracking import Tracker
-
     counts = concurrency_by_node(outcomes)
     for job, outcome in zip(jobs, outcomes):
         if outcome.run_id not in counts or outcome.status != FINISHED:
@@ -345,8 +342,6 @@ class Login:
 
     @classmethod
     def from_environment(cls) -> Login:
-        from pipeline.store import CREDENTIAL_VARIABLES
-
         return cls({k: os.environ[k] for k in CREDENTIAL_VARIABLES if os.environ.get(k)})
 
     def apply(self) -> None:
@@ -362,9 +357,7 @@ def _run_remote(job: PointJob, cpus: float, login: Login | None = None) -> Outco
     import ray
     import torch
 
-    from pipeline.device import DeviceUnavailable, resolve
-    from pipeline.names import TAG_RAY_NODE
-    from pipeline.store import process_settings
+    from pipeline.device import DeviceUnavailable, resolve  # torch, as above
 
     if login is not None:
         login.apply()

@@ -33,6 +33,7 @@ from pipeline import stats
 from pipeline.compare import ROW_KEYS, TWIN_KEYS
 from pipeline.errors import UserError
 from pipeline.grid import format_value
+from pipeline.records import read_sweep
 
 if TYPE_CHECKING:
     from pipeline.compare import Comparison
@@ -110,8 +111,6 @@ class GateResult:
 
 def baseline_sweep(client: Retrying, baseline: str, histories: tuple[str, ...], current: SweepRecord) -> SweepRecord:
     """`--baseline`: a parent run id, or an experiment name for its latest sweep; never `current` itself."""
-    from pipeline.records import read_sweep
-
     by_id = bool(_RUN_ID.fullmatch(baseline))
     try:
         sweep = read_sweep(client, None if by_id else baseline, baseline if by_id else None, histories=histories,

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.device import DeviceUnavailable, resolve
 from pipeline.errors import UserError
 from pipeline.model import CLASSES
-from pipeline.store import first_line, redact
+from pipeline.store import first_line, open_client, redact
 
 SIDE = 28
 # Larger images are refused before they are decoded: 8000x8000 is past any photo of a garment, and a
@@ -29,8 +30,6 @@ MAX_PIXELS = 8000 * 8000
 
 def check_inputs(device: str, images: tuple[Path, ...], split_options: bool) -> torch.device:
     """The device to predict on, once the request makes sense: image files, or a dataset split."""
-    from pipeline.device import DeviceUnavailable, resolve
-
     try:
         target = resolve(device)
     except DeviceUnavailable as exc:
@@ -85,8 +84,6 @@ def check_store(model_uri: str, tracking_uri: str) -> None:
     A model in remote storage needs its client library (check_remote_client)."""
     check_remote_client(model_uri)
     if model_uri.startswith(("models:/", "runs:/")):
-        from pipeline.store import open_client
-
         open_client(tracking_uri, must_exist=True)
 
 

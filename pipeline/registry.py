@@ -30,8 +30,8 @@ from pipeline.names import (
     TAG_ROLE,
     TAG_SETTING,
 )
-from pipeline.records import all_runs, deleted_experiment, every, sweep_parent
-from pipeline.store import first_line, fluent_target, redact
+from pipeline.records import all_runs, deleted_experiment, every, read_sweep, sweep_parent
+from pipeline.store import first_line, fluent_target, open_client, redact
 
 TAG_SOURCE_RUN = "pipeline.source_run"
 TAG_METRIC = "pipeline.metric"  # a version picked by --metric: which metric
@@ -89,8 +89,8 @@ def picked_run(client, *, experiment: str | None = None, parent_run_id: str | No
     `experiment`, else the store's latest; with the Reason to record. Contended runs' speed figures
     count only with `include_contended`, as in `pipeline compare`. UserError when the sweep has no
     FINISHED run, or when every run is contended and the rule needs a speed figure."""
+    # pandas: the CLI imports registry at its start, and --help stays quick
     from pipeline.compare import HISTORIES, RULES, CompareOptions, build, pick, sweep_options
-    from pipeline.records import read_sweep
     from pipeline.sentences import pick_words
 
     sweep = read_sweep(client, experiment, parent_run_id, histories=HISTORIES)
@@ -245,8 +245,6 @@ def version_description(run, reason: Reason) -> str:
 def register_best(tracking_uri: str, parent_run_id: str | None, experiment_id: str | None, name: str) -> Registration:
     """`pipeline run --register NAME`: the sweep's best run (compare.pick), as its verdict names it;
     where every point was already done (no new sweep), the experiment's latest sweep's."""
-    from pipeline.store import open_client
-
     client = open_client(tracking_uri)
     experiment = client.get_experiment(experiment_id).name if parent_run_id is None and experiment_id else None
     run, reason = picked_run(client, experiment=experiment, parent_run_id=parent_run_id)

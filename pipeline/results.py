@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.files import atomic_write
+from pipeline.liveness import close, process_gone
 from pipeline.names import (
     CHECKPOINT_DIR,
     FAILED,
@@ -28,6 +29,9 @@ from pipeline.names import (
     TAG_RELOGGED,
     TAG_ROLE,
 )
+from pipeline.store import TrackingUnavailable, first_line
+from pipeline.timing import logged_at_end
+from pipeline.tracking import Tracker
 
 MODELS_DIR = "unlogged-models"  # under CHECKPOINT_DIR: weights of points trained during an outage
 
@@ -118,7 +122,7 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
             return None, f"{key!r} is {str(entry[key])[:60]!r}, not a {' or '.join(k.__name__ for k in kinds)}"
     from dataclasses import fields
 
-    from pipeline.train import EpochStats
+    from pipeline.train import EpochStats  # torch: the CLI imports results at its start, and --help stays quick
 
     for epoch in entry["epochs"]:
         if not _is_epoch(epoch, fields(EpochStats)):
@@ -206,9 +210,6 @@ def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]
     fails (MLflow refuses a name, its model file is missing or no model) marks its run FAILED with
     the reason, is returned with its `error`, and stays unlogged, naming that run, so that a relog
     after the fix completes the same run; the other lines go on."""
-    from pipeline.store import TrackingUnavailable
-    from pipeline.tracking import Tracker
-
     lines = read_lines(results_file)
     done: list[Relogged] = []
     trackers: dict[tuple[str, str], Tracker] = {}
@@ -253,8 +254,6 @@ def _failed(tracker, entry: dict[str, Any], exc: Exception) -> str:
 
     from mlflow.exceptions import MlflowException
 
-    from pipeline.store import first_line
-
     if isinstance(exc, (_LineProblem, UserError)):
         reason = str(exc)
     elif isinstance(exc, MlflowException):
@@ -294,8 +293,7 @@ def _parent_in(tracker, parent_id: str | None) -> str | None:
 def _restore(tracker, entry: dict[str, Any]) -> str:
     """The line's run in `tracker`'s store: the run the sweep opened when it is there, completed
     with what the outage kept from it, else a new child of the same sweep."""
-    from pipeline.timing import logged_at_end
-    from pipeline.train import EpochStats
+    from pipeline.train import EpochStats  # torch, as in _parse
 
     run = _existing_run(tracker, entry)
     tags = {**entry.get("tags", {}), TAG_ROLE: "point" if entry.get("parent_run_id") else "single",
@@ -360,8 +358,6 @@ def _close_stale_parent(tracker, parent_id: str) -> None:
     later sweep): close it FAILED, saying why, once its process is gone (under `mlflow run`, mlflow
     closes its project run itself)."""
     from mlflow.exceptions import MlflowException
-
-    from pipeline.liveness import close, process_gone
 
     try:
         parent = tracker.client.get_run(parent_id)

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pipeline.compare import axis_ratios
 from pipeline.config import KEYS
 from pipeline.grid import format_value, short
+from pipeline.sentences import verdict
 
 if TYPE_CHECKING:
     from pipeline.compare import Comparison
@@ -46,8 +48,6 @@ class Speedup:
         return self.half_width is not None and self.ratio.half_width <= self.half_width
 
     def __str__(self) -> str:
-        from pipeline.sentences import verdict
-
         ratio = self.ratio
         said = f"{self.label}: {verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)}"
         return said + (f" ±{100 * ratio.half_width:.1f}%" if self.half_width is not None and ratio.has_interval else "")
@@ -77,8 +77,6 @@ def references(axes: Sequence[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, A
 def judge(comparison: Comparison, axes: Sequence[tuple[str, tuple[Any, ...]]],
           half_width: float | None = None) -> Judgement:
     """Every speedup on the varying keys of `axes` (a grid's) in `comparison`, each judged clear or not."""
-    from pipeline.compare import axis_ratios
-
     varying = references(axes)
     if not varying:
         return Judgement(why_none="the grid varies no setting: nothing to compare")

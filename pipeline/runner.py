@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline import idx, interrupts, results
 from pipeline.config import AUTO, DEFAULTS, GridSpec, RunConfig, effective_yaml, with_repeats
+from pipeline.contention import contended_share
 from pipeline.errors import UserError
-from pipeline.executors import Executor, Planned, open_executor, plan
+from pipeline.executors import Executor, LocalExecutor, Planned, open_executor, plan
+from pipeline.files import check_writable, free_bytes
 from pipeline.grid import (
     MAX_POINTS,
     SHOWN_POINTS,
@@ -39,15 +41,18 @@ from pipeline.grid import (
     run_count,
     single_name,
 )
+from pipeline.liveness import kill_running_children, reap_orphans
 from pipeline.names import (
     ARTIFACT_EFFECTIVE_GRID,
     ARTIFACT_GRID_DIR,
     BEST_FINAL_ACCURACY,
     BEST_STEADY_EPOCH,
     CHECKPOINT_DIR,
+    EPOCH_METRICS,
     FINAL_ACCURACY,
     FINISHED_RUNS,
     ROUNDS,
+    RUN_DURATION,
     STEADY_EPOCH,
     STEADY_IMAGES,
     TAG_BEST_RUN,
@@ -76,15 +81,26 @@ from pipeline.point import (
     params_of,
     with_position,
 )
-from pipeline.store import NO_ROOM_ERRNOS
+from pipeline.records import RunRecord, SweepRecord, experiment_id_of, finished_by_key, read_sweep, record
+from pipeline.store import (
+    NO_ROOM_ERRNOS,
+    absolute_store_uri,
+    check_reachable,
+    check_writable_store,
+    local_state_dir,
+    open_client,
+    resolve_tracking_uri,
+    sqlite_path,
+    store_failure,
+)
+from pipeline.timing import histories_of, steady_mean, summary, summary_line
+from pipeline.tracking import Tracker, param_str
 
 if TYPE_CHECKING:
     from pipeline.compare import CompareOptions, Comparison
     from pipeline.data import Dataset
-    from pipeline.records import RunRecord
     from pipeline.report import Reporter
     from pipeline.target import Target
-    from pipeline.tracking import Tracker
 
 
 @dataclass(frozen=True)
@@ -176,7 +192,7 @@ def run_grid(spec: GridSpec, reporter: Reporter, options: Options = Options(),
 
 def _run_grid(spec: GridSpec, planned: list[Planned], reporter: Reporter, options: Options,
               executor: Executor | None, store: tuple[str, Any] | None) -> SweepResult:
-    from pipeline import data as data_mod
+    from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
 
     if options.require_devices:
         _require_devices(planned)
@@ -199,19 +215,18 @@ def _run_grid(spec: GridSpec, planned: list[Planned], reporter: Reporter, option
 def run_single(config: RunConfig, reporter: Reporter, options: Options = Options()) -> SweepResult:
     """One run (`pipeline train`): a top-level run, or the `mlflow run` project run itself.
     It always trains: it is one explicit run, not a point of a sweep that may be done."""
-    from pipeline import data as data_mod
-    from pipeline.executors import LocalExecutor
-
     uri, client = _check_inputs(options, options.data_dir)  # at once, before planning imports torch
     (item,) = plan([GridPoint(1, config, single_name(config))])
     if item.device is None:
-        from pipeline.device import DeviceUnavailable, resolve
+        from pipeline.device import DeviceUnavailable, resolve  # torch (seconds): after the inputs are checked
 
         try:
             resolve(config.device)
         except DeviceUnavailable:  # the device itself is missing
             raise UserError(f"--device {config.device}: {item.reason}; use --device cpu or auto") from None
         raise UserError(f"pipeline train: {item.reason}")  # a setting this device cannot run
+    from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
+
     dataset = data_mod.load(options.data_dir)
     reporter.data(dataset.description)
     sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)
@@ -234,16 +249,6 @@ def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
     """Fail in a second on a store that cannot be used, a folder the sweep cannot write, or no
     Fashion-MNIST where it is looked for: before torch is imported and before the data is decoded.
     Returns the store's URI and its client (None for sqlite: opened once the data is loaded)."""
-    from pipeline.contention import contended_share
-    from pipeline.store import (
-        absolute_store_uri,
-        check_reachable,
-        check_writable_store,
-        open_client,
-        resolve_tracking_uri,
-        sqlite_path,
-    )
-
     contended_share()  # a bad $PIPELINE_CONTENDED_SHARE is one line before anything trains
     uri, client = absolute_store_uri(resolve_tracking_uri(options.tracking_uri)), None
     if (path := sqlite_path(uri)) is not None:
@@ -260,9 +265,6 @@ def _check_folders(uri: str, checkpoint: bool) -> None:
     """The folders a sweep writes into besides the store, checked before anything trains (a
     checkpoint folder that is a file made every point train, then fail): the results file's, where
     every trained point is kept, and with --checkpoint the checkpoints'."""
-    from pipeline.files import check_writable
-    from pipeline.store import local_state_dir, sqlite_path
-
     state_dir = local_state_dir(uri)
     where = "beside the store" if sqlite_path(uri) is not None else "in the working folder"
     results_file = results.path_in(state_dir)
@@ -288,9 +290,6 @@ def _check_free_space(uri: str, artifact_location: str | None, runs: int) -> Non
     """UserError when `runs` runs clearly cannot fit in the free space of a sqlite store's folder
     and of a local artifact folder (together when they share a file system). Nothing is said where
     it cannot be estimated: a server's store, remote artifacts."""
-    from pipeline.files import free_bytes
-    from pipeline.store import sqlite_path
-
     store = sqlite_path(uri)
     if store is None:
         return
@@ -328,10 +327,6 @@ def _local_folder(location: str | None) -> Path | None:
 
 
 def _open_sweep(uri: str, client, experiment: str, dataset: Dataset, reporter: Reporter, options: Options) -> _Sweep:
-    from pipeline.liveness import reap_orphans
-    from pipeline.store import local_state_dir, open_client
-    from pipeline.tracking import Tracker
-
     project_run = _project_run_id()
     if project_run and options.experiment is not None:
         client = client or open_client(uri)
@@ -352,8 +347,6 @@ def _project_run(client, project_run: str, experiment: str, reporter: Reporter) 
     which cannot move, is left a note that points there."""
     from mlflow.exceptions import MlflowException
     from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
-
-    from pipeline.store import store_failure
 
     try:
         own = client.get_experiment(client.get_run(project_run).info.experiment_id).name
@@ -439,8 +432,6 @@ class _Finished:
     `repeats: auto` judges the DONE ones with the rest, each read back once (`record`)."""
 
     def __init__(self, sweep: _Sweep) -> None:
-        from pipeline.records import finished_by_key
-
         self.client = sweep.tracker.client
         self.by_key = {} if sweep.options.rerun else finished_by_key(self.client, sweep.tracker.experiment_id)
         self._by_id = {run.info.run_id: run for run in self.by_key.values()}
@@ -448,8 +439,7 @@ class _Finished:
 
     def record(self, run_id: str) -> RunRecord:
         """A DONE run as the comparison reads it, its histories read back the first time it is asked for."""
-        from pipeline.compare import HISTORIES
-        from pipeline.records import record
+        from pipeline.compare import HISTORIES  # pandas, scipy (seconds): after the inputs are checked
 
         if run_id not in self._records:
             self._records[run_id] = record(self.client, self._by_id[run_id], HISTORIES)
@@ -490,7 +480,7 @@ def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: l
     why the rounds stop, as the sweep's end says it, or '' to train one more round (its line printed).
     A round that was cut short (--fail-fast, a store outage) or in which no run finished stops them,
     so that failing runs never loop."""
-    from pipeline import rounds
+    from pipeline import rounds  # pandas, scipy (seconds): after the inputs are checked
 
     if any(o.store_down for o in latest):
         full = any(o.no_room for o in latest)
@@ -519,9 +509,7 @@ def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, out
     """The comparison `repeats: auto` judges: the parent's FINISHED children, built as _log_comparison
     builds it (the epochs this process logged, not read back), and the DONE runs of the rounds reached
     so far, so that a rerun reaches the rounds the first sweep did."""
-    from pipeline.compare import HISTORIES, build
-    from pipeline.records import SweepRecord, read_sweep
-    from pipeline.timing import histories_of
+    from pipeline.compare import HISTORIES, build  # pandas, scipy (seconds): after the inputs are checked
 
     tracker = sweep.tracker
     done = [finished.record(o.run_id) for o in outcomes if o.status == DONE and o.run_id]
@@ -535,7 +523,7 @@ def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, out
 
 def _compare_options(spec: GridSpec) -> CompareOptions:
     """How a sweep compares its own runs: against its grid's target and quality margin."""
-    from pipeline.compare import CompareOptions
+    from pipeline.compare import CompareOptions  # pandas, scipy (seconds): after the inputs are checked
 
     return CompareOptions(target=str(spec.target) if spec.target else None, quality_margin=spec.quality_margin)
 
@@ -595,7 +583,6 @@ class _Parent:
         """Ctrl-C: the children still running and the parent are KILLED."""
         if self.run_id is None:
             return
-        from pipeline.liveness import kill_running_children
 
         tracker = self.sweep.tracker
         kill_running_children(tracker.client, tracker.experiment_id, self.run_id, "cancelled by Ctrl-C on the driver")
@@ -605,8 +592,6 @@ class _Parent:
 def sweep_params(spec: GridSpec) -> dict[str, str]:
     """A parent run's params: each grid key's values as its children log them, comma-separated
     ("1000,10000"), the repeats (after --repeats) and the target when there is one."""
-    from pipeline.tracking import param_str
-
     params = {key: ",".join(param_str(v) for v in values) for key, values in spec.axes}
     params = {key: _fit_param(value) for key, value in params.items()}
     params["repeats"] = AUTO if spec.auto_repeats else str(spec.repeats)
@@ -638,7 +623,7 @@ def _log_sweep_summary(tracker: Tracker, parent_id: str, reporter: Reporter, out
     name) linked as the sweep's output, its run id in TAG_BEST_RUN (MLflow 3.17's UI lists a run
     without a model output under "Evaluation runs" in GenAI experiments; with one it is a training
     run). Where every run is contended there is no best: nothing is linked."""
-    from pipeline.compare import BEST, pick
+    from pipeline.compare import BEST, pick  # pandas, scipy (seconds): after the inputs are checked
 
     finished = [o for o in outcomes if o.status == FINISHED and o.run_id]
     if comparison is not None and not comparison.table.empty:  # the settings' figures, as every view shows them
@@ -705,9 +690,6 @@ def _dry_run(spec: GridSpec, planned: list[Planned], reporter: Reporter, options
 
 
 def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Options) -> dict[int, Outcome]:
-    from pipeline.records import experiment_id_of, finished_by_key
-    from pipeline.store import absolute_store_uri, open_client, resolve_tracking_uri, sqlite_path
-
     uri = absolute_store_uri(resolve_tracking_uri(options.tracking_uri))
     path = sqlite_path(uri)
     if options.rerun or (path is not None and not path.exists()):
@@ -716,7 +698,7 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     finished = finished_by_key(client, experiment_id_of(client, options.experiment or spec.experiment))
     if not finished:
         return {}
-    from pipeline import data as data_mod
+    from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
 
     _assign_run_keys(planned, data_mod.load(options.data_dir or spec.data.root, spec.data.train_size,
                                             spec.data.test_size).identity, spec.stop_at)
@@ -728,10 +710,9 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
     run's artifacts (comparison/), its report (report.html), and what the MLflow UI opens on (view.py):
     saved view, descriptions. The charts' histories are the epochs of `outcomes` as logged, never read
     back; each run's figures are the ones it logged at its end."""
+    # pandas, scipy (seconds): after the inputs are checked
     from pipeline.compare import CHART_HISTORIES, HISTORIES, build
     from pipeline.comparison_folder import publish
-    from pipeline.records import read_sweep
-    from pipeline.timing import histories_of
 
     known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
@@ -755,7 +736,7 @@ def _project_run_id() -> str | None:
 
 
 def _hardware(item: Planned) -> str:
-    from pipeline.device import hardware_name
+    from pipeline.device import hardware_name  # torch (seconds): after the inputs are checked
 
     return item.hardware or hardware_name(item.device)
 
@@ -793,9 +774,7 @@ def _outcome_of_finished(client, item: Planned, run) -> Outcome:
     """A DONE point as the summary shows it: final metrics, the steady-state epoch time of its history,
     and its steady-state summary as it logged it (worked out from its history for a run older than
     those figures)."""
-    from pipeline.names import EPOCH_METRICS, RUN_DURATION
-    from pipeline.timing import steady_mean, summary, summary_line
-    from pipeline.train import EpochStats
+    from pipeline.train import EpochStats  # torch (seconds): after the inputs are checked
 
     metrics = run.data.metrics
     fields = {name: metrics.get(name, float("nan")) for name in EPOCH_METRICS}

@@ -33,6 +33,7 @@ from pipeline.config import (
     settable_keys,
     words_schema,
 )
+from pipeline.store import MAX_EXPERIMENT_NAME_LENGTH
 from pipeline.target import ACCURACIES, METRICS
 
 # Draft 7: the newest draft the VS Code YAML extension's language server supports.
@@ -76,8 +77,6 @@ def _target() -> dict[str, Any]:
 
 
 def _top_level() -> dict[str, dict[str, Any]]:
-    from pipeline.store import MAX_EXPERIMENT_NAME_LENGTH
-
     top = {
         "experiment": {"description": "MLflow experiment name (default: the file's name).",
                        "anyOf": [{"type": "string", "pattern": r"\S", "maxLength": MAX_EXPERIMENT_NAME_LENGTH},

@@ -23,6 +23,7 @@ from pathlib import Path
 from pipeline.errors import UserError
 from pipeline.files import probe
 from pipeline.interrupts import critical
+from pipeline.names import TAG_CREATE_TOKEN, TAG_ERROR
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
 ANSWER_TIMEOUT_S = 3.0
@@ -633,8 +634,6 @@ class Retrying:
     def _create_run(self, experiment_id: str, start_time: int | None = None, tags: dict | None = None,
                     run_name: str | None = None):
         """MlflowClient.create_run, retried after a run with this call's token is looked up."""
-        from pipeline.names import TAG_CREATE_TOKEN
-
         token = uuid.uuid4().hex
         tags = {**(tags or {}), TAG_CREATE_TOKEN: token}
         return self._call((*_RETRY_DELAYS_S, None),
@@ -644,8 +643,6 @@ class Retrying:
 
     def _run_with_token(self, experiment_id: str, token: str):
         from mlflow.entities import ViewType
-
-        from pipeline.names import TAG_CREATE_TOKEN
 
         found = self.once.search_runs([experiment_id], f"tags.`{TAG_CREATE_TOKEN}` = '{token}'",
                                       run_view_type=ViewType.ALL, max_results=1)
@@ -770,7 +767,5 @@ def tell_project_run(message: str) -> None:
     if run_id:
         with contextlib.suppress(Exception):
             from mlflow import MlflowClient
-
-            from pipeline.names import TAG_ERROR
 
             MlflowClient().set_tag(run_id, TAG_ERROR, message)

@@ -138,17 +138,38 @@ def test_devices_and_data_commands(cli, data_dir):
     assert result.exit_code == 0 and "512 train / 256 test" in result.output
 
 
-def test_help_and_validate_import_neither_torch_nor_mlflow(tmp_path):
-    grid = REPO / "experiments" / "quickstart.yaml"
+HEAVY = ("torch", "mlflow", "ray", "matplotlib", "pandas", "scipy")  # a tenth of a second to seconds each
+
+
+def _exit_and_heavy(cwd: Path, args: list[str]) -> tuple[int, str]:
+    """`pipeline ARGS` in a process of its own: its exit code, and which of HEAVY it had imported by then."""
     code = (
         "import sys\nfrom pipeline.cli import main\n"
-        "for args in (['--help'], ['validate', sys.argv[1]]):\n"
-        "    try:\n        main(args)\n    except SystemExit as e:\n        assert e.code == 0, e.code\n"
-        "heavy = [m for m in ('torch', 'mlflow') if m in sys.modules]\n"
-        "print('HEAVY', heavy)\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    print('EXIT', e.code)\n"
+        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(grid)], capture_output=True, text=True, check=True)
-    assert "HEAVY []" in out.stdout
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.rsplit("EXIT ", 1)[-1].split()[0]), out.stdout.rsplit("HEAVY ", 1)[-1].strip()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["validate", str(REPO / "experiments" / "quickstart.yaml")],
+                                  ["schema"], ["init", "experiments"]], ids=lambda args: args[0])
+def test_quick_commands_import_no_heavy_library(tmp_path, args):
+    """The commands a user runs first answer at once: none imports any of HEAVY (the package's modules
+    that need one import it inside a function)."""
+    code, heavy = _exit_and_heavy(tmp_path, args)
+    assert code == 0
+    assert heavy == "[]", f"pipeline {args[0]} imported {heavy}"
+
+
+@pytest.mark.parametrize("args", [["run", str(REPO / "experiments" / "quickstart.yaml")], ["train"]],
+                         ids=lambda args: args[0])
+def test_a_store_that_cannot_be_used_fails_before_torch_and_pandas(tmp_path, args):
+    """Bad input is one line at once: the store is checked before the sweep imports torch or pandas."""
+    code, heavy = _exit_and_heavy(tmp_path, [*args, "--tracking-uri", f"sqlite:///{tmp_path}/missing/mlflow.db"])
+    assert code == 2
+    assert heavy == "[]", f"pipeline {args[0]} imported {heavy}"
 
 
 def test_python_dash_m_entry_point():
