@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.compare import SPEEDUPS, ranks_on_target
 from pipeline.config import KEYS
 from pipeline.files import replacing
 from pipeline.grid import format_value, short
 from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, TIME_SHARES
 from pipeline.palette import colours
+from pipeline.sentences import cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -128,7 +130,6 @@ def _tradeoff(comparison: Comparison) -> dict:
     missed it is hollow, at its total training time (its median run duration): every setting is
     on the chart, and none is drawn faster than it was. The best trade-offs (the Pareto front, among
     the points whose x is the same figure) are ringed, and joined where there are two or more."""
-    from pipeline.compare import ranks_on_target
 
     t = comparison.table
     to_target = comparison.target is not None and "target_runs" in t and bool((t["target_runs"] > 0).any())
@@ -200,8 +201,6 @@ def _epoch_duration(comparison: Comparison) -> dict:
 def _speedup(comparison: Comparison) -> dict:
     """Every speedup a row has over its reference twin, one bar each, whiskers at its 95% interval;
     the label says it in words, with (n.s.) where the interval includes no difference."""
-    from pipeline.compare import SPEEDUPS
-    from pipeline.sentences import cell
 
     t = comparison.table
     bars = []

@@ -28,7 +28,7 @@ import pandas as pd
 from pipeline import stats
 from pipeline.config import DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, LATER_KEYS
 from pipeline.errors import UserError
-from pipeline.grid import format_value
+from pipeline.grid import format_value, short
 from pipeline.names import (
     ACHIEVED_TFLOPS,
     COMPILE,
@@ -181,7 +181,6 @@ class Comparison:
     def label(self, row: pd.Series) -> str:
         """A setting as people name it: its device and the settings that vary ("cpu bs128 w0"),
         as run names spell them but without a repeat's number."""
-        from pipeline.grid import short
 
         return " ".join([str(row["device"])] + [short(k, row[k]) for k in self.varying if k in KEYS])
 

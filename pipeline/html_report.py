@@ -20,6 +20,21 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from pipeline import charts
+from pipeline.names import (
+    ARTIFACT_EFFECTIVE_GRID,
+    TAG_CUDA,
+    TAG_DEVICE,
+    TAG_GRID_FILE,
+    TAG_HARDWARE,
+    TAG_HOST,
+    TAG_OPTIONS,
+    TAG_OVERRIDES,
+    TAG_TORCH,
+)
+from pipeline.sentences import headline, notes, speedup_lines
+from pipeline.store import redact
+from pipeline.tables import caption, decision_frame, timed_title, utilisation_frame
+from pipeline.tables import render as render_data
 
 if TYPE_CHECKING:
     from pipeline.compare import Comparison
@@ -63,8 +78,6 @@ def provenance(client, parent_run_id: str) -> Provenance:
     import tempfile
     from pathlib import Path
 
-    from pipeline.names import ARTIFACT_EFFECTIVE_GRID, TAG_GRID_FILE, TAG_OPTIONS, TAG_OVERRIDES
-
     tags = client.get_run(parent_run_id).data.tags
     options = tags.get(TAG_OPTIONS, "")
     found = Provenance(client.tracking_uri, tags.get(TAG_GRID_FILE, ""), tags.get(TAG_OVERRIDES, ""),
@@ -80,9 +93,6 @@ def provenance(client, parent_run_id: str) -> Provenance:
 
 def render(comparison: Comparison, source: Provenance | None = None) -> str:
     """The whole report, as text."""
-    from pipeline.sentences import headline, notes, speedup_lines
-    from pipeline.tables import caption, timed_title
-    from pipeline.tables import render as render_data
 
     source = source or Provenance()
     sweep = comparison.sweep
@@ -123,7 +133,6 @@ def render(comparison: Comparison, source: Provenance | None = None) -> str:
 def _table(comparison: Comparison) -> str:
     """The decision table (tables.decision_frame: what a decision rests on, intervals included),
     each interval under its figure."""
-    from pipeline.tables import decision_frame
 
     frame = decision_frame(comparison)
     text = {"device"} | set(comparison.varying)
@@ -142,7 +151,6 @@ def _table(comparison: Comparison) -> str:
 def _utilisation(comparison: Comparison) -> list[str]:
     """How far from the hardware's limit (tables.utilisation_frame): a heading, a line on what the
     figures are, and one row per setting; nothing for runs made before they were logged."""
-    from pipeline.tables import utilisation_frame
 
     frame = utilisation_frame(comparison)
     if frame.empty:
@@ -184,7 +192,6 @@ def _figures(comparison: Comparison) -> list[str]:
 
 def _hosts(comparison: Comparison) -> str:
     """One row per host and hardware the runs trained on: torch, CUDA, and how many runs."""
-    from pipeline.names import TAG_CUDA, TAG_DEVICE, TAG_HARDWARE, TAG_HOST, TAG_TORCH
 
     seen: dict[tuple[str, ...], int] = {}
     for run in comparison.sweep.children:
@@ -198,8 +205,6 @@ def _hosts(comparison: Comparison) -> str:
 
 def _commands(comparison: Comparison, source: Provenance) -> str:
     """The commands that fetch the grid this sweep trained and run it again, then compare."""
-    from pipeline.names import ARTIFACT_EFFECTIVE_GRID
-    from pipeline.store import redact
 
     sweep = comparison.sweep
     lines = [f"export MLFLOW_TRACKING_URI={shlex.quote(redact(source.tracking_uri))}"] if source.tracking_uri else []

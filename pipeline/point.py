@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline import contention, interrupts, names
+from pipeline.energy import energy_source
 from pipeline.files import replacing
 from pipeline.grid import GridPoint, config_hash
+from pipeline.store import TrackingUnavailable, is_no_room
 from pipeline.target import Target
 from pipeline.target import Timing as TargetTiming
 from pipeline.target import timing as target_timing
-from pipeline.timing import logged_at_end, summary_of
+from pipeline.timing import logged_at_end, steady_mean, steady_median, summary_of
 
 if TYPE_CHECKING:
     import torch
@@ -100,7 +102,6 @@ class Outcome:
     @property
     def mean_epoch_s(self) -> float | None:
         """Seconds per epoch in steady state (timing.steady: after the first, when there are two)."""
-        from pipeline.timing import steady_mean
 
         if self.stored_mean_epoch_s is not None:
             return self.stored_mean_epoch_s
@@ -165,7 +166,6 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     """Train and record one point. Exceptions become a FAILED run; Ctrl-C a KILLED one (re-raised)."""
     import torch
 
-    from pipeline.store import TrackingUnavailable, is_no_room
     from pipeline.tracking import Tracker
     from pipeline.train import EpochStats, fit
 
@@ -237,7 +237,6 @@ def _open_run(tracker: Tracker, job: PointJob, dataset: Dataset, device: torch.d
     import torch
 
     from pipeline.device import arithmetic_tags, hardware_name
-    from pipeline.energy import energy_source
     from pipeline.train import torch_threads
 
     tags = {
@@ -298,7 +297,6 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
     the cached peak, measured now on the host's first run). Where the peak cannot be measured or is in
     doubt, the run has no mfu and its TAG_PEAK says why."""
     from pipeline import flops, peak
-    from pipeline.timing import steady_median
 
     per_epoch = flops.epoch_flops(train_size, config.batch_size)
     outcome.measured[names.TRAIN_FLOPS] = (float(per_epoch), 0)
@@ -320,8 +318,6 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
 
 
 def _record_result(tracker: Tracker, run_id: str, result, dataset: Dataset, hooks: _PointHooks) -> None:
-    from pipeline.store import TrackingUnavailable
-
     measured, outcome = hooks.outcome.measured, hooks.outcome
     run_metrics = {names.RUN_DURATION: result.duration_s, **{name: value for name, (value, _) in measured.items()}}
     steps = {name: step for name, (_, step) in measured.items()}
@@ -337,8 +333,6 @@ def _record_result(tracker: Tracker, run_id: str, result, dataset: Dataset, hook
 
 
 def _end_failed(tracker: Tracker, run_id: str, exc: BaseException, reason: str) -> None:
-    from pipeline.store import TrackingUnavailable
-
     try:
         tracker.log_failure(run_id, exc, reason)
         tracker.end_run(run_id, FAILED)
@@ -360,8 +354,6 @@ class _PointHooks:
         self.devices = ""  # where the model's parameters live, once it is made
 
     def _track(self, call, *args):
-        from pipeline.store import TrackingUnavailable
-
         if self.tracking_error is None:
             try:
                 return call(*args)

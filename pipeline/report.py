@@ -17,6 +17,8 @@ from rich.table import Table
 
 import pipeline.point
 from pipeline.grid import SHOWN_POINTS, format_value, grid_size, run_count
+from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
+from pipeline.peak import TERA, reference
 from pipeline.store import redact
 
 if TYPE_CHECKING:
@@ -333,7 +335,6 @@ def results_table(axes: Sequence[tuple[str, tuple]], result: SweepResult) -> Tab
     """One row per run: its settings, its repeat when there are several, its steady-state summary
     (test accuracy, epoch time to the ms, images/s: Outcome.figures, the ones it logged and the UI
     shows; a DONE run's as stored when it finished, never its last epoch's) and status."""
-    from pipeline.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
 
     keys = [k for k, _ in axes]
     if "device" not in keys:
@@ -391,7 +392,6 @@ def print_peaks(console: Console, found: Sequence[Any]) -> None:
     """`pipeline devices --peak`: per device (peak.Found), its measured matmul peak at each precision
     and its copy bandwidth beside the vendor's nominal figures or the CPU's estimate, and whether the
     figures were measured now or reused from the cache."""
-    from pipeline.peak import TERA, reference
 
     for item in found:
         peak = item.peak

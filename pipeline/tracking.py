@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import UserError
 from pipeline.liveness import process_tags
 from pipeline.names import ARTIFACT_TRACEBACK, EPOCH_METRICS, FAILED, FINISHED, KILLED, MODEL_NAME, TAG_ERROR
+from pipeline.records import deleted_experiment
 from pipeline.store import (
     TrackingUnavailable,
     experiment_name_problem,
@@ -371,7 +372,6 @@ def _experiment_id(client, uri: str, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage == "deleted":
-            from pipeline.records import deleted_experiment
 
             raise deleted_experiment(uri, name, found.experiment_id)
         return found.experiment_id

@@ -58,7 +58,9 @@ from pipeline.names import (
     TAG_VERDICT,
 )
 from pipeline.palette import colours
+from pipeline.records import every, latest_sweep
 from pipeline.sentences import claims, headline, notes, short_verdict, speedup_lines
+from pipeline.store import RUNS_PAGE, redact, ui_hint
 from pipeline.tables import markdown, percent, speedup_columns, spread
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
@@ -119,7 +121,6 @@ def unverified_note(version: str | None = None) -> str:
 
 def relative_page(experiment_id: str, parent_run_id: str) -> str:
     """The view's link as a description carries it: relative to the UI, so it works on any host."""
-    from pipeline.store import RUNS_PAGE
 
     return page(RUNS_PAGE.format(experiment_id=experiment_id), parent_run_id)
 
@@ -355,7 +356,6 @@ def published(client, comparison: Comparison) -> bool:
 def link(client, comparison: Comparison) -> str:
     """The sweep's link as printed, with the command that starts the UI on a local store: its saved
     view where one is published, else its runs. Reads only: `publish` writes the view."""
-    from pipeline.store import redact, ui_hint
 
     command, url = ui_hint(client.tracking_uri, comparison.sweep.experiment_id)
     shown = supported() and published(client, comparison)
@@ -373,7 +373,6 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
     """Write what the UI opens on: the sweep's saved view, its children's colours, order and setting
     figures, the parent's description and, where the sweep is its experiment's latest, the
     experiment's. `axes`: the grid's (a sweep that just ran); else the settings the sweep varies."""
-    from pipeline.records import latest_sweep
 
     sweep = comparison.sweep
     tags = client.get_run(sweep.run_id).data.tags
@@ -409,7 +408,6 @@ def _tag_models(client, comparison: Comparison, chunk: int = 100) -> None:
     experiment's Models tab can then be searched by setting (`tags.`pipeline.setting` = 'cpu bs128
     w0'`). The model itself keeps the name `model`, so that `runs:/RUN_ID/model` stays its URI (MLflow
     resolves that path by the logged model's name). Only what differs is written."""
-    from pipeline.records import every
 
     setting = {run_id: label for run_ids, label in zip(comparison.table["run_ids"], setting_names(comparison))
                for run_id in str(run_ids).split(",")}
