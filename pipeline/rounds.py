@@ -9,8 +9,9 @@ significant, or, with `half_width`, when its 95% interval's half-width is within
 estimate. The rounds stop when every speedup is clear, when there is none to judge, or once
 `max_repeats` rounds ran.
 
-Analysis only: it reads a Comparison and returns the judgement and the lines that say it; the
-runner trains and records, the reporter prints. Never imports torch or mlflow.
+Analysis only: it reads a Comparison and returns the judgement and whether the rounds stop (and on
+what); sentences.py says it in words, the runner trains and records, the reporter prints. Never
+imports torch or mlflow, nor anything that renders.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 from pipeline.compare import axis_ratios
 from pipeline.config import KEYS
 from pipeline.grid import format_value, short
-from pipeline.sentences import verdict
 
 if TYPE_CHECKING:
     from pipeline.compare import Comparison
     from pipeline.config import GridSpec
     from pipeline.stats import Ratio
 
-SHOWN = 3  # unclear speedups a line names; it counts the rest
+# Why the rounds stop after a round (decide), or CONTINUE to train another.
+CONTINUE, NOTHING_TO_JUDGE, ALL_CLEAR, MAX_REPEATS = "continue", "nothing to judge", "all clear", "max repeats"
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,6 @@ class Speedup:
         if self.ratio.significant:
             return True
         return self.half_width is not None and self.ratio.half_width <= self.half_width
-
-    def __str__(self) -> str:
-        ratio = self.ratio
-        said = f"{self.label}: {verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)}"
-        return said + (f" ±{100 * ratio.half_width:.1f}%" if self.half_width is not None and ratio.has_interval else "")
 
 
 @dataclass(frozen=True)
@@ -115,38 +111,14 @@ def _why_no_speedup(comparison: Comparison, keys: list[str]) -> str:
     return f"no speedup to judge: no run finished beside its twin on {', '.join(keys)}"
 
 
-def stop_reason(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
-    """Why a `repeats: auto` sweep stops after `rounds` rounds, or '' to train another."""
+def decide(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
+    """After round `rounds`: NOTHING_TO_JUDGE (the grid varies nothing, or no twins finished),
+    ALL_CLEAR (every speedup is clear), MAX_REPEATS (spec.most_repeats rounds ran, some still
+    unclear), or CONTINUE."""
     if judgement.why_none:
-        return judgement.why_none
-    unclear = judgement.unclear
-    if not unclear:
-        if spec.half_width is None or all(s.ratio.significant for s in judgement.speedups):
-            clear = "significant"
-        else:
-            clear = f"significant or within ±{100 * spec.half_width:g}%"
-        return f"every speedup is {clear} ({_named(list(judgement.speedups))})"
+        return NOTHING_TO_JUDGE
+    if not judgement.unclear:
+        return ALL_CLEAR
     if rounds >= spec.most_repeats:
-        return f"max_repeats {spec.most_repeats} reached; {_still_unclear(unclear)}"
-    return ""
-
-
-def stopped(rounds: int, reason: str) -> str:
-    """The line that ends a `repeats: auto` sweep (and its parent's names.TAG_REPEATS_STOPPED)."""
-    return f"repeats: auto stopped after {rounds} round{'s' if rounds != 1 else ''}: {reason}"
-
-
-def progress(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
-    """The line between rounds: what is still unclear after round `rounds`, and the next round."""
-    return (f"repeats: auto, round {rounds} of at most {spec.most_repeats}: {_still_unclear(judgement.unclear)}; "
-            f"training round {rounds + 1}")
-
-
-def _still_unclear(unclear: list[Speedup]) -> str:
-    return f"{len(unclear)} speedup{'s' if len(unclear) != 1 else ''} still unclear: {_named(unclear)}"
-
-
-def _named(speedups: list[Speedup]) -> str:
-    """The first SHOWN speedups in words, and how many more there are."""
-    more = len(speedups) - SHOWN
-    return "; ".join(str(s) for s in speedups[:SHOWN]) + (f"; and {more} more" if more > 0 else "")
+        return MAX_REPEATS
+    return CONTINUE

@@ -481,26 +481,27 @@ def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: l
     A round that was cut short (--fail-fast, a store outage) or in which no run finished stops them,
     so that failing runs never loop."""
     from pipeline import rounds  # pandas, scipy (seconds): after the inputs are checked
+    from pipeline.sentences import round_progress, rounds_stopped, stop_reason
 
     if any(o.store_down for o in latest):
         full = any(o.no_room for o in latest)
-        return rounds.stopped(reached, "the tracking store's disk is full" if full else
+        return rounds_stopped(reached, "the tracking store's disk is full" if full else
                               "the tracking store stopped answering")
     halted = next((o.reason for o in latest if o.status == NOT_RUN), "")
     if halted:
-        return rounds.stopped(reached, halted)
+        return rounds_stopped(reached, halted)
     if not any(o.status in (FINISHED, DONE) for o in latest):
         which = f"round {reached}" if reached > spec.repeats else f"rounds 1-{reached}"
-        return rounds.stopped(reached, f"no run of {which} finished")
+        return rounds_stopped(reached, f"no run of {which} finished")
     try:
         comparison = _judged_comparison(sweep, spec, parent_id, outcomes, finished)
         judgement = rounds.judge(comparison, spec.axes, spec.half_width)
     except Exception as exc:  # like the comparison's report: judging must never cost the user their sweep
-        return rounds.stopped(reached, f"could not judge the speedups ({exc.__class__.__name__}: {exc})")
-    reason = rounds.stop_reason(judgement, reached, spec)
+        return rounds_stopped(reached, f"could not judge the speedups ({exc.__class__.__name__}: {exc})")
+    reason = stop_reason(judgement, reached, spec)
     if reason:
-        return rounds.stopped(reached, reason)
-    sweep.reporter.round_done(rounds.progress(judgement, reached, spec))
+        return rounds_stopped(reached, reason)
+    sweep.reporter.round_done(round_progress(judgement, reached, spec))
     return ""
 
 

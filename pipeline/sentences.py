@@ -26,10 +26,11 @@ from pipeline.compare import (
     less_accurate,
     pick,
 )
-from pipeline.config import KEYS
+from pipeline.config import KEYS, GridSpec
 from pipeline.gate import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Change, GateResult
 from pipeline.grid import format_value, short
 from pipeline.names import FINAL_ACCURACY, OTHERS_CPU_SHARE, STEADY_EPOCH
+from pipeline.rounds import ALL_CLEAR, MAX_REPEATS, NOTHING_TO_JUDGE, Judgement, Speedup, decide
 
 
 def speedup_lines(comparison: Comparison) -> list[str]:
@@ -396,3 +397,53 @@ def _unjudged(result: GateResult) -> str:
     reasons = "; ".join(f"{c.point}: {c.reason}" for c in result.inconclusive[:5])
     more = f"; and {len(result.inconclusive) - 5} more" if len(result.inconclusive) > 5 else ""
     return f"{len(result.inconclusive)} of {len(result.changes)} points not judged ({reasons}{more})"
+
+
+# --- repeats: auto in words (rounds.py decides) -----------------------------------------------------
+
+ROUNDS_SHOWN = 3  # unclear speedups a line names; it counts the rest
+
+
+def round_speedup(speedup: Speedup) -> str:
+    """"cuda:0 bs128 vs cpu: 1.95x faster [1.90-2.00] ±2.6%" (the ± only with a half-width target)."""
+    ratio = speedup.ratio
+    said = f"{speedup.label}: {verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)}"
+    shown = speedup.half_width is not None and ratio.has_interval
+    return said + (f" ±{100 * ratio.half_width:.1f}%" if shown else "")
+
+
+def stop_reason(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
+    """Why a `repeats: auto` sweep stops after `rounds` rounds (rounds.decide), or '' to train another."""
+    decision = decide(judgement, rounds, spec)
+    if decision == NOTHING_TO_JUDGE:
+        return judgement.why_none
+    if decision == ALL_CLEAR:
+        if spec.half_width is None or all(s.ratio.significant for s in judgement.speedups):
+            clear = "significant"
+        else:
+            clear = f"significant or within ±{100 * spec.half_width:g}%"
+        return f"every speedup is {clear} ({_round_named(list(judgement.speedups))})"
+    if decision == MAX_REPEATS:
+        return f"max_repeats {spec.most_repeats} reached; {_still_unclear(judgement.unclear)}"
+    return ""
+
+
+def rounds_stopped(rounds: int, reason: str) -> str:
+    """The line that ends a `repeats: auto` sweep (and its parent's names.TAG_REPEATS_STOPPED)."""
+    return f"repeats: auto stopped after {rounds} round{'s' if rounds != 1 else ''}: {reason}"
+
+
+def round_progress(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
+    """The line between rounds: what is still unclear after round `rounds`, and the next round."""
+    return (f"repeats: auto, round {rounds} of at most {spec.most_repeats}: {_still_unclear(judgement.unclear)}; "
+            f"training round {rounds + 1}")
+
+
+def _still_unclear(unclear: list[Speedup]) -> str:
+    return f"{len(unclear)} speedup{'s' if len(unclear) != 1 else ''} still unclear: {_round_named(unclear)}"
+
+
+def _round_named(speedups: list[Speedup]) -> str:
+    """The first ROUNDS_SHOWN speedups in words, and how many more there are."""
+    more = len(speedups) - ROUNDS_SHOWN
+    return "; ".join(round_speedup(s) for s in speedups[:ROUNDS_SHOWN]) + (f"; and {more} more" if more > 0 else "")

@@ -12,7 +12,7 @@ from pathlib import Path
 import mlflow
 
 from conftest import children, invoke, runs_of
-from pipeline import names, rounds, stats
+from pipeline import names, rounds, sentences, stats
 from pipeline.config import GridSpec, RunConfig, load_grid
 from pipeline.grid import config_hash, expand, run_count
 from pipeline.runner import run_key
@@ -122,7 +122,7 @@ def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
     spec = GridSpec(Path("g.yaml"), "judged", repeats=2, max_repeats=8)
     judged = rounds.judge(comparison, [("device", ("cuda", "cpu"))])
     assert [(s.label, s.clear) for s in judged.speedups] == [("cuda:0 vs cpu", True)]
-    said = rounds.stop_reason(judged, 2, spec)
+    said = sentences.stop_reason(judged, 2, spec)
     assert said.startswith("every speedup is significant (cuda:0 vs cpu: ") and "x faster [" in said, said
     # The grid's reference ran nowhere (its points skipped, say): nothing on that axis to judge.
     no_mps = rounds.judge(comparison, [("device", ("mps", "cuda"))])
@@ -137,18 +137,20 @@ def test_auto_stops_when_every_speedup_is_clear_or_at_the_cap():
     # one run a side: no interval
     alone = rounds.Speedup("cpu bs512 vs bs64", stats.Ratio(1.5, runs=(1, 1)), spec.half_width)
     assert [s.clear for s in (significant, narrow, wide, alone)] == [True, True, False, False]
-    assert rounds.stop_reason(rounds.Judgement((significant,)), 2, spec) == (
+    assert sentences.stop_reason(rounds.Judgement((significant,)), 2, spec) == (
         "every speedup is significant (cuda:0 vs cpu: 2.00x faster [1.90-2.10] ±5.0%)")
-    assert rounds.stop_reason(rounds.Judgement((significant, narrow)), 3, spec).startswith(
+    assert sentences.stop_reason(rounds.Judgement((significant, narrow)), 3, spec).startswith(
         "every speedup is significant or within ±5% (cuda:0 vs cpu")
     unclear = rounds.Judgement((significant, wide, alone))
-    assert rounds.stop_reason(unclear, 3, spec) == ""
-    assert rounds.progress(unclear, 3, spec) == (
+    assert [rounds.decide(unclear, n, spec) for n in (3, 4)] == [rounds.CONTINUE, rounds.MAX_REPEATS]
+    assert rounds.decide(rounds.Judgement((significant, narrow)), 2, spec) == rounds.ALL_CLEAR
+    assert sentences.stop_reason(unclear, 3, spec) == ""
+    assert sentences.round_progress(unclear, 3, spec) == (
         "repeats: auto, round 3 of at most 4: 2 speedups still unclear: cpu bs128 vs bs64: 1.10x faster "
         "[0.90-1.30] (n.s.) ±18.2%; cpu bs512 vs bs64: 1.50x faster (n too small (1 run)); training round 4")
-    assert rounds.stopped(4, rounds.stop_reason(unclear, 4, spec)).startswith(
+    assert sentences.rounds_stopped(4, sentences.stop_reason(unclear, 4, spec)).startswith(
         "repeats: auto stopped after 4 rounds: max_repeats 4 reached; 2 speedups still unclear: cpu bs128 vs bs64")
-    assert rounds.stop_reason(rounds.Judgement(why_none="the grid varies no setting: nothing to compare"), 2,
+    assert sentences.stop_reason(rounds.Judgement(why_none="the grid varies no setting: nothing to compare"), 2,
                               spec) == "the grid varies no setting: nothing to compare"
 
 
