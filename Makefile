@@ -73,10 +73,12 @@ browser:
 postgres:
 	$(call debian,postgresql,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1,the PostgreSQL tests)
 
-# ruff (pyproject's [tool.ruff]) and mypy (its [tool.mypy]: strict on the analysis modules); `make test`
-# runs it first, so a lint or type error fails the tests and CI.
+# ruff (pyproject's [tool.ruff]: lint, and the format `ruff format` writes) and mypy (its [tool.mypy]:
+# strict on the analysis modules); `make test` runs it first, so a lint, format or type error fails the
+# tests and CI. `.venv/bin/ruff format pipeline tests benchmarks docs` formats.
 lint: setup
 	$(BIN)/ruff check pipeline tests benchmarks docs
+	$(BIN)/ruff format --check pipeline tests benchmarks docs
 	$(BIN)/mypy
 
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.

@@ -52,8 +52,10 @@ def rates(trials: int = TRIALS, seed: int = SEED) -> dict[str, dict[tuple[int, f
             estimate, low, high = stats.log_ratios(reference, other)
             found["aa"][(n, cv)] = float(np.mean((low > 1) | (high < 1)))
             # The gate: current / baseline, judged as it judges a point.
-            slower = [gate.judge(stats.Ratio(1 / e, 1 / h, 1 / lo, (n, n)), 0.0)[0] == gate.SLOWER
-                      for e, lo, h in zip(estimate, low, high)]
+            slower = [
+                gate.judge(stats.Ratio(1 / e, 1 / h, 1 / lo, (n, n)), 0.0)[0] == gate.SLOWER
+                for e, lo, h in zip(estimate, low, high)
+            ]
             found["gate"][(n, cv)] = float(np.mean(slower))
     for cv in POWER_CVS:
         for n in RUNS:
@@ -68,9 +70,11 @@ def table(found: dict[str, dict[tuple[int, float], float]]) -> str:
     header = "| runs per side | " + " | ".join(str(n) for n in RUNS) + " |"
     rule = "|---|" + "---|" * len(RUNS)
     rows = []
-    for kind, cvs, what in (("aa", CVS, "A/A called significant"),
-                            ("gate", CVS, "gate's A/A false FAIL (--fail-if-slower 0)"),
-                            ("power", POWER_CVS, f"power at a true {SPEEDUP}x")):
+    for kind, cvs, what in (
+        ("aa", CVS, "A/A called significant"),
+        ("gate", CVS, "gate's A/A false FAIL (--fail-if-slower 0)"),
+        ("power", POWER_CVS, f"power at a true {SPEEDUP}x"),
+    ):
         for cv in cvs:
             cells = " | ".join(f"{100 * found[kind][(n, cv)]:.1f}%" for n in RUNS)
             rows.append(f"| {what}, CV {100 * cv:.0f}% | {cells} |")

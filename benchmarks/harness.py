@@ -48,10 +48,12 @@ from pipeline.train import fit  # noqa: E402
 def synthetic_idx(folder: Path) -> Path:
     """Fashion-MNIST-shaped random IDX files (60000/10000), for machines without the data set."""
     rng = np.random.default_rng(0)
-    for stem, n, magic, shape in (("train-images-idx3-ubyte", 60000, 2051, (28, 28)),
-                                  ("train-labels-idx1-ubyte", 60000, 2049, ()),
-                                  ("t10k-images-idx3-ubyte", 10000, 2051, (28, 28)),
-                                  ("t10k-labels-idx1-ubyte", 10000, 2049, ())):
+    for stem, n, magic, shape in (
+        ("train-images-idx3-ubyte", 60000, 2051, (28, 28)),
+        ("train-labels-idx1-ubyte", 60000, 2049, ()),
+        ("t10k-images-idx3-ubyte", 10000, 2051, (28, 28)),
+        ("t10k-labels-idx1-ubyte", 10000, 2049, ()),
+    ):
         dims = (n, *shape)
         values = rng.integers(0, 10 if not shape else 256, dims, dtype=np.uint8)
         header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
@@ -80,11 +82,13 @@ def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
     reference = tutorial_loop.train_set(reference_root)
     rows = []
     for (device, batch_size, workers), precision in itertools.product(settings(args), args.precision):
-        config = RunConfig(lr=0.01, batch_size=batch_size, num_workers=workers, device=str(device), epochs=1,
-                           precision=precision)
+        config = RunConfig(
+            lr=0.01, batch_size=batch_size, num_workers=workers, device=str(device), epochs=1, precision=precision
+        )
         # Warm-up, untimed: first optimizer (torch imports its compiler), worker start, caches.
-        warm = data_mod.Dataset(dataset.train.head(2 * batch_size), dataset.test.head(1000),
-                                dataset.folder, dataset.verified)
+        warm = data_mod.Dataset(
+            dataset.train.head(2 * batch_size), dataset.test.head(1000), dataset.folder, dataset.verified
+        )
         fit(config, warm, device)
         tutorial_loop.epoch(torch.utils.data.Subset(reference, range(2 * batch_size)), batch_size, workers, device)
         ref_s, ours_s, stats = [], [], []
@@ -97,26 +101,39 @@ def compare_loops(args, dataset, reference_root: Path) -> list[dict]:
         last = stats[-1]
         row = {  # the tutorial's loop is fp32; a lower precision is the pipeline's alone
             "device": str(device) + ("" if precision == "fp32" else f" {precision}"),
-            "hardware": hardware_name(device), "batch_size": batch_size,
-            "workers": workers, "tutorial_s": ref_s, "pipeline_s": ours_s, "ratio": ratios,
+            "hardware": hardware_name(device),
+            "batch_size": batch_size,
+            "workers": workers,
+            "tutorial_s": ref_s,
+            "pipeline_s": ours_s,
+            "ratio": ratios,
             "images_per_s": statistics.median(s.images_per_s for s in stats),
-            "shares": [round(100 * getattr(last, k) / last.epoch_duration_s, 1)
-                       for k in ("data_time_s", "transfer_time_s", "compute_time_s")],
+            "shares": [
+                round(100 * getattr(last, k) / last.epoch_duration_s, 1)
+                for k in ("data_time_s", "transfer_time_s", "compute_time_s")
+            ],
         }
         rows.append(row)
-        print(f"{row['device']:7} bs {batch_size:>5} w {workers}: tutorial {spread(ref_s)} s, "
-              f"pipeline {spread(ours_s)} s, ratio {spread(ratios)}", flush=True)
+        print(
+            f"{row['device']:7} bs {batch_size:>5} w {workers}: tutorial {spread(ref_s)} s, "
+            f"pipeline {spread(ours_s)} s, ratio {spread(ratios)}",
+            flush=True,
+        )
     return rows
 
 
 def loops_table(rows: list[dict]) -> str:
-    lines = ["| device | batch | workers | tutorial epoch s | pipeline epoch s | pipeline/tutorial | pipeline img/s "
-             "| data/transfer/compute % |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| device | batch | workers | tutorial epoch s | pipeline epoch s | pipeline/tutorial | pipeline img/s "
+        "| data/transfer/compute % |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {spread(r['tutorial_s'])} | "
-                     f"{spread(r['pipeline_s'])} | {spread(r['ratio'])} | {r['images_per_s']:,.0f} | "
-                     f"{'/'.join(str(s) for s in r['shares'])} |")
+        lines.append(
+            f"| {r['device']} | {r['batch_size']} | {r['workers']} | {spread(r['tutorial_s'])} | "
+            f"{spread(r['pipeline_s'])} | {spread(r['ratio'])} | {r['images_per_s']:,.0f} | "
+            f"{'/'.join(str(s) for s in r['shares'])} |"
+        )
     speedups = _speedups(rows)
     if speedups:
         lines.append("")
@@ -133,8 +150,10 @@ def _speedups(rows: list[dict]) -> list[str]:
         if r["device"] != "cpu" and twin:
             ours = statistics.median(twin["pipeline_s"]) / statistics.median(r["pipeline_s"])
             theirs = statistics.median(twin["tutorial_s"]) / statistics.median(r["tutorial_s"])
-            out.append(f"bs {r['batch_size']}, {r['workers']} workers: {r['device']}/cpu speedup x{ours:.1f} "
-                       f"with the pipeline's loop, x{theirs:.1f} with the tutorial's")
+            out.append(
+                f"bs {r['batch_size']}, {r['workers']} workers: {r['device']}/cpu speedup x{ours:.1f} "
+                f"with the pipeline's loop, x{theirs:.1f} with the tutorial's"
+            )
     return out
 
 
@@ -148,8 +167,10 @@ def accuracy(args, dataset, reference_root: Path) -> str:
         _, network, optimizer = tutorial_loop.epoch(reference, bs, 0, device, network=network, optimizer=optimizer)
     theirs = tutorial_loop.test_accuracy(network, test, device)
     ours = fit(RunConfig(batch_size=bs, epochs=args.accuracy_epochs), dataset, device).final.test_accuracy
-    return (f"test accuracy after {args.accuracy_epochs} epochs at bs {bs}, lr 0.01 on {device}: "
-            f"tutorial {theirs:.4f}, pipeline {ours:.4f}")
+    return (
+        f"test accuracy after {args.accuracy_epochs} epochs at bs {bs}, lr 0.01 on {device}: "
+        f"tutorial {theirs:.4f}, pipeline {ours:.4f}"
+    )
 
 
 def epochs_table(args, dataset) -> tuple[str, list[str]]:
@@ -172,26 +193,43 @@ def epochs_table(args, dataset) -> tuple[str, list[str]]:
         times = [e.epoch_duration_s for e in result.epochs]
         peak = max((e.peak_memory_mb or 0.0) for e in result.epochs)
         joules = steady_mean([e.energy_j for e in result.epochs]) if result.final.energy_j is not None else None
-        rows.append({"device": label, "batch_size": batch_size, "workers": workers,
-                     # with compile, compiling is the warm-up
-                     "warmup_s": result.one_off.get("compile_s", result.warmup_s),
-                     "epochs_s": times, "steady_s": steady_mean(times),
-                     "peak_mb": peak, "joules": joules, "test_accuracy": result.final.test_accuracy})
-        print(f"{label} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, one-off {result.one_off}, "
-              f"epochs {', '.join(f'{t:.3f}' for t in times)} s, peak {peak:,.0f} MiB, "
-              f"J/epoch {'-' if joules is None else f'{joules:.1f}'}, test acc {result.final.test_accuracy:.4f}",
-              flush=True)
+        rows.append(
+            {
+                "device": label,
+                "batch_size": batch_size,
+                "workers": workers,
+                # with compile, compiling is the warm-up
+                "warmup_s": result.one_off.get("compile_s", result.warmup_s),
+                "epochs_s": times,
+                "steady_s": steady_mean(times),
+                "peak_mb": peak,
+                "joules": joules,
+                "test_accuracy": result.final.test_accuracy,
+            }
+        )
+        print(
+            f"{label} bs {batch_size} w {workers}: warm-up {result.warmup_s:.3f} s, one-off {result.one_off}, "
+            f"epochs {', '.join(f'{t:.3f}' for t in times)} s, peak {peak:,.0f} MiB, "
+            f"J/epoch {'-' if joules is None else f'{joules:.1f}'}, test acc {result.final.test_accuracy:.4f}",
+            flush=True,
+        )
     cpu = {(r["batch_size"], r["workers"]): r["steady_s"] for r in rows if r["device"] == "cpu"}
-    lines = [f"per-epoch seconds, {args.epochs} epochs; steady state = {timed_label(args.epochs)}", "",
-             "| device | batch | workers | warm-up (or compile) s | epoch s (1, 2, ...) | steady s | speedup vs cpu "
-             "| peak MiB | J/epoch | test acc |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"per-epoch seconds, {args.epochs} epochs; steady state = {timed_label(args.epochs)}",
+        "",
+        "| device | batch | workers | warm-up (or compile) s | epoch s (1, 2, ...) | steady s | speedup vs cpu "
+        "| peak MiB | J/epoch | test acc |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         reference = cpu.get((r["batch_size"], r["workers"]))
         speedup = f"x{reference / r['steady_s']:.2f}" if reference and r["device"] != "cpu" else ""
         energy = "-" if r["joules"] is None else f"{r['joules']:.1f}" if r["joules"] else "0 (< 1 counter step)"
-        lines.append(f"| {r['device']} | {r['batch_size']} | {r['workers']} | {r['warmup_s']:.3f} | "
-                     f"{', '.join(f'{t:.3f}' for t in r['epochs_s'])} | {r['steady_s']:.3f} | {speedup} | "
-                     f"{r['peak_mb']:,.0f} | {energy} | {r['test_accuracy']:.4f} |")
+        lines.append(
+            f"| {r['device']} | {r['batch_size']} | {r['workers']} | {r['warmup_s']:.3f} | "
+            f"{', '.join(f'{t:.3f}' for t in r['epochs_s'])} | {r['steady_s']:.3f} | {speedup} | "
+            f"{r['peak_mb']:,.0f} | {energy} | {r['test_accuracy']:.4f} |"
+        )
     lines += [f"- FAILED {failure}" for failure in failures]
     return "\n".join(lines), failures
 
@@ -206,13 +244,21 @@ def _epoch_jobs(args):
             for extra in lower:
                 yield device, batch_size, workers, extra
             continue
-        for extra in ({"cuda_graph": True}, {"prefetch": True}, {"cuda_graph": True, "prefetch": True},
-                      {"data_on_device": True}, {"cuda_graph": True, "data_on_device": True},
-                      {"precision": "bf16"}, {"precision": "fp16"}):
+        for extra in (
+            {"cuda_graph": True},
+            {"prefetch": True},
+            {"cuda_graph": True, "prefetch": True},
+            {"data_on_device": True},
+            {"cuda_graph": True, "data_on_device": True},
+            {"precision": "bf16"},
+            {"precision": "fp16"},
+        ):
             yield device, batch_size, workers, extra
         if batch_size == min(args.batch_size):
-            later += [(device, batch_size, workers, {"compile": True, **precision})
-                      for precision in ({}, {"precision": "bf16"}, {"precision": "fp16"})]
+            later += [
+                (device, batch_size, workers, {"compile": True, **precision})
+                for precision in ({}, {"precision": "bf16"}, {"precision": "fp16"})
+            ]
     yield from later
 
 
@@ -264,8 +310,9 @@ def _overhead(args, data_dir: Path, work: Path) -> str:
     # Twelve runs, not six: a whole process here varies by tenths of a second between identical
     # runs, and ten runs between the two grids divide that by ten, where four divided it by four.
     (work / "twelve.yaml").write_text("experiment: twelve\n" + tiny + f"  seed: {list(range(12))}\n")
-    (work / "full6.yaml").write_text("experiment: full6\ngrid:\n  batch_size: [1000]\n  device: [cpu]\n"
-                                     "  seed: [0, 1, 2, 3, 4, 5]\n")
+    (work / "full6.yaml").write_text(
+        "experiment: full6\ngrid:\n  batch_size: [1000]\n  device: [cpu]\n  seed: [0, 1, 2, 3, 4, 5]\n"
+    )
     common = ["--data-dir", str(data_dir), "--rerun"]
     _timed([*pipeline, "run", "one.yaml", *common], work)  # creates the store; warms the page cache
     results, seen = work / "pipeline-results.jsonl", 0
@@ -290,18 +337,21 @@ def _overhead(args, data_dir: Path, work: Path) -> str:
         marginal.append(((twelve_s - two_s) - (twelve_train - two_train)) / 10)
         extra.append(((twelve_s - one_s) - (twelve_train - one_train)) / 11)
     full_s, peak_mib = _timed([*pipeline, "run", "full6.yaml", *common], work)
-    return "\n".join([
-        "| measurement | median [min-max] | target |", "|---|---|---|",
-        f"| `pipeline --help` / `python -c 'import torch'` | {spread(help_ratio)} | <= 0.3 |",
-        f"| grid of one tiny run / `python -c 'import torch, mlflow'` | {spread(start_ratio)} | <= 2.0 |",
-        f"| cost of each extra run in a grid, beyond its training and evaluation: two runs to twelve (s) "
-        f"| {spread(marginal)} | <= 0.25 |",
-        f"| the same from one run to twelve, with the comparison a grid of two or more pays once (s) "
-        f"| {spread(extra)} | |",
-        f"| inside each run of the twelve: created to ended in the store, less its training and evaluation (s) "
-        f"| {spread(in_run)} | |",
-        f"| peak memory of a 6-run grid on the full data (MiB) | {peak_mib} ({full_s:.0f} s) | <= 1536 |",
-    ])
+    return "\n".join(
+        [
+            "| measurement | median [min-max] | target |",
+            "|---|---|---|",
+            f"| `pipeline --help` / `python -c 'import torch'` | {spread(help_ratio)} | <= 0.3 |",
+            f"| grid of one tiny run / `python -c 'import torch, mlflow'` | {spread(start_ratio)} | <= 2.0 |",
+            f"| cost of each extra run in a grid, beyond its training and evaluation: two runs to twelve (s) "
+            f"| {spread(marginal)} | <= 0.25 |",
+            f"| the same from one run to twelve, with the comparison a grid of two or more pays once (s) "
+            f"| {spread(extra)} | |",
+            f"| inside each run of the twelve: created to ended in the store, less its training and evaluation (s) "
+            f"| {spread(in_run)} | |",
+            f"| peak memory of a 6-run grid on the full data (MiB) | {peak_mib} ({full_s:.0f} s) | <= 1536 |",
+        ]
+    )
 
 
 def report(args, tmp: Path) -> tuple[str, list[str]]:
@@ -315,11 +365,15 @@ def report(args, tmp: Path) -> tuple[str, list[str]]:
     dataset = data_mod.load(folder, verify=not args.synthetic)
     reference_root = tutorial_loop.torchvision_root(files, tmp / "torchvision")
     cpu = hardware_name(torch.device("cpu"))
-    lines = [f"# pipeline vs tutorial loop ({time.strftime('%Y-%m-%d')})", "",
-             f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-             f"{', ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ''}; "
-             f"data: {dataset.description}" + ("" if args.no_loops else
-                                               f"; {args.rounds} alternating rounds per setting in the loop table"), ""]
+    lines = [
+        f"# pipeline vs tutorial loop ({time.strftime('%Y-%m-%d')})",
+        "",
+        f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+        f"{', ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ''}; "
+        f"data: {dataset.description}"
+        + ("" if args.no_loops else f"; {args.rounds} alternating rounds per setting in the loop table"),
+        "",
+    ]
     failures: list[str] = []
     if not args.no_loops:
         lines += [loops_table(compare_loops(args, dataset, reference_root)), ""]
@@ -339,17 +393,24 @@ def main() -> None:
     parser.add_argument("--device", action="append", help="cpu, cuda, ... (repeat; default cpu)")
     parser.add_argument("--batch-size", action="append", type=int, help="repeat; default 1000")
     parser.add_argument("--workers", action="append", type=int, help="repeat; default 0")
-    parser.add_argument("--precision", action="append", choices=("fp32", "bf16", "fp16"),
-                        help="the pipeline's precision (repeat; default fp32): the loop table times exactly these, the "
-                             "per-epoch table these beside its fp32 reference; the tutorial's loop stays fp32")
+    parser.add_argument(
+        "--precision",
+        action="append",
+        choices=("fp32", "bf16", "fp16"),
+        help="the pipeline's precision (repeat; default fp32): the loop table times exactly these, the "
+        "per-epoch table these beside its fp32 reference; the tutorial's loop stays fp32",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per setting (default 3)")
     parser.add_argument("--data-dir", help="Fashion-MNIST folder (default: the pipeline's search)")
     parser.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape")
     parser.add_argument("--accuracy-epochs", type=int, default=0, help="also compare accuracy after N epochs")
     parser.add_argument("--epochs", type=int, default=0, help="also time N epochs per setting, warm-up shown")
-    parser.add_argument("--cuda-variants", action="store_true",
-                        help="with --epochs, also time cuda_graph, prefetch, data_on_device, bf16, fp16 and compile "
-                             "(fp32/bf16/fp16, smallest batch size) on cuda (0 workers)")
+    parser.add_argument(
+        "--cuda-variants",
+        action="store_true",
+        help="with --epochs, also time cuda_graph, prefetch, data_on_device, bf16, fp16 and compile "
+        "(fp32/bf16/fp16, smallest batch size) on cuda (0 workers)",
+    )
     parser.add_argument("--overhead", action="store_true", help="also measure start-up and tracking overhead")
     parser.add_argument("--no-loops", action="store_true", help="skip the loop comparison")
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")

@@ -61,8 +61,12 @@ from pipeline.timing import run_figures  # noqa: E402
 
 # The settings that vary, as a grid would: device twins give the comparison its speedups, and the
 # seed, which grows with the sweep, its repeats.
-VARYING = {"lr": [0.001, 0.003, 0.01, 0.03, 0.1], "batch_size": [100, 1000, 10000, 20000],
-           "num_workers": [0, 1], "device": ["cpu", "cuda"]}
+VARYING = {
+    "lr": [0.001, 0.003, 0.01, 0.03, 0.1],
+    "batch_size": [100, 1000, 10000, 20000],
+    "num_workers": [0, 1],
+    "device": ["cpu", "cuda"],
+}
 # What a CPU run logs each epoch (energy_j only where a counter is readable, so not here).
 LOGGED = tuple(name for name in EPOCH_METRICS if name != "energy_j")
 EPOCHS = 3
@@ -86,45 +90,87 @@ def grid_point(index: int) -> dict[str, str]:
     values = dict(zip(VARYING, combos[index % len(combos)]))
     params = {**DEFAULTS, **values, "epochs": EPOCHS, "seed": index // len(combos)}
     return {key: format_value(value) for key, value in params.items()} | {
-        "train_size": str(TRAIN_SIZE), "test_size": str(TEST_SIZE)}
+        "train_size": str(TRAIN_SIZE),
+        "test_size": str(TEST_SIZE),
+    }
 
 
 def child_tags(parent_run_id: str, runs: int, index: int, device: str) -> dict[str, str]:
     """The tags a real child carries (point._open_run, tracking.source_tags, liveness.process_tags),
     with made-up values; `pipeline.run_key` tells the sweep's points apart."""
-    return {MLFLOW_PARENT_RUN_ID: parent_run_id, MLFLOW_SOURCE_NAME: "pipeline run", MLFLOW_SOURCE_TYPE: "LOCAL",
-            MLFLOW_USER: "bench", names.TAG_ROLE: "point", names.TAG_RUN_KEY: f"synthetic-{runs}-{index}",
-            names.TAG_DEVICE: device, names.TAG_HARDWARE: "synthetic", names.TAG_HOST: "bench-host",
-            names.TAG_TORCH: "2.14.1", names.TAG_CUDA: "none", names.TAG_CONFIG_HASH: f"{index:016x}",
-            names.TAG_DATA: "IDX files of Fashion-MNIST from /data (checksums verified)",
-            names.TAG_ENERGY: "not measured: no RAPL energy counters on this machine", names.TAG_PARAM_DEVICES: device,
-            names.TAG_PID: str(10000 + index), names.TAG_PROCESS_START: "1796162713.92", names.TAG_COMPLETE: "true"}
+    return {
+        MLFLOW_PARENT_RUN_ID: parent_run_id,
+        MLFLOW_SOURCE_NAME: "pipeline run",
+        MLFLOW_SOURCE_TYPE: "LOCAL",
+        MLFLOW_USER: "bench",
+        names.TAG_ROLE: "point",
+        names.TAG_RUN_KEY: f"synthetic-{runs}-{index}",
+        names.TAG_DEVICE: device,
+        names.TAG_HARDWARE: "synthetic",
+        names.TAG_HOST: "bench-host",
+        names.TAG_TORCH: "2.14.1",
+        names.TAG_CUDA: "none",
+        names.TAG_CONFIG_HASH: f"{index:016x}",
+        names.TAG_DATA: "IDX files of Fashion-MNIST from /data (checksums verified)",
+        names.TAG_ENERGY: "not measured: no RAPL energy counters on this machine",
+        names.TAG_PARAM_DEVICES: device,
+        names.TAG_PID: str(10000 + index),
+        names.TAG_PROCESS_START: "1796162713.92",
+        names.TAG_COMPLETE: "true",
+    }
 
 
 # Each child's training and test data as a child records them (tracking.dataset_descriptions).
-_TENSORS = {"features": [{"type": "tensor", "tensor-spec": {"dtype": "uint8", "shape": [-1, 1, 28, 28]}}],
-            "targets": [{"type": "tensor", "tensor-spec": {"dtype": "int64", "shape": [-1]}}]}
+_TENSORS = {
+    "features": [{"type": "tensor", "tensor-spec": {"dtype": "uint8", "shape": [-1, 1, 28, 28]}}],
+    "targets": [{"type": "tensor", "tensor-spec": {"dtype": "int64", "shape": [-1]}}],
+}
 _SCHEMA = json.dumps({"mlflow_tensorspec": {name: json.dumps(spec) for name, spec in _TENSORS.items()}})
-DATASETS = [DatasetInput(Dataset(f"fashion-mnist-{split}", f"{split}-digest", "local", '{"uri": "/data"}', _SCHEMA,
-                                 f'{{"features_shape": [{size}, 1, 28, 28], "targets_shape": [{size}]}}'),
-                         [InputTag(MLFLOW_DATASET_CONTEXT, context)])
-            for split, context, size in (("train", "training", TRAIN_SIZE), ("test", "testing", TEST_SIZE))]
+DATASETS = [
+    DatasetInput(
+        Dataset(
+            f"fashion-mnist-{split}",
+            f"{split}-digest",
+            "local",
+            '{"uri": "/data"}',
+            _SCHEMA,
+            f'{{"features_shape": [{size}, 1, 28, 28], "targets_shape": [{size}]}}',
+        ),
+        [InputTag(MLFLOW_DATASET_CONTEXT, context)],
+    )
+    for split, context, size in (("train", "training", TRAIN_SIZE), ("test", "testing", TEST_SIZE))
+]
 
 
 def epoch_values(index: int, epoch: int, device: str) -> dict[str, float]:
     """Plausible per-epoch figures of a point (cuda faster than cpu), deterministic in `index`."""
     speed = 5.0 if device == "cuda" else 1.0
     duration = (3.0 + (index % 7) * 0.1) / speed
-    return {"train_loss": 1.0 / epoch, "train_accuracy": 0.7 + 0.05 * epoch, "test_loss": 1.1 / epoch,
-            "test_accuracy": 0.68 + 0.05 * epoch + (index % 10) * 0.001, "epoch_duration_s": duration,
-            "images_per_s": TRAIN_SIZE / duration, "data_time_s": 0.05 * duration,
-            "transfer_time_s": 0.01 * duration, "compute_time_s": 0.94 * duration, "enqueue_time_s": 0.0,
-            "peak_memory_mb": 900.0 + index % 50}
+    return {
+        "train_loss": 1.0 / epoch,
+        "train_accuracy": 0.7 + 0.05 * epoch,
+        "test_loss": 1.1 / epoch,
+        "test_accuracy": 0.68 + 0.05 * epoch + (index % 10) * 0.001,
+        "epoch_duration_s": duration,
+        "images_per_s": TRAIN_SIZE / duration,
+        "data_time_s": 0.05 * duration,
+        "transfer_time_s": 0.01 * duration,
+        "compute_time_s": 0.94 * duration,
+        "enqueue_time_s": 0.0,
+        "peak_memory_mb": 900.0 + index % 50,
+    }
 
 
-def build_sweep(tracking_uri: str, runs: int, metrics: tuple[str, ...] = LOGGED, epochs: int = EPOCHS,
-                point: Callable[[int], dict[str, str]] = grid_point, end_figures: bool = True,
-                inputs_and_model: bool = True, progress: Callable[[int], None] | None = None) -> Sweep:
+def build_sweep(
+    tracking_uri: str,
+    runs: int,
+    metrics: tuple[str, ...] = LOGGED,
+    epochs: int = EPOCHS,
+    point: Callable[[int], dict[str, str]] = grid_point,
+    end_figures: bool = True,
+    inputs_and_model: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> Sweep:
     """A parent run and `runs` FINISHED children in the store at `tracking_uri`, written the cheapest
     way the public client allows: per child one create_run (with its tags), one log_batch (the params
     `point(index)` gives, every epoch's `metrics`, its run-level metrics and, with `end_figures`, the
@@ -135,19 +181,28 @@ def build_sweep(tracking_uri: str, runs: int, metrics: tuple[str, ...] = LOGGED,
     client = MlflowClient(tracking_uri)
     experiment_id = client.create_experiment(f"scale-{runs}")
     start = int(time.time() * 1000)
-    parent = client.create_run(experiment_id, start_time=start, run_name=f"scale-{runs}",
-                               tags={names.TAG_ROLE: "sweep"}).info.run_id
+    parent = client.create_run(
+        experiment_id, start_time=start, run_name=f"scale-{runs}", tags={names.TAG_ROLE: "sweep"}
+    ).info.run_id
     report_every = max(1, runs // 20)
     for index in range(runs):
         params = point(index)
         device = params.get("device", "cpu")
         # Distinct start times keep the children in creation order, as a sweep's are.
-        child = client.create_run(experiment_id, start_time=start + 1 + index, run_name=f"point-{index}",
-                                  tags=child_tags(parent, runs, index, device)).info.run_id
-        history = {name: [epoch_values(index, epoch, device)[name] for epoch in range(1, epochs + 1)]
-                   for name in metrics}
-        logged = [Metric(name, value, start + index, epoch) for name, values in history.items()
-                  for epoch, value in enumerate(values, start=1)]
+        child = client.create_run(
+            experiment_id,
+            start_time=start + 1 + index,
+            run_name=f"point-{index}",
+            tags=child_tags(parent, runs, index, device),
+        ).info.run_id
+        history = {
+            name: [epoch_values(index, epoch, device)[name] for epoch in range(1, epochs + 1)] for name in metrics
+        }
+        logged = [
+            Metric(name, value, start + index, epoch)
+            for name, values in history.items()
+            for epoch, value in enumerate(values, start=1)
+        ]
         once = {RUN_DURATION: 10.0, names.WARMUP: 0.2, names.LOAD_AVERAGE: 0.5, names.OTHERS_CPU_SHARE: 0.01}
         if end_figures:
             once.update(run_figures(history, history["test_accuracy"][-1] if "test_accuracy" in history else None))
@@ -180,8 +235,18 @@ def cli_compare(sweep: Sweep) -> int:
 
     from pipeline.cli import main
 
-    result = CliRunner().invoke(main, ["compare", "--parent-run", sweep.parent_run_id, "--format", "json",
-                                       "--tracking-uri", sweep.client.tracking_uri])
+    result = CliRunner().invoke(
+        main,
+        [
+            "compare",
+            "--parent-run",
+            sweep.parent_run_id,
+            "--format",
+            "json",
+            "--tracking-uri",
+            sweep.client.tracking_uri,
+        ],
+    )
     if result.exit_code != 0:
         raise SystemExit(f"pipeline compare of {sweep.runs} runs: exit {result.exit_code}: {result.output[-500:]}")
     return len(json.loads(result.stdout))
@@ -203,12 +268,16 @@ def time_comparison(sweep: Sweep, rounds: int) -> tuple[float, float, float]:
     for _, _, comparison in timed:
         if len(comparison.table) != sweep.runs:
             raise SystemExit(f"the comparison of {sweep.runs} runs has {len(comparison.table)} rows")
-    return (statistics.median(r + b for r, b, _ in timed), statistics.median(r for r, _, _ in timed),
-            statistics.median(b for _, b, _ in timed))
+    return (
+        statistics.median(r + b for r, b, _ in timed),
+        statistics.median(r for r, _, _ in timed),
+        statistics.median(b for _, b, _ in timed),
+    )
 
 
-def measure(sizes: list[int], rounds: int, folder: Path, log: Callable[[str], None],
-            old_runs_up_to: int = 1000) -> list[dict]:
+def measure(
+    sizes: list[int], rounds: int, folder: Path, log: Callable[[str], None], old_runs_up_to: int = 1000
+) -> list[dict]:
     """Build each size's sweep in its own store under `folder`, then time its reads; for sizes up to
     `old_runs_up_to`, also a sweep of runs without end figures in a store of its own. The first size's
     reads run once untimed before: the process's first reads pay one-off costs (imports, SQL
@@ -287,40 +356,71 @@ def store_folder() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def report(sizes: list[int], rounds: int, command: str, folder: Path | None = None,
-           log: Callable[[str], None] = print, old_runs_up_to: int = 1000) -> str:
+def report(
+    sizes: list[int],
+    rounds: int,
+    command: str,
+    folder: Path | None = None,
+    log: Callable[[str], None] = print,
+    old_runs_up_to: int = 1000,
+) -> str:
     """The whole measurement as markdown: machine, date, versions and command, then the table."""
     folder = folder or store_folder()
     with tempfile.TemporaryDirectory(prefix="pipeline-scale-", dir=folder) as tmp:
         rows = measure(sorted(sizes), rounds, Path(tmp), log, old_runs_up_to)
-    return "\n".join([
-        f"# Store reads at scale ({time.strftime('%Y-%m-%d')})", "",
-        f"CPU: {cpu_name()}, {os.cpu_count()} cores; MLflow {mlflow.__version__}, Python {sys.version.split()[0]}; "
-        f"a fresh sqlite store per size in a temp dir under {folder}; median of {rounds} rounds per read, "
-        "after one untimed warm-up read of the smallest sweep.", "",
-        f"Command: `{command}`", "",
-        table(rows), "",
-    ])
+    return "\n".join(
+        [
+            f"# Store reads at scale ({time.strftime('%Y-%m-%d')})",
+            "",
+            f"CPU: {cpu_name()}, {os.cpu_count()} cores; MLflow {mlflow.__version__}, Python {sys.version.split()[0]}; "
+            f"a fresh sqlite store per size in a temp dir under {folder}; median of {rounds} rounds per read, "
+            "after one untimed warm-up read of the smallest sweep.",
+            "",
+            f"Command: `{command}`",
+            "",
+            table(rows),
+            "",
+        ]
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000],
-                        help="children per synthetic sweep (default 100 1000 10000); the smallest is the reference")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="timings per read and size; the median is shown (default 3)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[100, 1000, 10000],
+        help="children per synthetic sweep (default 100 1000 10000); the smallest is the reference",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="timings per read and size; the median is shown (default 3)"
+    )
     parser.add_argument("--out", type=Path, help="also write the report (markdown) here")
-    parser.add_argument("--store-dir", type=Path,
-                        help="where the temp stores go (default: /dev/shm where there is one, else the temp dir)")
-    parser.add_argument("--old-runs-up-to", type=int, default=1000, metavar="N",
-                        help="also time runs without end figures (history reads) for sizes up to N (default 1000; "
-                             "0: never)")
+    parser.add_argument(
+        "--store-dir",
+        type=Path,
+        help="where the temp stores go (default: /dev/shm where there is one, else the temp dir)",
+    )
+    parser.add_argument(
+        "--old-runs-up-to",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="also time runs without end figures (history reads) for sizes up to N (default 1000; 0: never)",
+    )
     args = parser.parse_args()
     if min(args.sizes) < 1 or args.rounds < 1 or args.old_runs_up_to < 0:
         parser.error("--sizes and --rounds take positive numbers, --old-runs-up-to one >= 0")
     command = " ".join(["python", *sys.argv])
-    text = report(args.sizes, args.rounds, command, args.store_dir,
-                  log=lambda line: print(line, file=sys.stderr, flush=True), old_runs_up_to=args.old_runs_up_to)
+    text = report(
+        args.sizes,
+        args.rounds,
+        command,
+        args.store_dir,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        old_runs_up_to=args.old_runs_up_to,
+    )
     print("\n" + text)
     if args.out:
         args.out.write_text(text)

@@ -61,13 +61,15 @@ def main(argv: list[str] | None = None) -> int:
             data = ["--data-dir", str(synthetic_idx(folder))]
         env_note = f"grid {args.grid}, repeats {args.repeats}, store {uri}"
         print(f"== tracked sweep: {env_note}", flush=True)
-        sweep = subprocess.Popen(pipeline("run", str(args.grid), "--repeats", str(args.repeats),
-                                          "--tracking-uri", uri, *data), cwd=REPO)
+        sweep = subprocess.Popen(
+            pipeline("run", str(args.grid), "--repeats", str(args.repeats), "--tracking-uri", uri, *data), cwd=REPO
+        )
         ran = _wait(sweep, None if args.budget_s is None else max(args.budget_s - 30, 1))
         # A sweep with a failed point still compares what finished; a sweep that never started does not.
         charts = Path(tmp) / "comparison"
-        compared = subprocess.run(pipeline("compare", "--format", "markdown", "--tracking-uri", uri,
-                                           "--out", str(charts)), cwd=REPO)
+        compared = subprocess.run(
+            pipeline("compare", "--format", "markdown", "--tracking-uri", uri, "--out", str(charts)), cwd=REPO
+        )
         for name, target in CHARTS.items():
             if (charts / name).exists():
                 shutil.copy(charts / name, args.out / target)

@@ -43,8 +43,15 @@ def train_set(root: Path, train: bool = True):
     return datasets.FashionMNIST(root=str(root), train=train, download=False, transform=transforms.ToTensor())
 
 
-def epoch(dataset, batch_size: int, num_workers: int, device: torch.device, lr: float = 0.01,
-          network: Network | None = None, optimizer=None) -> tuple[float, Network, torch.optim.Optimizer]:
+def epoch(
+    dataset,
+    batch_size: int,
+    num_workers: int,
+    device: torch.device,
+    lr: float = 0.01,
+    network: Network | None = None,
+    optimizer=None,
+) -> tuple[float, Network, torch.optim.Optimizer]:
     """One training epoch of the tutorial's loop; returns (seconds, network, optimizer)."""
     torch.manual_seed(0)
     network = network or Network().to(device)

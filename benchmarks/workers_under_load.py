@@ -68,8 +68,11 @@ def child(loop: str, workers: int, threads: int, images: int, epochs: int) -> di
         from pipeline.config import RunConfig
         from pipeline.train import fit
 
-        result = fit(RunConfig(batch_size=100, num_workers=workers, threads=threads, epochs=epochs, device="cpu"),
-                     dataset, torch.device("cpu"))
+        result = fit(
+            RunConfig(batch_size=100, num_workers=workers, threads=threads, epochs=epochs, device="cpu"),
+            dataset,
+            torch.device("cpu"),
+        )
         seconds = [e.epoch_duration_s for e in result.epochs]
         used = result.threads
     else:
@@ -88,8 +91,9 @@ def child(loop: str, workers: int, threads: int, images: int, epochs: int) -> di
             subset = torch.utils.data.Subset(full, range(images))
             seconds, network, optimizer = [], None, None
             for _ in range(epochs):
-                took, network, optimizer = tutorial_loop.epoch(subset, 100, workers, torch.device("cpu"),
-                                                               network=network, optimizer=optimizer)
+                took, network, optimizer = tutorial_loop.epoch(
+                    subset, 100, workers, torch.device("cpu"), network=network, optimizer=optimizer
+                )
                 seconds.append(took)
         used = torch.get_num_threads()
     return {"epochs": seconds, "threads": used}
@@ -100,8 +104,12 @@ def start_load(kind: str) -> list[subprocess.Popen]:
         return []
     code = BUSY_LOOP if kind == "busy" else TORCH_LOAD
     cores = os.cpu_count() or 2
-    return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(min(cores, 2))]
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", code], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(min(cores, 2))
+    ]
 
 
 def stop_load(processes: list[subprocess.Popen]) -> None:
@@ -112,10 +120,22 @@ def stop_load(processes: list[subprocess.Popen]) -> None:
 
 def time_setting(setting: tuple, args) -> dict:
     _, loop, workers, threads = setting
-    command = [sys.executable, __file__, "--child", loop, str(workers), str(threads),
-               "--images", str(args.images), "--epochs", str(args.epochs)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), str(HERE.parent),
-                                                                      os.environ.get("PYTHONPATH")]))}
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        loop,
+        str(workers),
+        str(threads),
+        "--images",
+        str(args.images),
+        "--epochs",
+        str(args.epochs),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH")])),
+    }
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{setting[0]} failed:\n{done.stderr[-2000:]}")
@@ -141,9 +161,11 @@ def main() -> None:
 
     from pipeline.device import cpu_name
 
-    print(f"{cpu_name()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, Python "
-          f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; {args.images} images, batch size 100, "
-          f"{args.epochs} epochs (median of epochs 2-{args.epochs}), {args.rounds} round(s)\n")
+    print(
+        f"{cpu_name()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, Python "
+        f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; {args.images} images, batch size 100, "
+        f"{args.epochs} epochs (median of epochs 2-{args.epochs}), {args.rounds} round(s)\n"
+    )
     rows = []
     for kind in args.load or LOADS:
         timings: dict[str, list[float]] = {name: [] for name, *_ in SETTINGS}

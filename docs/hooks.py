@@ -57,8 +57,9 @@ def _key_rows() -> list[str]:
     from pipeline.config import DEFAULTS, KEYS
     from pipeline.grid import format_value
 
-    return [f"| `{name}` | {cell(key.check.allowed)} | `{format_value(DEFAULTS[name])}` |"
-            for name, key in KEYS.items()]
+    return [
+        f"| `{name}` | {cell(key.check.allowed)} | `{format_value(DEFAULTS[name])}` |" for name, key in KEYS.items()
+    ]
 
 
 def cli_reference() -> str:
@@ -77,13 +78,25 @@ def command_section(ctx: click.Context, level: int) -> list[str]:
     command = ctx.command
     usage = " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
     heading = f"{'#' * level} {ctx.command_path} {{ #{anchor(ctx.command_path)} }}"  # attr_list sets the id
-    lines = [heading, "", *help_markdown(command.help),
-             "**Usage:**", "", "```text", usage, "```", "", *options_table(ctx), *help_markdown(command.epilog)]
+    lines = [
+        heading,
+        "",
+        *help_markdown(command.help),
+        "**Usage:**",
+        "",
+        "```text",
+        usage,
+        "```",
+        "",
+        *options_table(ctx),
+        *help_markdown(command.epilog),
+    ]
     subcommands = visible_subcommands(ctx)
     if subcommands:
         lines += ["**Commands:**", "", "| Command | What it does |", "|---|---|"]
-        lines += [f"| [{name}](#{anchor(f'{ctx.command_path} {name}')}) | {cell(summary(sub))} |"
-                  for name, sub in subcommands]
+        lines += [
+            f"| [{name}](#{anchor(f'{ctx.command_path} {name}')}) | {cell(summary(sub))} |" for name, sub in subcommands
+        ]
         lines.append("")
         for name, sub in subcommands:
             lines += command_section(click.Context(sub, info_name=name, parent=ctx, **sub.context_settings), level + 1)
@@ -164,8 +177,12 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-GENERATED: dict[str, Callable[[], str]] = {GRID_KEYS: grid_keys_table, GRID_KEY_VALUES: grid_key_values_table,
-                                           LATER_KEYS: later_keys, CLI_REFERENCE: cli_reference}
+GENERATED: dict[str, Callable[[], str]] = {
+    GRID_KEYS: grid_keys_table,
+    GRID_KEY_VALUES: grid_key_values_table,
+    LATER_KEYS: later_keys,
+    CLI_REFERENCE: cli_reference,
+}
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:

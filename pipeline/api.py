@@ -54,10 +54,20 @@ class SweepRun:
     """With `repeats: auto`: why its rounds stopped, as `pipeline run` prints it."""
 
 
-def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None, experiment: str | None = None,
-        data_dir: str | None = None, repeats: int | str | None = None, rerun: bool = False,
-        overrides: Sequence[str] = (), checkpoint: bool = False, fail_fast: bool = False,
-        system_metrics: bool = False, quiet: bool = True) -> SweepRun:
+def run(
+    grid: str | Path | Mapping[str, Any],
+    *,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    data_dir: str | None = None,
+    repeats: int | str | None = None,
+    rerun: bool = False,
+    overrides: Sequence[str] = (),
+    checkpoint: bool = False,
+    fail_fast: bool = False,
+    system_metrics: bool = False,
+    quiet: bool = True,
+) -> SweepRun:
     """Train every point of `grid` (a grid file, or a mapping shaped like one) under one parent run,
     as `pipeline run` does, and return the outcome with the comparison table.
 
@@ -81,15 +91,32 @@ def run(grid: str | Path | Mapping[str, Any], *, tracking_uri: str | None = None
     """
     _check_overrides(overrides)
     spec = load_grid(grid, overrides, name=experiment or "notebook")
-    options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir, rerun=rerun,
-                      checkpoint=checkpoint, fail_fast=fail_fast, system_metrics=system_metrics,
-                      repeats=None if repeats is None else check_repeats(repeats))
+    options = Options(
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        data_dir=data_dir,
+        rerun=rerun,
+        checkpoint=checkpoint,
+        fail_fast=fail_fast,
+        system_metrics=system_metrics,
+        repeats=None if repeats is None else check_repeats(repeats),
+    )
     with process_settings():  # as the CLI runs a sweep; put back when the call returns
         result = run_grid(spec, Reporter(quiet=quiet), options)
-    comparison = _table(result.tracking_uri, parent_run=result.parent_run_id) \
-        if result.parent_run_id and result.tracking_uri else _empty()
-    return SweepRun(result.parent_run_id, result.experiment_id, result.tracking_uri, result.outcomes,
-                    comparison, result.exit_code, result.stopped)
+    comparison = (
+        _table(result.tracking_uri, parent_run=result.parent_run_id)
+        if result.parent_run_id and result.tracking_uri
+        else _empty()
+    )
+    return SweepRun(
+        result.parent_run_id,
+        result.experiment_id,
+        result.tracking_uri,
+        result.outcomes,
+        comparison,
+        result.exit_code,
+        result.stopped,
+    )
 
 
 def _check_overrides(overrides: Any) -> None:
@@ -99,15 +126,18 @@ def _check_overrides(overrides: Any) -> None:
         text = overrides.decode(errors="replace") if isinstance(overrides, bytes) else overrides
         raise UserError(f"overrides: got a string {text!r}; pass a list, e.g. overrides=[{text!r}]")
     if not isinstance(overrides, (list, tuple)):
-        raise UserError(f"overrides: got {type(overrides).__name__} {overrides!r}; pass a list of \"KEY=VALUE\" "
-                        "strings, e.g. overrides=['epochs=2']")
+        raise UserError(
+            f'overrides: got {type(overrides).__name__} {overrides!r}; pass a list of "KEY=VALUE" '
+            "strings, e.g. overrides=['epochs=2']"
+        )
     for index, item in enumerate(overrides):
         if not isinstance(item, str):
             raise UserError(f"overrides[{index}]: got {item!r}; each item is a \"KEY=VALUE\" string, e.g. 'epochs=2'")
 
 
-def compare(experiment: str | None = None, parent_run: str | None = None,
-            tracking_uri: str | None = None) -> pandas.DataFrame:
+def compare(
+    experiment: str | None = None, parent_run: str | None = None, tracking_uri: str | None = None
+) -> pandas.DataFrame:
     """The comparison of a sweep's finished runs, one row per setting (`pipeline compare`'s data):
     the sweep `parent_run`, else the latest sweep of `experiment`, else the latest sweep.
 

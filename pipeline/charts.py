@@ -66,9 +66,14 @@ def _settings(comparison: Comparison) -> Iterator[tuple[pd.Series, str, str]]:
 
 
 # What a missing figure is called where a chart says why a setting is not on it.
-_FIGURE_NAMES = {"epoch_duration_s": "epoch time", STEADY_EPOCH: "epoch time", "run_duration_s": "run duration",
-                 FINAL_ACCURACY: "final test accuracy", "test_accuracy": "test accuracy per epoch",
-                 **{share: "time shares" for share in TIME_SHARES}}
+_FIGURE_NAMES = {
+    "epoch_duration_s": "epoch time",
+    STEADY_EPOCH: "epoch time",
+    "run_duration_s": "run duration",
+    FINAL_ACCURACY: "final test accuracy",
+    "test_accuracy": "test accuracy per epoch",
+    **{share: "time shares" for share in TIME_SHARES},
+}
 
 
 def _not_shown(row: pd.Series, label: str, column: str) -> str:
@@ -144,30 +149,53 @@ def _tradeoff(comparison: Comparison) -> dict:
             left_out.append(_not_shown(row, label, absent))
             continue
         if missed:
-            label += (f" (reached in {row['target_reached']}/{row['target_runs']} runs)" if row["target_runs"]
-                      else " (trained without the target)")
+            label += (
+                f" (reached in {row['target_reached']}/{row['target_runs']} runs)"
+                if row["target_runs"]
+                else " (trained without the target)"
+            )
         low, high = (math.nan, math.nan) if to_target else (row["epoch_duration_s_q1"], row["epoch_duration_s_q3"])
-        points.append({"label": label, "colour": colour, "missed": bool(missed),
-                       "x": round(float(row[column]), 3), "y": round(float(row[FINAL_ACCURACY]), 4),
-                       "low": None if _missing(low) else round(float(low), 3),
-                       "high": None if _missing(high) else round(float(high), 3)})
+        points.append(
+            {
+                "label": label,
+                "colour": colour,
+                "missed": bool(missed),
+                "x": round(float(row[column]), 3),
+                "y": round(float(row[FINAL_ACCURACY]), 4),
+                "low": None if _missing(low) else round(float(low), 3),
+                "high": None if _missing(high) else round(float(high), 3),
+            }
+        )
     # Only points of the same figure compete: a setting's training time is no time to the target.
     ranked = [i for i, point in enumerate(points) if not point["missed"]]
     front = [ranked[i] for i in pareto([(points[i]["x"], points[i]["y"]) for i in ranked])]
     among = " that reached it" if to_target else ""
-    front_label = (f"best trade-offs (ringed, joined): each more accurate than every faster setting{among}"
-                   if len(front) > 1 else f"best trade-off (ringed): more accurate than every faster setting{among}")
+    front_label = (
+        f"best trade-offs (ringed, joined): each more accurate than every faster setting{among}"
+        if len(front) > 1
+        else f"best trade-off (ringed): more accurate than every faster setting{among}"
+    )
     if to_target:
-        xlabel = (f"time to {comparison.target} (s), median over the runs that reached it\n"
-                  "settings that missed it: total training time (s), median run duration")
+        xlabel = (
+            f"time to {comparison.target} (s), median over the runs that reached it\n"
+            "settings that missed it: total training time (s), median run duration"
+        )
     else:
         xlabel = f"epoch time (s), {_timed(comparison)}; whiskers: first to third quartile over its runs"
-    return {"kind": "tradeoff", "points": points, "front": front, "front_label": front_label,
-            "reached_label": "reached the target: median time to it" if to_target else None,
-            "missed_label": ("missed the target: drawn at total training time"
-                             if any(point["missed"] for point in points) else None),
-            "left_out": left_out, "xlabel": xlabel, "ylabel": "final test accuracy",
-            "title": f"Speed against accuracy\n{comparison.sweep.name}"}
+    return {
+        "kind": "tradeoff",
+        "points": points,
+        "front": front,
+        "front_label": front_label,
+        "reached_label": "reached the target: median time to it" if to_target else None,
+        "missed_label": (
+            "missed the target: drawn at total training time" if any(point["missed"] for point in points) else None
+        ),
+        "left_out": left_out,
+        "xlabel": xlabel,
+        "ylabel": "final test accuracy",
+        "title": f"Speed against accuracy\n{comparison.sweep.name}",
+    }
 
 
 def _epoch_duration(comparison: Comparison) -> dict:
@@ -181,21 +209,32 @@ def _epoch_duration(comparison: Comparison) -> dict:
         if _missing(row["epoch_duration_s"]):
             left_out.append(_not_shown(row, label, "epoch_duration_s"))
             continue
-        bars.append({"label": label, "colour": colour,
-                     "category": [_group_value(row[key]) if key in row else None for key in groups],
-                     "value": round(float(row[STEADY_EPOCH]), 3),  # the figure every surface shows
-                     "low": round(float(row["epoch_duration_s_q1"]), 3),
-                     "high": round(float(row["epoch_duration_s_q3"]), 3)})
+        bars.append(
+            {
+                "label": label,
+                "colour": colour,
+                "category": [_group_value(row[key]) if key in row else None for key in groups],
+                "value": round(float(row[STEADY_EPOCH]), 3),  # the figure every surface shows
+                "low": round(float(row["epoch_duration_s_q1"]), 3),
+                "high": round(float(row["epoch_duration_s_q3"]), 3),
+            }
+        )
     categories = sorted({tuple(bar["category"]) for bar in bars}, key=lambda c: [(v is None, v or 0) for v in c])
     for bar in bars:
         bar["category"] = categories.index(tuple(bar["category"]))
     words = [KEYS[key].chart_group for key in groups]
-    return {"kind": "epoch_duration", "categories": [list(c) for c in categories],
-            "ticks": ["\n".join(_tick(key, value) for key, value in zip(groups, c)) for c in categories],
-            "bars": bars, "legend": "setting", "left_out": left_out, "xlabel": " / ".join(words),
-            "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian over the runs, "
-                      "whiskers: first to third quartile",
-            "title": f"Epoch duration by {' and '.join(words)}\n{comparison.sweep.name}"}
+    return {
+        "kind": "epoch_duration",
+        "categories": [list(c) for c in categories],
+        "ticks": ["\n".join(_tick(key, value) for key, value in zip(groups, c)) for c in categories],
+        "bars": bars,
+        "legend": "setting",
+        "left_out": left_out,
+        "xlabel": " / ".join(words),
+        "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian over the runs, "
+        "whiskers: first to third quartile",
+        "title": f"Epoch duration by {' and '.join(words)}\n{comparison.sweep.name}",
+    }
 
 
 def _speedup(comparison: Comparison) -> dict:
@@ -209,12 +248,21 @@ def _speedup(comparison: Comparison) -> dict:
             continue
         for _, row in t[t[column].notna() & (t[f"{column}_vs"] != "")].iterrows():
             low, high = row[f"{column}_low"], row[f"{column}_high"]
-            bars.append([f"{row['run_name']} ({column.replace('_', ' ')})", round(float(row[column]), 3),
-                         None if math.isnan(low) else round(float(low), 3),
-                         None if math.isnan(high) else round(float(high), 3),
-                         cell(comparison, row, column)])
-    return {"kind": "speedup", "bars": bars, "xlabel": "speedup over the reference twin (1 = no difference)",
-            "title": f"Speedups with 95% intervals (Welch, over runs)\n{comparison.sweep.name}"}
+            bars.append(
+                [
+                    f"{row['run_name']} ({column.replace('_', ' ')})",
+                    round(float(row[column]), 3),
+                    None if math.isnan(low) else round(float(low), 3),
+                    None if math.isnan(high) else round(float(high), 3),
+                    cell(comparison, row, column),
+                ]
+            )
+    return {
+        "kind": "speedup",
+        "bars": bars,
+        "xlabel": "speedup over the reference twin (1 = no difference)",
+        "title": f"Speedups with 95% intervals (Welch, over runs)\n{comparison.sweep.name}",
+    }
 
 
 def _test_accuracy(comparison: Comparison) -> dict:
@@ -223,14 +271,23 @@ def _test_accuracy(comparison: Comparison) -> dict:
     runs = {run.run_id: run for run in comparison.sweep.children}
     settings, left_out = [], []
     for row, label, colour in _settings(comparison):
-        lines = [[runs[run_id].name, [round(float(v), 4) for v in runs[run_id].histories.get("test_accuracy") or []]]
-                 for run_id in str(row["run_ids"]).split(",") if run_id in runs]
+        lines = [
+            [runs[run_id].name, [round(float(v), 4) for v in runs[run_id].histories.get("test_accuracy") or []]]
+            for run_id in str(row["run_ids"]).split(",")
+            if run_id in runs
+        ]
         if any(values for _, values in lines):
             settings.append({"label": label, "colour": colour, "runs": lines})
         else:
             left_out.append(_not_shown(row, label, "test_accuracy"))
-    return {"kind": "test_accuracy", "settings": settings, "left_out": left_out, "xlabel": "epoch",
-            "ylabel": "test accuracy (fraction correct)", "title": f"Test accuracy per epoch\n{comparison.sweep.name}"}
+    return {
+        "kind": "test_accuracy",
+        "settings": settings,
+        "left_out": left_out,
+        "xlabel": "epoch",
+        "ylabel": "test accuracy (fraction correct)",
+        "title": f"Test accuracy per epoch\n{comparison.sweep.name}",
+    }
 
 
 def _time_breakdown(comparison: Comparison) -> dict:
@@ -239,8 +296,13 @@ def _time_breakdown(comparison: Comparison) -> dict:
     than one of 0 s)."""
     shown, labels, colours, left_out = [], [], [], []
     for row, label, colour in _settings(comparison):
-        absent = ("epoch_duration_s" if _missing(row["epoch_duration_s"])
-                  else TIME_SHARES[0] if all(_missing(row[share]) for share in TIME_SHARES) else None)
+        absent = (
+            "epoch_duration_s"
+            if _missing(row["epoch_duration_s"])
+            else TIME_SHARES[0]
+            if all(_missing(row[share]) for share in TIME_SHARES)
+            else None
+        )
         if absent is not None:
             left_out.append(_not_shown(row, label, absent))
             continue
@@ -248,25 +310,47 @@ def _time_breakdown(comparison: Comparison) -> dict:
         labels.append(f"{label} (median of {row['timed_runs']} runs)" if row["timed_runs"] > 1 else label)
         colours.append(colour)
     # A share its runs did not log is drawn as 0 s; the others are what they measured.
-    stacks = [[share.replace("_share", ""), colour,
-               [0.0 if _missing(row[share]) else round(float(row[share] * row["epoch_duration_s"]), 3)
-                for row in shown]]
-              for share, colour in (("data_share", "tab:orange"), ("transfer_share", "tab:purple"),
-                                    ("compute_share", "tab:blue"))]
-    return {"kind": "time_breakdown", "labels": labels, "colours": colours, "stacks": stacks, "left_out": left_out,
-            "xlabel": "seconds per epoch, " + _timed(comparison),
-            "title": f"Where each epoch's time goes\n{comparison.sweep.name}"}
+    stacks = [
+        [
+            share.replace("_share", ""),
+            colour,
+            [0.0 if _missing(row[share]) else round(float(row[share] * row["epoch_duration_s"]), 3) for row in shown],
+        ]
+        for share, colour in (
+            ("data_share", "tab:orange"),
+            ("transfer_share", "tab:purple"),
+            ("compute_share", "tab:blue"),
+        )
+    ]
+    return {
+        "kind": "time_breakdown",
+        "labels": labels,
+        "colours": colours,
+        "stacks": stacks,
+        "left_out": left_out,
+        "xlabel": "seconds per epoch, " + _timed(comparison),
+        "title": f"Where each epoch's time goes\n{comparison.sweep.name}",
+    }
 
 
 def plan(comparison: Comparison) -> dict[str, dict]:
     """Each chart's file name and data, in JSON's types. A chart is drawn only where it has something
     to draw: where every run is contended (no speed figure, as the speedups leave them out), only the
     test accuracy is. On a drawn chart every setting is either drawn or named in its `left_out`."""
-    charts = {TRADEOFF_PNG: _tradeoff(comparison), EPOCH_DURATION_PNG: _epoch_duration(comparison),
-              TEST_ACCURACY_PNG: _test_accuracy(comparison),
-              TIME_BREAKDOWN_PNG: _time_breakdown(comparison), SPEEDUP_PNG: _speedup(comparison)}
-    drawn = {TRADEOFF_PNG: "points", EPOCH_DURATION_PNG: "bars", TEST_ACCURACY_PNG: "settings",
-             TIME_BREAKDOWN_PNG: "labels", SPEEDUP_PNG: "bars"}
+    charts = {
+        TRADEOFF_PNG: _tradeoff(comparison),
+        EPOCH_DURATION_PNG: _epoch_duration(comparison),
+        TEST_ACCURACY_PNG: _test_accuracy(comparison),
+        TIME_BREAKDOWN_PNG: _time_breakdown(comparison),
+        SPEEDUP_PNG: _speedup(comparison),
+    }
+    drawn = {
+        TRADEOFF_PNG: "points",
+        EPOCH_DURATION_PNG: "bars",
+        TEST_ACCURACY_PNG: "settings",
+        TIME_BREAKDOWN_PNG: "labels",
+        SPEEDUP_PNG: "bars",
+    }
     return {name: chart for name, chart in charts.items() if chart[drawn[name]]}
 
 
@@ -290,19 +374,29 @@ def _draw_epoch_duration(chart: dict) -> Figure:
     bars = [bar for group in groups for bar in group]  # in the order of xs
     fig, ax = _new_axes((max(6.0, 0.45 * len(bars) + 2.0), 4.5))
     values = [bar["value"] for bar in bars]
-    whiskers = [[max(0.0, bar["value"] - bar["low"]) for bar in bars],
-                [max(0.0, bar["high"] - bar["value"]) for bar in bars]]
-    drawn = ax.bar(xs, values, width, color=[bar["colour"] for bar in bars], yerr=whiskers, capsize=3,
-                   error_kw={"elinewidth": 1})
+    whiskers = [
+        [max(0.0, bar["value"] - bar["low"]) for bar in bars],
+        [max(0.0, bar["high"] - bar["value"]) for bar in bars],
+    ]
+    drawn = ax.bar(
+        xs, values, width, color=[bar["colour"] for bar in bars], yerr=whiskers, capsize=3, error_kw={"elinewidth": 1}
+    )
     # Above each bar, upright: its time to the ms (as every table says it) and its setting's name.
-    ax.bar_label(drawn, labels=[f"{bar['value']:.3f}  {bar['label']}" for bar in bars], rotation=90, fontsize=7,
-                 padding=3)
+    ax.bar_label(
+        drawn, labels=[f"{bar['value']:.3f}  {bar['label']}" for bar in bars], rotation=90, fontsize=7, padding=3
+    )
     ax.set_xticks(range(len(categories)), chart["ticks"])
     ax.set_xlabel(chart["xlabel"])
     ax.set_ylabel(chart["ylabel"])
     # Right of the axes, one entry per setting: the upright labels fill the space above the bars.
-    ax.legend(drawn.patches, [bar["label"] for bar in bars], title=chart["legend"], fontsize=7,
-              loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(
+        drawn.patches,
+        [bar["label"] for bar in bars],
+        title=chart["legend"],
+        fontsize=7,
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
+    )
     top = max(max(bar["value"], bar["high"]) for bar in bars)
     ax.set_ylim(0, 1.7 * top)  # room for the upright labels above the bars
     return fig
@@ -312,8 +406,17 @@ def _legend_marker(label: str, filled: bool, joined: bool = False, size: float =
     """A legend entry for a kind of point (none of the points stands for its kind: each has its colour)."""
     from matplotlib.lines import Line2D
 
-    return Line2D([], [], label=label, color="grey", linestyle="--" if joined else "none", marker="o",
-                  markersize=size, markerfacecolor="grey" if filled else "none", markeredgecolor="black")
+    return Line2D(
+        [],
+        [],
+        label=label,
+        color="grey",
+        linestyle="--" if joined else "none",
+        marker="o",
+        markersize=size,
+        markerfacecolor="grey" if filled else "none",
+        markeredgecolor="black",
+    )
 
 
 def _draw_tradeoff(chart: dict) -> Figure:
@@ -326,19 +429,46 @@ def _draw_tradeoff(chart: dict) -> Figure:
         else:
             ax.scatter([x], [y], s=60, zorder=3, color=colour, edgecolors="black", linewidths=0.5)
         if point["low"] is not None and point["high"] is not None and point["low"] < point["high"]:
-            ax.errorbar([x], [y], xerr=[[max(0.0, x - point["low"])], [max(0.0, point["high"] - x)]], fmt="none",
-                        ecolor=colour, elinewidth=1, capsize=3, zorder=2)
+            ax.errorbar(
+                [x],
+                [y],
+                xerr=[[max(0.0, x - point["low"])], [max(0.0, point["high"] - x)]],
+                fmt="none",
+                ecolor=colour,
+                elinewidth=1,
+                capsize=3,
+                zorder=2,
+            )
         # Settings often sit close together: labels alternate above and below to stay apart.
         above = i % 2 == 0
-        ax.annotate(f"{point['label']}\n{x:.3f} s, {y:.4f}", (x, y), textcoords="offset points",
-                    xytext=(5, 6 if above else -6), fontsize=7, va="bottom" if above else "top")
+        ax.annotate(
+            f"{point['label']}\n{x:.3f} s, {y:.4f}",
+            (x, y),
+            textcoords="offset points",
+            xytext=(5, 6 if above else -6),
+            fontsize=7,
+            va="bottom" if above else "top",
+        )
     handles = []
     if front:
-        ax.scatter([points[i]["x"] for i in front], [points[i]["y"] for i in front], s=220, zorder=4,
-                   facecolors="none", edgecolors="black", linewidths=1.2)
+        ax.scatter(
+            [points[i]["x"] for i in front],
+            [points[i]["y"] for i in front],
+            s=220,
+            zorder=4,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=1.2,
+        )
         if len(front) > 1:
-            ax.plot([points[i]["x"] for i in front], [points[i]["y"] for i in front], color="grey", linewidth=1.5,
-                    linestyle="--", zorder=2)
+            ax.plot(
+                [points[i]["x"] for i in front],
+                [points[i]["y"] for i in front],
+                color="grey",
+                linewidth=1.5,
+                linestyle="--",
+                zorder=2,
+            )
         handles.append(_legend_marker(chart["front_label"], False, joined=len(front) > 1, size=14))
     if chart["reached_label"]:
         handles.append(_legend_marker(chart["reached_label"], True))
@@ -369,9 +499,17 @@ def _draw_test_accuracy(chart: dict) -> Figure:
         fade = i / max(len(lines) - 1, 1)
         first = setting["label"] not in labelled  # one legend entry per setting, its runs share it
         labelled.add(setting["label"])
-        ax.plot(range(1, len(values) + 1), values, label=setting["label"] if first else None, color=setting["colour"],
-                linestyle=_DASHES[i % len(_DASHES)], marker=_MARKERS[i % len(_MARKERS)],
-                linewidth=3.5 - 2.5 * fade, markersize=9 - 5 * fade, alpha=0.85)
+        ax.plot(
+            range(1, len(values) + 1),
+            values,
+            label=setting["label"] if first else None,
+            color=setting["colour"],
+            linestyle=_DASHES[i % len(_DASHES)],
+            marker=_MARKERS[i % len(_MARKERS)],
+            linewidth=3.5 - 2.5 * fade,
+            markersize=9 - 5 * fade,
+            alpha=0.85,
+        )
     longest = max(len(values) for _, values in lines)
     ax.set_xlabel(chart["xlabel"])
     ax.set_ylabel(chart["ylabel"])
@@ -406,10 +544,13 @@ def _draw_speedup(chart: dict) -> Figure:
     bars = chart["bars"]
     fig, ax = _new_axes((8, 0.5 * len(bars) + 1.8))
     values = [value for _, value, _, _, _ in bars]
-    whiskers = [[value - low if low is not None else 0.0 for _, value, low, _, _ in bars],
-                [high - value if high is not None else 0.0 for _, value, _, high, _ in bars]]
-    drawn = ax.barh([label for label, *_ in bars], values, xerr=whiskers, capsize=3, color="tab:green",
-                    error_kw={"elinewidth": 1})
+    whiskers = [
+        [value - low if low is not None else 0.0 for _, value, low, _, _ in bars],
+        [high - value if high is not None else 0.0 for _, value, _, high, _ in bars],
+    ]
+    drawn = ax.barh(
+        [label for label, *_ in bars], values, xerr=whiskers, capsize=3, color="tab:green", error_kw={"elinewidth": 1}
+    )
     ax.bar_label(drawn, labels=[text for *_, text in bars], fontsize=8, padding=4)
     ax.axvline(1.0, color="grey", linewidth=1, linestyle="--")
     ax.invert_yaxis()
@@ -418,8 +559,13 @@ def _draw_speedup(chart: dict) -> Figure:
     return fig
 
 
-_DRAW = {"tradeoff": _draw_tradeoff, "epoch_duration": _draw_epoch_duration, "test_accuracy": _draw_test_accuracy,
-         "time_breakdown": _draw_time_breakdown, "speedup": _draw_speedup}
+_DRAW = {
+    "tradeoff": _draw_tradeoff,
+    "epoch_duration": _draw_epoch_duration,
+    "test_accuracy": _draw_test_accuracy,
+    "time_breakdown": _draw_time_breakdown,
+    "speedup": _draw_speedup,
+}
 
 
 def figure(chart: dict) -> Figure:

@@ -60,8 +60,9 @@ class NonBlank(click.ParamType):
             if self.unset_when_blank and os.environ.get("MLFLOW_RUN_ID"):
                 return None
             optional = isinstance(param, click.Option) and not param.required
-            self.fail(f"empty value {value!r}; give one" + (", or leave the option out" if optional else ""),
-                      param, ctx)
+            self.fail(
+                f"empty value {value!r}; give one" + (", or leave the option out" if optional else ""), param, ctx
+            )
         return self.inner.convert(value, param, ctx)
 
     def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
@@ -77,6 +78,7 @@ GRID_FILE = NonBlank(click.Path(readable=False))
 
 def _grid_value(key: str):
     """A CLI flag checked exactly like the grid key of the same name."""
+
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
             return None
@@ -104,24 +106,40 @@ def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
     checked like the grid key's: a key added to RunConfig is an option here without an edit."""
     types = get_type_hints(RunConfig)
     for name in reversed([name for name, key in KEYS.items() if key.train]):
-        option = click.option("--" + name.replace("_", "-"), name, type=types[name], default=DEFAULTS[name],
-                              show_default=True, callback=_grid_value(name), help=KEYS[name].help)
+        option = click.option(
+            "--" + name.replace("_", "-"),
+            name,
+            type=types[name],
+            default=DEFAULTS[name],
+            show_default=True,
+            callback=_grid_value(name),
+            help=KEYS[name].help,
+        )
         command = option(command)
     return command
 
 
 tracking_uri_option = click.option(
-    "--tracking-uri", type=OPTIONAL_TEXT, metavar="URI",
+    "--tracking-uri",
+    type=OPTIONAL_TEXT,
+    metavar="URI",
     help="MLflow tracking URI. Default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here.",
 )
 system_metrics_option = click.option(
-    "--system-metrics", type=bool, is_flag=False, flag_value=True, default=False, show_default=True,
+    "--system-metrics",
+    type=bool,
+    is_flag=False,
+    flag_value=True,
+    default=False,
+    show_default=True,
     metavar="[true|false]",
     help="Record MLflow system metrics (CPU, memory, disk, network; GPU via nvidia-ml-py) per run; "
-         "the bare flag means true.",
+    "the bare flag means true.",
 )
 data_dir_option = click.option(
-    "--data-dir", type=OPTIONAL_TEXT, metavar="DIR",
+    "--data-dir",
+    type=OPTIONAL_TEXT,
+    metavar="DIR",
     help="Folder with the four Fashion-MNIST IDX files (or a torchvision root). Default: search.",
 )
 
@@ -143,8 +161,9 @@ def _one_line_usage_error(exc: click.UsageError) -> None:
 
 
 class _Group(click.Group):
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
         try:  # the group's own options: `pipeline --bogus`
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
@@ -172,16 +191,27 @@ class _Group(click.Group):
             if not isinstance(exc, MlflowException):
                 raise
             mapped = user_error(exc, "MLflow refused the request")
-            click.echo(redact(f"error: {mapped}" if mapped else f"error: the tracking store failed ({exc.error_code}: "
-                              f"{short_cause(exc)})"), err=True)
+            click.echo(
+                redact(
+                    f"error: {mapped}"
+                    if mapped
+                    else f"error: the tracking store failed ({exc.error_code}: {short_cause(exc)})"
+                ),
+                err=True,
+            )
             ctx.exit(2 if mapped else 1)
 
 
 set_option = click.option(
-    "--set", "overrides", type=TEXT, multiple=True, metavar="KEY=VALUE",
+    "--set",
+    "overrides",
+    type=TEXT,
+    multiple=True,
+    metavar="KEY=VALUE",
     help="Override the grid file without editing it (repeatable): a grid key and its values (batch_size=100,1000), "
-         "or experiment, repeats, max_repeats, half_width, quality_margin, checkpoint, stop_at_target, data.KEY, "
-         "target.METRIC; values read as in the file.")
+    "or experiment, repeats, max_repeats, half_width, quality_margin, checkpoint, stop_at_target, data.KEY, "
+    "target.METRIC; values read as in the file.",
+)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -225,34 +255,84 @@ def schema() -> None:
 @main.command(short_help="Train every point of GRID.yaml, one MLflow child run each.")
 @click.argument("grid", type=GRID_FILE, metavar="GRID.yaml")
 @tracking_uri_option
-@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
-              help="MLflow experiment. Default: the grid's `experiment`, else the file's name.")
+@click.option(
+    "--experiment",
+    type=OPTIONAL_TEXT,
+    metavar="NAME",
+    help="MLflow experiment. Default: the grid's `experiment`, else the file's name.",
+)
 @data_dir_option
-@click.option("--require-devices", is_flag=True,
-              help="Exit 2 before training if any grid point's device is missing, instead of skipping it.")
+@click.option(
+    "--require-devices",
+    is_flag=True,
+    help="Exit 2 before training if any grid point's device is missing, instead of skipping it.",
+)
 @click.option("--dry-run", is_flag=True, help="Show the plan (points, devices, data) and exit; trains nothing.")
 @system_metrics_option
-@click.option("--register", "register_name", type=OPTIONAL_TEXT, metavar="MODEL_NAME",
-              help="When the grid finishes, register the run its verdict names best (the fastest setting within the "
-                   "quality margin of the most accurate) as MODEL_NAME@champion.")
+@click.option(
+    "--register",
+    "register_name",
+    type=OPTIONAL_TEXT,
+    metavar="MODEL_NAME",
+    help="When the grid finishes, register the run its verdict names best (the fastest setting within the "
+    "quality margin of the most accurate) as MODEL_NAME@champion.",
+)
 @click.option("--rerun", is_flag=True, help="Train every point, even those already FINISHED in this experiment.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first failed run.")
-@click.option("--checkpoint", is_flag=True,
-              help="Save model and optimizer state each epoch; an interrupted point resumes from it.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: one point after another (fair timing); ray: every point as a Ray task.")
-@click.option("--ray-address", type=OPTIONAL_TEXT, metavar="ADDR",
-              help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.")
-@click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True, metavar="N",
-              help="Refuse a sweep of more runs (points x repeats) than this (a dry run shows the first ones).")
-@click.option("--repeats", type=str, default=None, metavar="N|auto", callback=_repeats,
-              help="Train each point N times, interleaved (overrides the grid's `repeats`; raising it trains "
-                   "only the missing repeats); auto: rounds until every speedup is clear, up to max_repeats.")
+@click.option(
+    "--checkpoint",
+    is_flag=True,
+    help="Save model and optimizer state each epoch; an interrupted point resumes from it.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: one point after another (fair timing); ray: every point as a Ray task.",
+)
+@click.option(
+    "--ray-address",
+    type=OPTIONAL_TEXT,
+    metavar="ADDR",
+    help="With --executor ray: 'auto' or 'ray://HOST:10001' joins a cluster; default starts Ray here.",
+)
+@click.option(
+    "--max-points",
+    type=click.IntRange(min=1),
+    default=MAX_POINTS,
+    show_default=True,
+    metavar="N",
+    help="Refuse a sweep of more runs (points x repeats) than this (a dry run shows the first ones).",
+)
+@click.option(
+    "--repeats",
+    type=str,
+    default=None,
+    metavar="N|auto",
+    callback=_repeats,
+    help="Train each point N times, interleaved (overrides the grid's `repeats`; raising it trains "
+    "only the missing repeats); auto: rounds until every speedup is clear, up to max_repeats.",
+)
 @set_option
-def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: str | None,
-        require_devices: bool, dry_run: bool, system_metrics: bool, register_name: str | None,
-        rerun: bool, fail_fast: bool, checkpoint: bool, executor: str, ray_address: str | None,
-        max_points: int, repeats: int | str | None, overrides: tuple[str, ...]) -> None:
+def run(
+    grid: str,
+    tracking_uri: str | None,
+    experiment: str | None,
+    data_dir: str | None,
+    require_devices: bool,
+    dry_run: bool,
+    system_metrics: bool,
+    register_name: str | None,
+    rerun: bool,
+    fail_fast: bool,
+    checkpoint: bool,
+    executor: str,
+    ray_address: str | None,
+    max_points: int,
+    repeats: int | str | None,
+    overrides: tuple[str, ...],
+) -> None:
     """Train every point of GRID.yaml, one MLflow child run each, under one parent run.
 
     Points whose device this machine lacks are skipped with the reason, and points that already
@@ -267,16 +347,28 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
     spec = load_grid(grid, overrides)
     if register_name:  # refused now, not after the sweep
         registry.check_name(register_name, "--register")
-    options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
-                      require_devices=require_devices, dry_run=dry_run, system_metrics=system_metrics,
-                      rerun=rerun, fail_fast=fail_fast, checkpoint=checkpoint, executor=executor,
-                      ray_address=ray_address, register=register_name, max_points=max_points,
-                      repeats=repeats)
+    options = Options(
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        data_dir=data_dir,
+        require_devices=require_devices,
+        dry_run=dry_run,
+        system_metrics=system_metrics,
+        rerun=rerun,
+        fail_fast=fail_fast,
+        checkpoint=checkpoint,
+        executor=executor,
+        ray_address=ray_address,
+        register=register_name,
+        max_points=max_points,
+        repeats=repeats,
+    )
     result = run_grid(spec, Reporter(), options)
     if register_name and result.tracking_uri is not None:  # None: a dry run, which records nothing
         try:
-            _print_registration(registry.register_best(result.tracking_uri, result.parent_run_id,
-                                                       result.experiment_id, register_name))
+            _print_registration(
+                registry.register_best(result.tracking_uri, result.parent_run_id, result.experiment_id, register_name)
+            )
         except UserError as exc:  # the sweep is done and recorded; only the registration failed
             click.echo(f"--register {register_name}: {redact(str(exc))}", err=True)
             sys.exit(max(result.exit_code, 1))
@@ -286,12 +378,19 @@ def run(grid: str, tracking_uri: str | None, experiment: str | None, data_dir: s
 @main.command(short_help="Train one run with the given settings and track it in MLflow.")
 @setting_options
 @data_dir_option
-@click.option("--experiment", default="train", show_default=True, type=OPTIONAL_TEXT, metavar="NAME",
-              help="MLflow experiment to log the run in (made when missing).")
+@click.option(
+    "--experiment",
+    default="train",
+    show_default=True,
+    type=OPTIONAL_TEXT,
+    metavar="NAME",
+    help="MLflow experiment to log the run in (made when missing).",
+)
 @tracking_uri_option
 @system_metrics_option
-def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool,
-          **settings: Any) -> None:
+def train(
+    data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool, **settings: Any
+) -> None:
     """Train one run with the given settings (each the grid key of its name) and track it in MLflow."""
     # rich (report), and pandas and numpy (runner): loaded by the commands that use them only
     from pipeline.report import Reporter
@@ -300,10 +399,10 @@ def train(data_dir: str | None, experiment: str | None, tracking_uri: str | None
     config = RunConfig(**settings)
     for key, what in WORKERLESS.items():
         if getattr(config, key) and config.num_workers > 0:
-            raise UserError(f"--{key.replace('_', '-')} true {what}, without DataLoader workers; "
-                            "set --num-workers 0")
-    options = Options(tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir,
-                      system_metrics=system_metrics)
+            raise UserError(f"--{key.replace('_', '-')} true {what}, without DataLoader workers; set --num-workers 0")
+    options = Options(
+        tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir, system_metrics=system_metrics
+    )
     sys.exit(run_single(config, Reporter(), options).exit_code)
 
 
@@ -327,15 +426,17 @@ def validate(grid: str, overrides: tuple[str, ...]) -> None:
     data = spec.data
     if any((data.root, data.train_size, data.test_size)):
         root = redact(str(data.root)) if data.root else "search"
-        console.print(f"data: root={root} train_size={data.train_size or 'all'} "
-                      f"test_size={data.test_size or 'all'}")
+        console.print(f"data: root={root} train_size={data.train_size or 'all'} test_size={data.test_size or 'all'}")
     console.print(f"ok: {sweep_size(spec)}")
 
 
 @main.command(short_help="What this machine offers: CPU, and each CUDA or MPS device.")
-@click.option("--peak", is_flag=True,
-              help="Also each working device's peaks: a large matrix multiplication at each precision and a memory "
-                   "copy, measured (a few seconds a device) and cached, beside the vendor's figures or an estimate.")
+@click.option(
+    "--peak",
+    is_flag=True,
+    help="Also each working device's peaks: a large matrix multiplication at each precision and a memory "
+    "copy, measured (a few seconds a device) and cached, beside the vendor's figures or an estimate.",
+)
 @click.option("--remeasure", is_flag=True, help="With --peak: measure again, even where a measurement is cached.")
 def devices(peak: bool, remeasure: bool) -> None:
     """What this machine offers: CPU, each CUDA/MPS device (smoke-tested), and why CUDA is missing.
@@ -373,49 +474,109 @@ def data(data_dir: str | None, download: bool) -> None:
 
 
 @main.command(short_help="A sweep's verdict and one row per setting, or a regression gate.")
-@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
-              help="Compare this experiment's latest sweep. Default: the latest sweep in the store.")
+@click.option(
+    "--experiment",
+    type=OPTIONAL_TEXT,
+    metavar="NAME",
+    help="Compare this experiment's latest sweep. Default: the latest sweep in the store.",
+)
 @click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Compare this sweep (a parent run id).")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
-              show_default=True, help="table for a terminal; csv, markdown and json print only the data.")
-@click.option("--wide", is_flag=True,
-              help="The table with every column; by default it keeps the ones a decision rests on "
-                   "(what varies, epoch time, speedups, test accuracy, images/s). csv, markdown and json have all.")
-@click.option("--out", type=NonBlank(click.Path(file_okay=False)), metavar="DIR",
-              help="Also write the charts (PNG), results.csv and results.md into DIR.")
-@click.option("--html", type=NonBlank(click.Path()), metavar="FILE",
-              help="Also write the report: one HTML file that opens offline (the verdict, the table, the charts, "
-                   "the hosts, the commands to run the sweep again).")
-@click.option("--publish", is_flag=True,
-              help="Write the comparison back to the store, with this call's options: the sweep's saved view, "
-                   "its runs' setting figures, the descriptions, and the parent run's comparison/ and report.html. "
-                   "Without it compare only reads. `pipeline run` publishes each sweep at its end.")
-@click.option("--sort", type=TEXT, metavar="METRIC",
-              help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s.")
-@click.option("--versus", type=TEXT, metavar="KEY=VALUE",
-              help="Also each row's speedup over its twin that differs only in KEY and has VALUE there, "
-                   "e.g. num_workers=0, batch_size=1000, or seed=0 (an A/A check: expect no difference).")
-@click.option("--include-contended", is_flag=True,
-              help="Count runs recorded while other processes took the cores in the speedups and the gate.")
-@click.option("--baseline", type=TEXT, metavar="SWEEP",
-              help="Compare each point's epoch time with this sweep's (a parent run id, or an experiment name "
-                   "for its latest sweep): same settings, device, hardware and host.")
-@click.option("--fail-if-slower", type=float, metavar="PCT",
-              help="With --baseline: exit 1 when a point is slower by more than PCT percent and its 95% "
-                   "interval lies above no change; exit 3 when a point cannot be judged (and none is slower).")
-@click.option("--allow-inconclusive", is_flag=True,
-              help="With --baseline and --fail-if-slower: exit 0, not 3, when some point cannot be judged "
-                   "(too few runs, only on one side, every run contended, other hardware) and none is slower.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table for a terminal; csv, markdown and json print only the data.",
+)
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="The table with every column; by default it keeps the ones a decision rests on "
+    "(what varies, epoch time, speedups, test accuracy, images/s). csv, markdown and json have all.",
+)
+@click.option(
+    "--out",
+    type=NonBlank(click.Path(file_okay=False)),
+    metavar="DIR",
+    help="Also write the charts (PNG), results.csv and results.md into DIR.",
+)
+@click.option(
+    "--html",
+    type=NonBlank(click.Path()),
+    metavar="FILE",
+    help="Also write the report: one HTML file that opens offline (the verdict, the table, the charts, "
+    "the hosts, the commands to run the sweep again).",
+)
+@click.option(
+    "--publish",
+    is_flag=True,
+    help="Write the comparison back to the store, with this call's options: the sweep's saved view, "
+    "its runs' setting figures, the descriptions, and the parent run's comparison/ and report.html. "
+    "Without it compare only reads. `pipeline run` publishes each sweep at its end.",
+)
+@click.option(
+    "--sort", type=TEXT, metavar="METRIC", help="Sort rows by a column, e.g. test_accuracy or epoch_duration_s."
+)
+@click.option(
+    "--versus",
+    type=TEXT,
+    metavar="KEY=VALUE",
+    help="Also each row's speedup over its twin that differs only in KEY and has VALUE there, "
+    "e.g. num_workers=0, batch_size=1000, or seed=0 (an A/A check: expect no difference).",
+)
+@click.option(
+    "--include-contended",
+    is_flag=True,
+    help="Count runs recorded while other processes took the cores in the speedups and the gate.",
+)
+@click.option(
+    "--baseline",
+    type=TEXT,
+    metavar="SWEEP",
+    help="Compare each point's epoch time with this sweep's (a parent run id, or an experiment name "
+    "for its latest sweep): same settings, device, hardware and host.",
+)
+@click.option(
+    "--fail-if-slower",
+    type=float,
+    metavar="PCT",
+    help="With --baseline: exit 1 when a point is slower by more than PCT percent and its 95% "
+    "interval lies above no change; exit 3 when a point cannot be judged (and none is slower).",
+)
+@click.option(
+    "--allow-inconclusive",
+    is_flag=True,
+    help="With --baseline and --fail-if-slower: exit 0, not 3, when some point cannot be judged "
+    "(too few runs, only on one side, every run contended, other hardware) and none is slower.",
+)
 @click.option("--across-hosts", is_flag=True, help="With --baseline: pair points recorded on other hosts too.")
-@click.option("--quality-margin", type=float, metavar="ACC",
-              help="The test accuracy a faster setting may lose and still win (absolute, e.g. 0.005). "
-                   "Default: the sweep's own (its grid's quality_margin, else 0.005).")
+@click.option(
+    "--quality-margin",
+    type=float,
+    metavar="ACC",
+    help="The test accuracy a faster setting may lose and still win (absolute, e.g. 0.005). "
+    "Default: the sweep's own (its grid's quality_margin, else 0.005).",
+)
 @tracking_uri_option
-def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool, out: str | None, html: str | None,
-            publish: bool, sort: str | None, versus: str | None, include_contended: bool, baseline: str | None,
-            fail_if_slower: float | None,
-            allow_inconclusive: bool, across_hosts: bool, quality_margin: float | None,
-            tracking_uri: str | None) -> None:
+def compare(
+    experiment: str | None,
+    parent_run: str | None,
+    fmt: str,
+    wide: bool,
+    out: str | None,
+    html: str | None,
+    publish: bool,
+    sort: str | None,
+    versus: str | None,
+    include_contended: bool,
+    baseline: str | None,
+    fail_if_slower: float | None,
+    allow_inconclusive: bool,
+    across_hosts: bool,
+    quality_margin: float | None,
+    tracking_uri: str | None,
+) -> None:
     """The verdict first (the best setting and its run, the fastest, the most accurate, each speedup in
     words), then one row per setting of a sweep (its repeats aggregated): n runs, the median and
     quartiles of their steady-state epoch times, final loss and accuracy, images/s, time shares, time
@@ -437,14 +598,20 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     if fail_if_slower is not None and (fail_if_slower < 0 or fail_if_slower != fail_if_slower):
         raise UserError(f"--fail-if-slower {fail_if_slower:g}: give a percentage >= 0, e.g. --fail-if-slower 10")
     if allow_inconclusive and (baseline is None or fail_if_slower is None):
-        raise UserError("--allow-inconclusive needs --baseline SWEEP and --fail-if-slower PCT: it turns the gate's "
-                        "exit 3 (some point could not be judged) into 0")
+        raise UserError(
+            "--allow-inconclusive needs --baseline SWEEP and --fail-if-slower PCT: it turns the gate's "
+            "exit 3 (some point could not be judged) into 0"
+        )
     if quality_margin is not None and not 0 <= quality_margin < 1:
-        raise UserError(f"--quality-margin {quality_margin:g}: give a number >= 0 and below 1, e.g. 0.005 "
-                        "(half a point of test accuracy)")
+        raise UserError(
+            f"--quality-margin {quality_margin:g}: give a number >= 0 and below 1, e.g. 0.005 "
+            "(half a point of test accuracy)"
+        )
     if baseline is not None and (publish or html):
-        raise UserError(f"{'--publish' if publish else '--html'} publishes a sweep's comparison; with --baseline "
-                        "compare checks a gate and publishes nothing: run them as two commands")
+        raise UserError(
+            f"{'--publish' if publish else '--html'} publishes a sweep's comparison; with --baseline "
+            "compare checks a gate and publishes nothing: run them as two commands"
+        )
 
     if out:  # before anything is printed: a table followed by a failed write reads as success
         check_writable(Path(out), "--out", "pass a folder you can write in (it is created when missing)")
@@ -459,13 +626,16 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
     sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=charted)
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
-    options = sweep_options(client.get_run(sweep.run_id), CompareOptions(sort, versus, include_contended),
-                            quality_margin)
+    options = sweep_options(
+        client.get_run(sweep.run_id), CompareOptions(sort, versus, include_contended), quality_margin
+    )
     comparison = build(sweep, options)
     if baseline is not None:
         base_sweep = gate.baseline_sweep(client, baseline, HISTORIES, sweep)
-        base = build(base_sweep, sweep_options(client.get_run(base_sweep.run_id),
-                                               replace(options, sort=None, versus=None), quality_margin))
+        base = build(
+            base_sweep,
+            sweep_options(client.get_run(base_sweep.run_id), replace(options, sort=None, versus=None), quality_margin),
+        )
         result = gate.check(comparison, base, fail_if_slower, across_hosts, allow_inconclusive)
         if fmt == "table":
             Reporter().gate(result)
@@ -481,8 +651,9 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
         written.append(f"wrote {write_html(client, comparison, Path(html))}")
     if publish:
         publish_sweep(client, comparison)
-        written.append(f"published: the saved view, the descriptions and {view.REPORT} of sweep "
-                       f"{comparison.sweep.run_id}")
+        written.append(
+            f"published: the saved view, the descriptions and {view.REPORT} of sweep {comparison.sweep.run_id}"
+        )
     if fmt == "table":
         Reporter().comparison(comparison, wide)
     else:
@@ -494,8 +665,13 @@ def compare(experiment: str | None, parent_run: str | None, fmt: str, wide: bool
 
 @main.command(short_help="Start the MLflow UI on the pipeline's store; print its address.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True, help="Port to serve the UI on.")
-@click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
-              help="Interface to bind. The UI has no authentication: keep it on 127.0.0.1 unless you must.")
+@click.option(
+    "--host",
+    type=TEXT,
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to bind. The UI has no authentication: keep it on 127.0.0.1 unless you must.",
+)
 @tracking_uri_option
 def ui(port: int, host: str, tracking_uri: str | None) -> None:
     """Start the MLflow UI on the store the pipeline writes to, and print the address to open."""
@@ -512,48 +688,89 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     parent = view.latest(client, experiment_id) if experiment_id else None
     page = view.page(page, parent) if parent else page
     if host in ("0.0.0.0", "::"):
-        click.echo(f"warning: --host {host} exposes the UI, without authentication, to every network "
-                   "this machine is on", err=True)
+        click.echo(
+            f"warning: --host {host} exposes the UI, without authentication, to every network this machine is on",
+            err=True,
+        )
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     store = absolute_store_uri(uri)
     click.echo(f"MLflow UI for {redact(store)}: http://{shown}:{port}/{page}  (Ctrl-C stops it)")
-    sys.exit(run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), *UI_OPTIONS],
-                        host, port))
+    sys.exit(
+        run_mlflow(["ui", "--backend-store-uri", store, "--host", host, "--port", str(port), *UI_OPTIONS], host, port)
+    )
 
 
 @main.command(short_help="Register a run's model (by default the sweep's best); alias it.")
 @click.option("--run-id", type=OPTIONAL_TEXT, metavar="ID", help="Register this run's model.")
-@click.option("--experiment", type=OPTIONAL_TEXT, metavar="NAME",
-              help="Register the best run of this experiment's latest sweep (see --by).")
+@click.option(
+    "--experiment",
+    type=OPTIONAL_TEXT,
+    metavar="NAME",
+    help="Register the best run of this experiment's latest sweep (see --by).",
+)
 @click.option("--parent-run", type=OPTIONAL_TEXT, metavar="ID", help="Register the best run of this sweep (see --by).")
 @click.option("--name", required=True, type=TEXT, metavar="MODEL_NAME", help="Registered model name, e.g. fashion-cnn.")
-@click.option("--by", "rule", type=NonBlank(click.Choice(["best", "speed", "accuracy"]), unset_when_blank=True),
-              default=None, metavar="[best|speed|accuracy]",
-              help="Which run: best (the default: the fastest setting within the quality margin of the most "
-                   "accurate, as the sweep's verdict names it), speed (the fastest setting) or accuracy (the most "
-                   "accurate); each setting stands by its most accurate run.")
-@click.option("--metric", type=OPTIONAL_TEXT, metavar="NAME",
-              help="Instead of --by: the FINISHED run with the highest (--mode max) or lowest value of this metric, "
-                   "over every sweep of --experiment, or the runs of --parent-run.")
+@click.option(
+    "--by",
+    "rule",
+    type=NonBlank(click.Choice(["best", "speed", "accuracy"]), unset_when_blank=True),
+    default=None,
+    metavar="[best|speed|accuracy]",
+    help="Which run: best (the default: the fastest setting within the quality margin of the most "
+    "accurate, as the sweep's verdict names it), speed (the fastest setting) or accuracy (the most "
+    "accurate); each setting stands by its most accurate run.",
+)
+@click.option(
+    "--metric",
+    type=OPTIONAL_TEXT,
+    metavar="NAME",
+    help="Instead of --by: the FINISHED run with the highest (--mode max) or lowest value of this metric, "
+    "over every sweep of --experiment, or the runs of --parent-run.",
+)
 @click.option("--mode", type=click.Choice(["max", "min"]), default="max", show_default=True, help="With --metric.")
 @click.option("--alias", type=TEXT, default="champion", show_default=True, help="Alias to point at the version.")
-@click.option("--force", type=bool, is_flag=False, flag_value=True, default=False, metavar="[true|false]",
-              help="Make a new version even if this run is already registered; the bare flag means true.")
-@click.option("--include-contended", type=bool, is_flag=False, flag_value=True, default=False,
-              metavar="[true|false]",
-              help="With --by: count contended runs' speed figures, as `compare --include-contended` does (and the "
-                   "verdict a `compare --include-contended --publish` wrote); the bare flag means true.")
+@click.option(
+    "--force",
+    type=bool,
+    is_flag=False,
+    flag_value=True,
+    default=False,
+    metavar="[true|false]",
+    help="Make a new version even if this run is already registered; the bare flag means true.",
+)
+@click.option(
+    "--include-contended",
+    type=bool,
+    is_flag=False,
+    flag_value=True,
+    default=False,
+    metavar="[true|false]",
+    help="With --by: count contended runs' speed figures, as `compare --include-contended` does (and the "
+    "verdict a `compare --include-contended --publish` wrote); the bare flag means true.",
+)
 @tracking_uri_option
-def register(run_id: str | None, experiment: str | None, parent_run: str | None, name: str, rule: str | None,
-             metric: str | None, mode: str, alias: str, force: bool, include_contended: bool,
-             tracking_uri: str | None) -> None:
+def register(
+    run_id: str | None,
+    experiment: str | None,
+    parent_run: str | None,
+    name: str,
+    rule: str | None,
+    metric: str | None,
+    mode: str,
+    alias: str,
+    force: bool,
+    include_contended: bool,
+    tracking_uri: str | None,
+) -> None:
     """Register a run's model (by default the run the sweep's verdict names best) as a new version of
     MODEL_NAME and alias it."""
     if not (run_id or experiment or parent_run):
         raise UserError("say which run to register: --run-id ID, or --experiment NAME [--parent-run ID]")
     if rule and metric:
-        raise UserError(f"--by {rule} and --metric {metric}: give one; --by picks a setting by the sweep's rule, "
-                        "--metric one run by one metric")
+        raise UserError(
+            f"--by {rule} and --metric {metric}: give one; --by picks a setting by the sweep's rule, "
+            "--metric one run by one metric"
+        )
     if run_id and (rule or metric):
         raise UserError(f"--run-id names the run; drop {'--by' if rule else '--metric'}")
     registry.check_alias(alias)
@@ -566,8 +783,13 @@ def register(run_id: str | None, experiment: str | None, parent_run: str | None,
         run = registry.best_run(client, experiment=experiment, parent_run_id=parent_run, metric=metric, mode=mode)
         reason = registry.metric_reason(run, metric)
     else:
-        run, reason = registry.picked_run(client, experiment=experiment, parent_run_id=parent_run,
-                                          rule=rule or "best", include_contended=include_contended)
+        run, reason = registry.picked_run(
+            client,
+            experiment=experiment,
+            parent_run_id=parent_run,
+            rule=rule or "best",
+            include_contended=include_contended,
+        )
     _print_registration(registry.register(client, run, name=name, reason=reason, alias=alias, force=force))
 
 
@@ -575,25 +797,50 @@ def _print_registration(reg) -> None:
     if reg.created:
         click.echo(f"registered {reg.name} version {reg.version} from run {reg.run_id}, by {reg.reason.words}")
     else:
-        click.echo(f"run {reg.run_id} is already {reg.name} version {reg.version}; "
-                   "not registering it again (--force makes a new version)")
+        click.echo(
+            f"run {reg.run_id} is already {reg.name} version {reg.version}; "
+            "not registering it again (--force makes a new version)"
+        )
     click.echo(f"alias {reg.alias} -> version {reg.version}")
     click.echo(f"load it with: {reg.uri}")
 
 
 @main.command(short_help="Classify images, or measure accuracy on a Fashion-MNIST split.")
 @click.argument("images", nargs=-1, type=NonBlank(click.Path(path_type=Path)), metavar="[IMAGE_FILES]...")
-@click.option("--model", "model_uri", required=True, type=TEXT, metavar="URI",
-              help="models:/NAME@ALIAS, models:/m-..., or runs:/RUN_ID/model.")
-@click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda", "mps"]),
-              help="Where the model runs; auto: cuda, else mps, else cpu.")
+@click.option(
+    "--model",
+    "model_uri",
+    required=True,
+    type=TEXT,
+    metavar="URI",
+    help="models:/NAME@ALIAS, models:/m-..., or runs:/RUN_ID/model.",
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "cpu", "cuda", "mps"]),
+    help="Where the model runs; auto: cuda, else mps, else cpu.",
+)
 @data_dir_option
-@click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True,
-              help="Without IMAGE_FILES: the Fashion-MNIST split to measure accuracy on.")
+@click.option(
+    "--split",
+    type=click.Choice(["test", "train"]),
+    default="test",
+    show_default=True,
+    help="Without IMAGE_FILES: the Fashion-MNIST split to measure accuracy on.",
+)
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N examples of the split.")
 @tracking_uri_option
-def predict(images: tuple[Path, ...], model_uri: str, device: str, data_dir: str | None, split: str,
-            limit: int | None, tracking_uri: str | None) -> None:
+def predict(
+    images: tuple[Path, ...],
+    model_uri: str,
+    device: str,
+    data_dir: str | None,
+    split: str,
+    limit: int | None,
+    tracking_uri: str | None,
+) -> None:
     """Classify IMAGE_FILES (PNG/JPEG, any size, colour or grey), or measure accuracy on a
     Fashion-MNIST split when no files are given."""
     # torch (data, predict) and rich (report): loaded by predict only
@@ -640,47 +887,108 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     if failed:  # one line for them all: the first, and how many more
         first, more = failed[0], f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         marked = f"run {first.run_id} FAILED: " if first.run_id else ""
-        click.echo(f"error: {path}:{first.line}: {marked}{first.error}{more}; fix or delete the line, then run "
-                   "`pipeline relog` again", err=True)
+        click.echo(
+            f"error: {path}:{first.line}: {marked}{first.error}{more}; fix or delete the line, then run "
+            "`pipeline relog` again",
+            err=True,
+        )
     bad = results.bad_lines(path)
     if bad:  # bad input (exit 2), named once the good lines are in
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise UserError(f"{bad[0]}{more}; left as it is, the other lines were relogged; fix or delete it, "
-                        "then run `pipeline relog` again")
+        raise UserError(
+            f"{bad[0]}{more}; left as it is, the other lines were relogged; fix or delete it, "
+            "then run `pipeline relog` again"
+        )
     if failed:
         sys.exit(1)
 
 
 @main.command(short_help="Start an MLflow tracking server for sweeps on several machines.")
-@click.option("--host", type=TEXT, default="127.0.0.1", show_default=True,
-              help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.")
+@click.option(
+    "--host",
+    type=TEXT,
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to bind. Without auth anyone who reaches the port can write: widen with care.",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True, help="Port to listen on.")
-@click.option("--backend-store-uri", type=TEXT, default="sqlite:///mlflow.db", show_default=True,
-              envvar="MLFLOW_BACKEND_STORE_URI",
-              help="Where runs are stored; use a database (postgresql://...) for a busy cluster. "
-                   "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.")
-@click.option("--artifacts-destination", type=TEXT, default="./mlartifacts", show_default=True,
-              help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.")
+@click.option(
+    "--backend-store-uri",
+    type=TEXT,
+    default="sqlite:///mlflow.db",
+    show_default=True,
+    envvar="MLFLOW_BACKEND_STORE_URI",
+    help="Where runs are stored; use a database (postgresql://...) for a busy cluster. "
+    "Also read from $MLFLOW_BACKEND_STORE_URI, which keeps a password off the command line.",
+)
+@click.option(
+    "--artifacts-destination",
+    type=TEXT,
+    default="./mlartifacts",
+    show_default=True,
+    help="Where artifacts (models, charts) are stored; a shared path or s3://... for a cluster.",
+)
 # The default depends on the machine, so --help and the docs state the rule, not this machine's number.
-@click.option("--workers", type=click.IntRange(1, 64), default=min(4, os.cpu_count() or 1),
-              show_default="4, or the number of cores if fewer",
-              help="Request-handling processes (MLflow's default is 4 whatever the machine).")
-@click.option("--allowed-hosts", type=TEXT, metavar="NAMES",
-              help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.")
-@click.option("--auth", is_flag=True, help="Require a login (MLflow's basic-auth app). The first start creates the "
-              "admin user with the password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.")
-@click.option("--admin-password-file", type=TEXT, metavar="FILE",
-              help="With --auth: a file holding the admin's password.")
-@click.option("--default-permission", type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")),
-              default="READ", show_default=True,
-              help="With --auth: what users may do with experiments and models they did not create.")
-@click.option("--auth-database-uri", type=TEXT, metavar="URI",
-              help="With --auth: where users are stored [default: the tracking database, or basic_auth.db beside "
-                   "a sqlite store].")
-def server(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
-           allowed_hosts: str | None, auth: bool, admin_password_file: str | None, default_permission: str,
-           auth_database_uri: str | None) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=min(4, os.cpu_count() or 1),
+    show_default="4, or the number of cores if fewer",
+    help="Request-handling processes (MLflow's default is 4 whatever the machine).",
+)
+@click.option(
+    "--allowed-hosts",
+    type=TEXT,
+    metavar="NAMES",
+    help="Host names clients may use to reach it (comma-separated), e.g. head,head:5000.",
+)
+@click.option(
+    "--auth",
+    is_flag=True,
+    help="Require a login (MLflow's basic-auth app). The first start creates the "
+    "admin user with the password from $MLFLOW_AUTH_ADMIN_PASSWORD or --admin-password-file.",
+)
+@click.option(
+    "--admin-password-file", type=TEXT, metavar="FILE", help="With --auth: a file holding the admin's password."
+)
+@click.option(
+    "--default-permission",
+    type=click.Choice(("READ", "EDIT", "MANAGE", "NO_PERMISSIONS")),
+    default="READ",
+    show_default=True,
+    help="With --auth: what users may do with experiments and models they did not create.",
+)
+@click.option(
+    "--auth-database-uri",
+    type=TEXT,
+    metavar="URI",
+    help="With --auth: where users are stored [default: the tracking database, or basic_auth.db beside "
+    "a sqlite store].",
+)
+def server(
+    host: str,
+    port: int,
+    backend_store_uri: str,
+    artifacts_destination: str,
+    workers: int,
+    allowed_hosts: str | None,
+    auth: bool,
+    admin_password_file: str | None,
+    default_permission: str,
+    auth_database_uri: str | None,
+) -> None:
     """Start an MLflow tracking server for sweeps on several machines (Ray workers log to it)."""
-    sys.exit(serve(host, port, backend_store_uri, artifacts_destination, workers, allowed_hosts, auth=auth,
-                   admin_password_file=admin_password_file, default_permission=default_permission,
-                   auth_database_uri=auth_database_uri))
+    sys.exit(
+        serve(
+            host,
+            port,
+            backend_store_uri,
+            artifacts_destination,
+            workers,
+            allowed_hosts,
+            auth=auth,
+            admin_password_file=admin_password_file,
+            default_permission=default_permission,
+            auth_database_uri=auth_database_uri,
+        )
+    )

@@ -72,8 +72,11 @@ TWIN_KEYS = (*GRID_TWIN_KEYS, "train_size", "test_size")
 # What makes one row: a setting on one device of one kind of hardware. Its repeats are its runs.
 ROW_KEYS = ("device", "hardware", *TWIN_KEYS)
 # The axes whose twins get a speedup: the column, its reference value, the speedup column.
-TWIN_AXES = (("device", "cpu", "speedup"), ("precision", "fp32", "precision_speedup"),
-             ("compile", "false", "compile_speedup"))
+TWIN_AXES = (
+    ("device", "cpu", "speedup"),
+    ("precision", "fp32", "precision_speedup"),
+    ("compile", "false", "compile_speedup"),
+)
 VERSUS = "versus_speedup"  # --versus KEY=VALUE: each row over its twin with KEY=VALUE
 TARGET_SPEEDUP = "target_speedup"  # the device speedup on time to target
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
@@ -93,9 +96,22 @@ HISTORIES = FIGURE_HISTORIES
 CHART_HISTORIES = ("test_accuracy",)
 # Per-run figures whose row value is the median over the row's runs: those that measure speed over
 # its timed runs (contended ones left out unless asked), those that measure what was learnt over all.
-SPEED_MEDIANS = ("images_per_s", "first_epoch_s", "warmup_s", "compile_s", "peak_memory_mb", "energy_j",
-                 "images_per_j", "run_duration_s", "data_share", "transfer_share", "compute_share",
-                 ACHIEVED_TFLOPS, PEAK_TFLOPS, MFU)
+SPEED_MEDIANS = (
+    "images_per_s",
+    "first_epoch_s",
+    "warmup_s",
+    "compile_s",
+    "peak_memory_mb",
+    "energy_j",
+    "images_per_j",
+    "run_duration_s",
+    "data_share",
+    "transfer_share",
+    "compute_share",
+    ACHIEVED_TFLOPS,
+    PEAK_TFLOPS,
+    MFU,
+)
 QUALITY_MEDIANS = FINAL
 # The arithmetic of an epoch (the same for every run of a setting: a median over all its runs), and
 # each run's FLOP/s and share of its device's peak (point._utilisation: speed, so among SPEED_MEDIANS).
@@ -103,17 +119,44 @@ WORK_MEDIANS = (TRAIN_FLOPS,)
 UTILISATION = (ACHIEVED_TFLOPS, PEAK_TFLOPS, MFU)
 LOAD_MEDIANS = (LOAD_AVERAGE, OTHERS_CPU_SHARE)
 # The data's first columns (csv, json): which setting, its runs, the results people compare.
-KEY_COLUMNS = ("run_name", "device", *TWIN_KEYS, "n", "timed_runs", *SUMMARY, "epoch_duration_s",
-               "epoch_duration_s_q1", "epoch_duration_s_q3", "timed", "images_per_s", "test_accuracy",
-               *(f"{c}{s}" for c in SPEEDUPS for s in ("", *INTERVAL_SUFFIXES, *QUALITY_SUFFIXES)),
-               "peak_memory_mb", "best", "best_run_id", "run_ids")
+KEY_COLUMNS = (
+    "run_name",
+    "device",
+    *TWIN_KEYS,
+    "n",
+    "timed_runs",
+    *SUMMARY,
+    "epoch_duration_s",
+    "epoch_duration_s_q1",
+    "epoch_duration_s_q3",
+    "timed",
+    "images_per_s",
+    "test_accuracy",
+    *(f"{c}{s}" for c in SPEEDUPS for s in ("", *INTERVAL_SUFFIXES, *QUALITY_SUFFIXES)),
+    "peak_memory_mb",
+    "best",
+    "best_run_id",
+    "run_ids",
+)
 # The labels the human view (tables.py) gives the data columns; --sort takes either name.
 LABELS = {
-    "train_loss": "train loss", "train_accuracy": "train acc", "test_loss": "test loss", "test_accuracy": "test acc",
-    "epoch_duration_s": "epoch_s", "images_per_s": "img/s", "run_duration_s": "run_s",
-    "first_epoch_s": "epoch1_s", "warmup_s": "warmup_s", "compile_s": "compile_s", "peak_memory_mb": "peak MiB",
-    "data_share": "data %", "transfer_share": "transfer %", "compute_share": "compute %",
-    "time_to_target_s": "to target s", ACHIEVED_TFLOPS: "TFLOP/s", MFU: "MFU %",
+    "train_loss": "train loss",
+    "train_accuracy": "train acc",
+    "test_loss": "test loss",
+    "test_accuracy": "test acc",
+    "epoch_duration_s": "epoch_s",
+    "images_per_s": "img/s",
+    "run_duration_s": "run_s",
+    "first_epoch_s": "epoch1_s",
+    "warmup_s": "warmup_s",
+    "compile_s": "compile_s",
+    "peak_memory_mb": "peak MiB",
+    "data_share": "data %",
+    "transfer_share": "transfer %",
+    "compute_share": "compute %",
+    "time_to_target_s": "to target s",
+    ACHIEVED_TFLOPS: "TFLOP/s",
+    MFU: "MFU %",
 }
 
 
@@ -282,8 +325,13 @@ def _run_row(run: RunRecord) -> dict[str, Any]:
     energy = figures.get(STEADY_ENERGY, math.nan)
     source = run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
     if energy == 0:
-        energy, source = math.nan, (f"not measured: the counter ({source}) did not advance in the steady "
-                                    "epochs, each shorter than its update interval; train longer epochs")
+        energy, source = (
+            math.nan,
+            (
+                f"not measured: the counter ({source}) did not advance in the steady "
+                "epochs, each shorter than its update interval; train longer epochs"
+            ),
+        )
     row["energy_j"], row["energy_source"] = energy, source
     row["images_per_j"] = int(run.params.get("train_size") or 0) / energy if energy > 0 else math.nan
     row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
@@ -310,8 +358,9 @@ def run_summary(run: RunRecord) -> dict[str, float]:
     if has_end_figures(run.metrics):
         return {name: run.metrics[name] for name in (*SUMMARY, *END_FIGURES) if name in run.metrics}
     # A history that was not read falls back to the metric's last value, as the store returns it.
-    history = {name: run.histories.get(name) or ([run.metrics[name]] if name in run.metrics else [])
-               for name in HISTORIES}
+    history = {
+        name: run.histories.get(name) or ([run.metrics[name]] if name in run.metrics else []) for name in HISTORIES
+    }
     computed = run_figures(history, run.metrics.get("test_accuracy"))
     return {**computed, **{name: run.metrics[name] for name in SUMMARY if name in run.metrics}}
 
@@ -331,14 +380,18 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
     table["n"] = every.size()
     table["timed_runs"] = timed_groups.size().reindex(table.index, fill_value=0)
     levels = [0.25, 0.5, 0.75]
-    quartiles = (timed_groups[STEADY_EPOCH].quantile(levels).unstack() if len(timed) else pd.DataFrame())
+    quartiles = timed_groups[STEADY_EPOCH].quantile(levels).unstack() if len(timed) else pd.DataFrame()
     quartiles = quartiles.reindex(index=table.index, columns=levels)  # every run contended: all NaN
-    table["epoch_duration_s_q1"], table["epoch_duration_s"], table["epoch_duration_s_q3"] = \
-        quartiles[0.25], quartiles[0.5], quartiles[0.75]
+    table["epoch_duration_s_q1"], table["epoch_duration_s"], table["epoch_duration_s_q3"] = (
+        quartiles[0.25],
+        quartiles[0.5],
+        quartiles[0.75],
+    )
     speed = timed_groups[[*SPEED_MEDIANS, STEADY_IMAGES]].median().reindex(table.index)
     table[list(SPEED_MEDIANS)] = speed[list(SPEED_MEDIANS)]
-    table[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]] = \
-        every[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]].median()
+    table[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]] = every[
+        [*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]
+    ].median()
     table[STEADY_EPOCH] = table["epoch_duration_s"].map(lambda v: v if math.isnan(v) else significant(v, 4))
     table[STEADY_IMAGES] = speed[STEADY_IMAGES].round(0)
     table[FINAL_ACCURACY] = every[FINAL_ACCURACY].median().round(4)
@@ -354,8 +407,12 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
         targeted = timed[timed["target"].notna()].groupby("group")
         table["target_runs"] = targeted.size().reindex(table.index, fill_value=0)
         table["target_reached"] = targeted["time_to_target_s"].count().reindex(table.index, fill_value=0)
-        table["time_to_target_s"] = targeted["time_to_target_s"].median().reindex(table.index).map(
-            lambda v: v if math.isnan(v) else significant(v, 4))  # as read: 4 significant digits, like the epoch
+        table["time_to_target_s"] = (
+            targeted["time_to_target_s"]
+            .median()
+            .reindex(table.index)
+            .map(lambda v: v if math.isnan(v) else significant(v, 4))
+        )  # as read: 4 significant digits, like the epoch
         table["wall_to_target_s"] = targeted["wall_to_target_s"].median().reindex(table.index)
         table["target_ranked"] = (table["target_reached"] > 0) & (2 * table["target_reached"] >= table["target_runs"])
     table["run_ids"] = [",".join(ids[number]) for number in table.index]
@@ -368,27 +425,37 @@ def build(sweep: SweepRecord, options: CompareOptions | None = None) -> Comparis
     options = options or CompareOptions()
     runs = pd.DataFrame([_run_row(run) for run in sweep.children])
     if runs.empty:
-        return Comparison(sweep, pd.DataFrame(), [], runs, options.include_contended, options.target,
-                          quality_margin=options.quality_margin)
+        return Comparison(
+            sweep,
+            pd.DataFrame(),
+            [],
+            runs,
+            options.include_contended,
+            options.target,
+            quality_margin=options.quality_margin,
+        )
     runs = runs.set_index("run_id", drop=False)
     known = runs["target"].dropna()
     target = options.target or (known.iloc[0] if len(known) else None)
     table = _settings(runs, target, options.include_contended)
-    comparison = Comparison(sweep, table, [], runs, options.include_contended, target,
-                            quality_margin=options.quality_margin)
+    comparison = Comparison(
+        sweep, table, [], runs, options.include_contended, target, quality_margin=options.quality_margin
+    )
     versus = comparison.versus = _versus(comparison, options.versus) if options.versus else None
     for axis, reference, column in TWIN_AXES:
         comparison.twin_groups += _speedups(comparison, axis, reference, column, comparison.epochs)
     if versus is not None:
         comparison.twin_groups += _speedups(comparison, *versus, VERSUS, comparison.epochs)
     if target is not None:
-        comparison.twin_groups += _speedups(comparison, "device", "cpu", TARGET_SPEEDUP, comparison.to_target,
-                                            what=f"time to {target}")
+        comparison.twin_groups += _speedups(
+            comparison, "device", "cpu", TARGET_SPEEDUP, comparison.to_target, what=f"time to {target}"
+        )
     comparison.sorted_by = options.sort
     chosen = pick(comparison, BEST)
     table["best"] = [chosen is not None and index == chosen.index for index in table.index]
-    table["best_run_id"] = [chosen.run_id if chosen is not None and index == chosen.index else ""
-                            for index in table.index]
+    table["best_run_id"] = [
+        chosen.run_id if chosen is not None and index == chosen.index else "" for index in table.index
+    ]
     first = [c for c in KEY_COLUMNS if c in table]
     table = table[first + [c for c in table.columns if c not in first]]
     comparison.table = _sorted(table, options.sort, target).reset_index(drop=True)
@@ -420,10 +487,19 @@ class Pick:
 def fastest_first(table: pd.DataFrame, target: str | None) -> pd.Index:
     """The rows' index, fastest first: rows that rank on time to target (where the sweep has a target)
     by it, then the rest by steady epoch time; rows with no speed figure (withheld) last."""
-    ranked = table["target_ranked"] if target is not None and "target_ranked" in table else \
-        pd.Series(False, index=table.index)
-    keys = pd.DataFrame({"unranked": ~ranked, "time": table["time_to_target_s"].where(ranked) if ranked.any()
-                         else math.nan, "epoch": table[STEADY_EPOCH]}, index=table.index)
+    ranked = (
+        table["target_ranked"]
+        if target is not None and "target_ranked" in table
+        else pd.Series(False, index=table.index)
+    )
+    keys = pd.DataFrame(
+        {
+            "unranked": ~ranked,
+            "time": table["time_to_target_s"].where(ranked) if ranked.any() else math.nan,
+            "epoch": table[STEADY_EPOCH],
+        },
+        index=table.index,
+    )
     return keys.sort_values(["unranked", "time", "epoch"], na_position="last", kind="stable").index
 
 
@@ -444,16 +520,24 @@ def pick(comparison: Comparison, rule: str = BEST) -> Pick | None:
         candidates = order[order[STEADY_EPOCH].notna()]  # a speed figure: not withheld
         if rule == BEST:
             top = t[FINAL_ACCURACY].max()
-            candidates = candidates[[not less_accurate(accuracy - top, comparison.quality_margin)
-                                     for accuracy in candidates[FINAL_ACCURACY]]]
+            candidates = candidates[
+                [
+                    not less_accurate(accuracy - top, comparison.quality_margin)
+                    for accuracy in candidates[FINAL_ACCURACY]
+                ]
+            ]
     chosen = candidates.index[0] if len(candidates) else None
     if chosen is None:
         return None
     row = t.loc[chosen]
     on_target = comparison.target is not None and ranks_on_target(row)
     speed = "time_to_target_s" if on_target else STEADY_EPOCH
-    figures = {STEADY_EPOCH: float(row[STEADY_EPOCH]), FINAL_ACCURACY: float(row[FINAL_ACCURACY]),
-               "n": int(row["n"]), "timed_runs": int(row["timed_runs"])}
+    figures = {
+        STEADY_EPOCH: float(row[STEADY_EPOCH]),
+        FINAL_ACCURACY: float(row[FINAL_ACCURACY]),
+        "n": int(row["n"]),
+        "timed_runs": int(row["timed_runs"]),
+    }
     if speed == "time_to_target_s":
         figures["time_to_target_s"] = float(row["time_to_target_s"])
     return Pick(rule, chosen, comparison.label(row), _model_run(comparison, row), speed, figures)
@@ -497,10 +581,24 @@ def _sorted(table: pd.DataFrame, sort: str | None, target: str | None) -> pd.Dat
     sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
     if sort not in table.columns:
         # The figures people sort by; the settings and every other csv/json column work as well.
-        figures = [c for c in (*SUMMARY, "epoch_duration_s", "time_to_target_s", "images_per_s", "test_accuracy",
-                               *SPEEDUPS, "peak_memory_mb", "run_duration_s") if c in table.columns]
-        raise UserError(f"--sort {sort}: no such column; choose a setting or a figure such as {', '.join(figures)} "
-                        "(`pipeline compare --format csv | head -1` lists every column)")
+        figures = [
+            c
+            for c in (
+                *SUMMARY,
+                "epoch_duration_s",
+                "time_to_target_s",
+                "images_per_s",
+                "test_accuracy",
+                *SPEEDUPS,
+                "peak_memory_mb",
+                "run_duration_s",
+            )
+            if c in table.columns
+        ]
+        raise UserError(
+            f"--sort {sort}: no such column; choose a setting or a figure such as {', '.join(figures)} "
+            "(`pipeline compare --format csv | head -1` lists every column)"
+        )
     return table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
 
 
@@ -518,15 +616,18 @@ def _versus(comparison: Comparison, versus: str) -> tuple[str, str]:
         raise UserError(f"--versus {versus}: give KEY=VALUE, e.g. --versus num_workers=0 or --versus seed=0")
     keys = ["device", *GRID_TWIN_KEYS]  # the grid keys a row's twins may differ in
     if key in KEYS and key not in keys:  # gpus_per_run: where a run ran, not what it measured
-        raise UserError(f"--versus {versus}: runs that differ only in {key} are one setting; compare on one of "
-                        f"{', '.join(keys)}")
+        raise UserError(
+            f"--versus {versus}: runs that differ only in {key} are one setting; compare on one of {', '.join(keys)}"
+        )
     if key not in keys:
         raise UserError(f"--versus {versus}: {key} is not a grid key; grid keys: {', '.join(keys)}")
     column = comparison.table[key]
     present = list(dict.fromkeys(format_value(v) for v in column))
     if len(present) < 2:
-        raise UserError(f"--versus {versus}: {key} does not vary in this sweep (every run has {key}={present[0]}); "
-                        f"vary it in the grid, or compare on a key that varies")
+        raise UserError(
+            f"--versus {versus}: {key} does not vary in this sweep (every run has {key}={present[0]}); "
+            f"vary it in the grid, or compare on a key that varies"
+        )
     if not _same(column, value).any():
         raise UserError(f"--versus {versus}: no run has {key}={value}; values in this sweep: {', '.join(present)}")
     return key, value
@@ -542,8 +643,9 @@ def _twins(comparison: Comparison, axis: str, reference_value: str) -> Iterator[
     keys = [k for k in ROW_KEYS if k in table and k not in ignored]
     is_reference = _same(table[axis], reference_value).to_dict()
     # The columns a speedup reads of a row (its settings, runs and figures), not the table's hundred.
-    needed = [c for c in (*ROW_KEYS, "run_ids", "timed", STEADY_EPOCH, "time_to_target_s", "target_ranked")
-              if c in table]
+    needed = [
+        c for c in (*ROW_KEYS, "run_ids", "timed", STEADY_EPOCH, "time_to_target_s", "target_ranked") if c in table
+    ]
     # As plain objects first: pandas' Arrow-backed strings are slow to iterate one by one.
     rows = table[needed].astype(object).reset_index().to_dict("records")
     groups: dict[tuple[str, ...], list[Row]] = {}
@@ -556,8 +658,9 @@ def _twins(comparison: Comparison, axis: str, reference_value: str) -> Iterator[
             yield references[0], others
 
 
-def axis_ratios(comparison: Comparison, axis: str, reference_value: str,
-                samples: Callable[[pd.Series], list[float]] | None = None) -> list[tuple[str, stats.Ratio]]:
+def axis_ratios(
+    comparison: Comparison, axis: str, reference_value: str, samples: Callable[[pd.Series], list[float]] | None = None
+) -> list[tuple[str, stats.Ratio]]:
     """Each row's speedup over its twin that differs only in `axis` and has `reference_value` there
     (a speedup > 1: the row is faster), as (the row's label, its Ratio with the interval); rows with no
     such twin are left out. `samples`: one value per run (default: the timed runs' steady epochs).
@@ -583,8 +686,14 @@ def less_accurate(change: float, margin: float) -> bool:
     return change < -margin - 1e-12
 
 
-def _speedups(comparison: Comparison, axis: str, reference_value: str, column: str,
-              samples: Callable[[pd.Series], list[float]], what: str = "epoch time") -> list[TwinGroup]:
+def _speedups(
+    comparison: Comparison,
+    axis: str,
+    reference_value: str,
+    column: str,
+    samples: Callable[[pd.Series], list[float]],
+    what: str = "epoch time",
+) -> list[TwinGroup]:
     """Each row's speedup over its twin row that differs only in `axis`, where that twin has
     `reference_value` (the cpu row for devices, the fp32 row for precisions), with its 95% interval
     over one value per run (stats.ratio), and for a faster row its accuracy against the reference's;
@@ -619,8 +728,7 @@ def _speedups(comparison: Comparison, axis: str, reference_value: str, column: s
         if not found:
             continue
         speedup[reference["index"]] = 1.0
-        groups.append(TwinGroup(axis, reference_value, column, what, reference, len(samples(reference)),
-                                tuple(found)))
+        groups.append(TwinGroup(axis, reference_value, column, what, reference, len(samples(reference)), tuple(found)))
     table[column], table[f"{column}_low"], table[f"{column}_high"] = speedup, low, high
     table[f"{column}_significant"], table[f"{column}_vs"] = significant, versus
     table[f"{column}_accuracy_change"], table[f"{column}_accuracy_change_low"] = change, change_low

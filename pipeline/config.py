@@ -101,12 +101,20 @@ class GridSpec:
 NUMBER_TEXT = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
-def number_schema(minimum: float | None = None, exclusive_minimum: float | None = None,
-                  maximum: float | None = None, exclusive_maximum: float | None = None,
-                  integer: bool = False) -> dict[str, Any]:
+def number_schema(
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_maximum: float | None = None,
+    integer: bool = False,
+) -> dict[str, Any]:
     """A JSON Schema for a number within bounds (None: no bound there), or a number written as text."""
-    bounds = {"minimum": minimum, "exclusiveMinimum": exclusive_minimum, "maximum": maximum,
-              "exclusiveMaximum": exclusive_maximum}
+    bounds = {
+        "minimum": minimum,
+        "exclusiveMinimum": exclusive_minimum,
+        "maximum": maximum,
+        "exclusiveMaximum": exclusive_maximum,
+    }
     number = {"type": "integer" if integer else "number", **{k: v for k, v in bounds.items() if v is not None}}
     return {"anyOf": [number, {"type": "string", "pattern": NUMBER_TEXT}]}
 
@@ -189,10 +197,12 @@ class Number(Check):
         return number
 
     def _within(self, number: float) -> bool:
-        return ((self.minimum is None or number >= self.minimum)
-                and (self.exclusive_minimum is None or number > self.exclusive_minimum)
-                and (self.maximum is None or number <= self.maximum)
-                and (self.exclusive_maximum is None or number < self.exclusive_maximum))
+        return (
+            (self.minimum is None or number >= self.minimum)
+            and (self.exclusive_minimum is None or number > self.exclusive_minimum)
+            and (self.maximum is None or number <= self.maximum)
+            and (self.exclusive_maximum is None or number < self.exclusive_maximum)
+        )
 
     def schema(self) -> dict[str, Any]:
         return number_schema(self.minimum, self.exclusive_minimum, self.maximum, self.exclusive_maximum)
@@ -320,51 +330,110 @@ class RunConfig:
     """The resolved settings of one training run (one grid point). Each field is a grid key; its Key
     says how it is checked, named, compared and offered (see KEYS)."""
 
-    lr: float = _key(0.01, check=_positive_float("0.01 or 1.0e-3"), help="Adam's learning rate.",
-                     name="lr", shown="always")
-    batch_size: int = _key(100, check=Integer(1, 2**31 - 1), help="Training images per step.",
-                           name="bs", shown="always", chart_group="batch size")
-    num_workers: int = _key(0, check=Integer(0, 1024), help="DataLoader worker processes.",
-                            name="w", shown="always", chart_group="DataLoader workers")
+    lr: float = _key(
+        0.01, check=_positive_float("0.01 or 1.0e-3"), help="Adam's learning rate.", name="lr", shown="always"
+    )
+    batch_size: int = _key(
+        100,
+        check=Integer(1, 2**31 - 1),
+        help="Training images per step.",
+        name="bs",
+        shown="always",
+        chart_group="batch size",
+    )
+    num_workers: int = _key(
+        0,
+        check=Integer(0, 1024),
+        help="DataLoader worker processes.",
+        name="w",
+        shown="always",
+        chart_group="DataLoader workers",
+    )
     # The device is the axis compared: twins are runs that differ in it (or in precision, compile).
-    device: str = _key("auto", check=Device(), help="cpu, cuda, cuda:N, mps or auto.",
-                       name="", twin=False, shown="always")
-    epochs: int = _key(1, check=Integer(1, 1_000_000), help="Passes over the training set.",
-                       name="ep", shown="always")
-    seed: int = _key(0, check=Integer(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
-                     help="Seeds the weights and the shuffling.", name="seed")
-    shuffle: bool = _key(True, check=Boolean(), help="Shuffle training batches each epoch.",
-                         name=("shuffle", "noshuffle"))
+    device: str = _key(
+        "auto", check=Device(), help="cpu, cuda, cuda:N, mps or auto.", name="", twin=False, shown="always"
+    )
+    epochs: int = _key(1, check=Integer(1, 1_000_000), help="Passes over the training set.", name="ep", shown="always")
+    seed: int = _key(
+        0,
+        check=Integer(0, 2**32 - 1),  # numpy seeds DataLoader workers from it: 32 bits
+        help="Seeds the weights and the shuffling.",
+        name="seed",
+    )
+    shuffle: bool = _key(
+        True, check=Boolean(), help="Shuffle training batches each epoch.", name=("shuffle", "noshuffle")
+    )
     # Where a point runs under --executor ray, not what it trains: no twin key, no column, and one
     # `pipeline train` run has the machine to itself.
-    gpus_per_run: float = _key(1.0, check=_positive_float("1, or 0.5 to share a GPU between two runs"),
-                               help="With --executor ray: the GPU share a cuda point asks for.",
-                               name="gpu", twin=False, shown="never", train=False)
+    gpus_per_run: float = _key(
+        1.0,
+        check=_positive_float("1, or 0.5 to share a GPU between two runs"),
+        help="With --executor ray: the GPU share a cuda point asks for.",
+        name="gpu",
+        twin=False,
+        shown="never",
+        train=False,
+    )
     # Settings added after runs were recorded (later=True): a run key includes them only when they
     # are not at their default, so runs made before they existed are still recognised as done.
-    data_on_device: bool = _key(False, check=Boolean(),  # compare gives it a column of its own, "data path"
-                                help="Upload the data once and index batches on the device (num_workers 0).",
-                                name=("ondevice", "hostdata"), later=True, variant=True, shown="never")
-    cuda_graph: bool = _key(False, check=Boolean(), help="Replay the training step as a CUDA graph (cuda only).",
-                            name=("graph", "eager"), later=True, variant=True)
-    precision: str = _key("fp32", check=Choice(PRECISIONS),
-                          help="fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA).",
-                          name="", later=True, variant=True)
-    compile: bool = _key(False, check=Boolean(), help="torch.compile the model; compiling is timed as compile_s.",
-                         name=("compiled", "eager"), later=True, variant=True)
-    prefetch: bool = _key(False, check=Boolean(),
-                          help="Gather into rotating pinned buffers, copy ahead on a side stream "
-                               "(cuda, num_workers 0).",
-                          name=("prefetch", "noprefetch"), later=True, variant=True)
-    weight_decay: float = _key(0.0, check=_non_negative_float("0, 1.0e-4 or 0.01"),
-                               help="Adam's weight decay: an L2 penalty on the weights, added to each gradient.",
-                               name="wd", later=True)
+    data_on_device: bool = _key(
+        False,
+        check=Boolean(),  # compare gives it a column of its own, "data path"
+        help="Upload the data once and index batches on the device (num_workers 0).",
+        name=("ondevice", "hostdata"),
+        later=True,
+        variant=True,
+        shown="never",
+    )
+    cuda_graph: bool = _key(
+        False,
+        check=Boolean(),
+        help="Replay the training step as a CUDA graph (cuda only).",
+        name=("graph", "eager"),
+        later=True,
+        variant=True,
+    )
+    precision: str = _key(
+        "fp32",
+        check=Choice(PRECISIONS),
+        help="fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA).",
+        name="",
+        later=True,
+        variant=True,
+    )
+    compile: bool = _key(
+        False,
+        check=Boolean(),
+        help="torch.compile the model; compiling is timed as compile_s.",
+        name=("compiled", "eager"),
+        later=True,
+        variant=True,
+    )
+    prefetch: bool = _key(
+        False,
+        check=Boolean(),
+        help="Gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0).",
+        name=("prefetch", "noprefetch"),
+        later=True,
+        variant=True,
+    )
+    weight_decay: float = _key(
+        0.0,
+        check=_non_negative_float("0, 1.0e-4 or 0.01"),
+        help="Adam's weight decay: an L2 penalty on the weights, added to each gradient.",
+        name="wd",
+        later=True,
+    )
     # torch's intra-op thread pool (torch.set_num_threads) for the run. On a machine shared with other
     # multithreaded work, a pool as wide as the cores waits on threads the neighbours hold: one
     # thread can be the fastest setting there (benchmarks/workers_under_load.py).
-    threads: int = _key(0, check=Integer(0, 1024),
-                        help="torch's intra-op threads; 0: torch's default (the cores, or OMP_NUM_THREADS).",
-                        name="t", later=True)
+    threads: int = _key(
+        0,
+        check=Integer(0, 1024),
+        help="torch's intra-op threads; 0: torch's default (the cores, or OMP_NUM_THREADS).",
+        name="t",
+        later=True,
+    )
 
     def as_params(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -386,8 +455,18 @@ DATA_KEYS: dict[str, Callable[[Any], Any]] = {
     "train_size": DATA_SIZE,
     "test_size": DATA_SIZE,
 }
-_TOP_KEYS = ("experiment", "data", "grid", "checkpoint", "repeats", "max_repeats", "half_width", "target",
-             "stop_at_target", "quality_margin")
+_TOP_KEYS = (
+    "experiment",
+    "data",
+    "grid",
+    "checkpoint",
+    "repeats",
+    "max_repeats",
+    "half_width",
+    "target",
+    "stop_at_target",
+    "quality_margin",
+)
 MAX_REPEATS = 10_000  # far past any useful count; --max-points bounds the runs a sweep trains anyway
 AUTO = "auto"
 # The fewest runs a side that the comparison judges (stats.py: Welch's t on the logs of per-run values
@@ -400,8 +479,9 @@ SETTING_CHECKS: dict[str, Check] = {
     "repeats": Integer(1, MAX_REPEATS),
     "max_repeats": Integer(MIN_RUNS, MAX_REPEATS, why=f"the comparison judges from {MIN_RUNS} runs a side"),
     "half_width": Number("a number above 0 and below 1, e.g. 0.05", exclusive_minimum=0, exclusive_maximum=1),
-    "quality_margin": Number("a number >= 0 and below 1, e.g. 0.005 (half a point of accuracy)", minimum=0,
-                             exclusive_maximum=1),
+    "quality_margin": Number(
+        "a number >= 0 and below 1, e.g. 0.005 (half a point of accuracy)", minimum=0, exclusive_maximum=1
+    ),
 }
 
 
@@ -420,8 +500,9 @@ def check_repeats(value: Any, where: str = "") -> int | str:
     try:
         return SETTING_CHECKS["repeats"](value)
     except ValueError as exc:
-        raise UserError(f"{where}repeats: got {value!r}; expected {exc}, or auto (rounds until the "
-                        "speedups are clear)") from None
+        raise UserError(
+            f"{where}repeats: got {value!r}; expected {exc}, or auto (rounds until the speedups are clear)"
+        ) from None
 
 
 def with_repeats(spec: GridSpec, repeats: int | str) -> GridSpec:
@@ -476,12 +557,16 @@ class _StrictLoader(yaml.SafeLoader):
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open_anchors:
-                raise UserError(f"line {line}: alias *{event.anchor} is inside the &{event.anchor} it names "
-                                "(a loop); write the values out")
+                raise UserError(
+                    f"line {line}: alias *{event.anchor} is inside the &{event.anchor} it names "
+                    "(a loop); write the values out"
+                )
             return super().compose_node(parent, index)  # its size is known: composed before
         if self._depth >= MAX_DEPTH:
-            raise UserError(f"line {line}: nested more than {MAX_DEPTH} levels deep; a grid file needs three "
-                            "(grid → key → list of values)")
+            raise UserError(
+                f"line {line}: nested more than {MAX_DEPTH} levels deep; a grid file needs three "
+                "(grid → key → list of values)"
+            )
         self._depth += 1
         if event.anchor is not None:
             self._open_anchors.add(event.anchor)
@@ -490,12 +575,19 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
             self._open_anchors.discard(event.anchor)
-        children = node.value if isinstance(node, yaml.SequenceNode) else \
-            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+        children = (
+            node.value
+            if isinstance(node, yaml.SequenceNode)
+            else [n for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
+            else []
+        )
         size = 1 + sum(self._sizes[id(child)] for child in children)
         if size > MAX_VALUES:
-            raise UserError(f"line {line}: its aliases (*name) stand for more than {MAX_VALUES} values; "
-                            "write the values out, without aliases")
+            raise UserError(
+                f"line {line}: its aliases (*name) stand for more than {MAX_VALUES} values; "
+                "write the values out, without aliases"
+            )
         self._sizes[id(node)] = size
         return node
 
@@ -531,13 +623,16 @@ def _read_text(path: Path) -> str:
         # Before opening: opening a FIFO waits for a writer forever, and a device is no grid file.
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-            raise UserError(f"{path}: {_special_kind(mode)}, not a regular file; save the grid to a file "
-                            "and pass that, e.g. experiments/quickstart.yaml")
+            raise UserError(
+                f"{path}: {_special_kind(mode)}, not a regular file; save the grid to a file "
+                "and pass that, e.g. experiments/quickstart.yaml"
+            )
         with open(path, "rb") as handle:
             raw = handle.read(MAX_GRID_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such grid file; `pipeline init` writes the example grids into "
-                        "./experiments") from None
+        raise UserError(
+            f"{path}: no such grid file; `pipeline init` writes the example grids into ./experiments"
+        ) from None
     except IsADirectoryError:
         found = sorted(path.glob("*.yaml"))
         example = found[0] if found else Path("experiments") / "quickstart.yaml"
@@ -545,17 +640,22 @@ def _read_text(path: Path) -> str:
     except OSError as exc:
         raise UserError(f"{path}: cannot read grid file ({exc.strerror or exc.__class__.__name__})") from None
     if len(raw) > MAX_GRID_FILE_BYTES:
-        raise UserError(f"{path}: more than {MAX_GRID_FILE_BYTES} bytes; a grid file is a few lines of YAML "
-                        "(`pipeline init` writes examples): is this the right file?")
+        raise UserError(
+            f"{path}: more than {MAX_GRID_FILE_BYTES} bytes; a grid file is a few lines of YAML "
+            "(`pipeline init` writes examples): is this the right file?"
+        )
     if b"\0" in raw:
-        raise UserError(f"{path}: binary data (a NUL byte at offset {raw.index(0)}), not a YAML grid file; "
-                        "pass a text file like experiments/quickstart.yaml")
+        raise UserError(
+            f"{path}: binary data (a NUL byte at offset {raw.index(0)}), not a YAML grid file; "
+            "pass a text file like experiments/quickstart.yaml"
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise UserError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); save the file "
-                        "as UTF-8") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise UserError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); save the file as UTF-8"
+        ) from None
 
 
 def _special_kind(mode: int) -> str:
@@ -585,8 +685,7 @@ def _read_yaml(path: Path) -> Any:
 WORKERLESS = {"data_on_device": "indexes batches on the device", "prefetch": "gathers batches in the main process"}
 
 
-def load_grid(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *,
-              name: str = "grid") -> GridSpec:
+def load_grid(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *, name: str = "grid") -> GridSpec:
     """Read and validate a grid: a YAML file, or a mapping of the same shape (pipeline.api; `name`
     stands in for the file's stem). `overrides`: `KEY=VALUE` items (`pipeline run --set`), applied
     over the grid, each checked by the rules of the key it sets. Raises UserError naming the file (or
@@ -649,24 +748,38 @@ def _spec(raw: dict, path: Path, where: str) -> GridSpec:
     values_of = dict(axes)
     for key, what in WORKERLESS.items():
         if True in values_of.get(key, ()) and any(n > 0 for n in values_of.get("num_workers", ())):
-            raise UserError(f"{where}grid.{key}: true {what}, without DataLoader workers; set num_workers: [0], "
-                            f"or put the {key} points in a grid of their own")
+            raise UserError(
+                f"{where}grid.{key}: true {what}, without DataLoader workers; set num_workers: [0], "
+                f"or put the {key} points in a grid of their own"
+            )
 
     checkpoint = _boolean_setting("checkpoint", raw.get("checkpoint", False), where)
     repeats, max_repeats, half_width = _repeat_settings(raw, where)
-    quality_margin = _checked("quality_margin", SETTING_CHECKS["quality_margin"],
-                              raw.get("quality_margin", DEFAULT_QUALITY_MARGIN), where)
+    quality_margin = _checked(
+        "quality_margin", SETTING_CHECKS["quality_margin"], raw.get("quality_margin", DEFAULT_QUALITY_MARGIN), where
+    )
     target = None if raw.get("target") is None else _target(raw["target"], where)
     stop_at_target = _boolean_setting("stop_at_target", raw.get("stop_at_target", False), where)
     if stop_at_target and target is None:
-        raise UserError(f"{where}stop_at_target: true needs a target to stop at; add one, e.g. "
-                        "target: {test_accuracy: 0.85}")
+        raise UserError(
+            f"{where}stop_at_target: true needs a target to stop at; add one, e.g. target: {{test_accuracy: 0.85}}"
+        )
     if "root" in data_values and not Path(data_values["root"]).expanduser().is_absolute():
         # Relative to the grid file, so the grid means the same from any working directory.
         data_values["root"] = str(path.parent / data_values["root"])
-    return GridSpec(path=path, experiment=experiment, data=DataConfig(**data_values), axes=tuple(axes),
-                    checkpoint=checkpoint, repeats=repeats, max_repeats=max_repeats, half_width=half_width,
-                    target=target, stop_at_target=stop_at_target, quality_margin=quality_margin)
+    return GridSpec(
+        path=path,
+        experiment=experiment,
+        data=DataConfig(**data_values),
+        axes=tuple(axes),
+        checkpoint=checkpoint,
+        repeats=repeats,
+        max_repeats=max_repeats,
+        half_width=half_width,
+        target=target,
+        stop_at_target=stop_at_target,
+        quality_margin=quality_margin,
+    )
 
 
 def _repeat_settings(raw: dict, where: str) -> tuple[int, int | None, float | None]:
@@ -677,8 +790,9 @@ def _repeat_settings(raw: dict, where: str) -> tuple[int, int | None, float | No
     if repeats != AUTO:
         for key in ("max_repeats", "half_width"):
             if raw.get(key) is not None:
-                raise UserError(f"{where}{key}: only with repeats: auto (repeats is {repeats}); set repeats: auto, "
-                                f"or drop {key}")
+                raise UserError(
+                    f"{where}{key}: only with repeats: auto (repeats is {repeats}); set repeats: auto, or drop {key}"
+                )
         return int(repeats), None, None
     max_repeats = raw.get("max_repeats")
     if max_repeats is None:
@@ -774,15 +888,15 @@ def _override(raw: dict, item: str) -> None:
         raw[key] = check_repeats(value, where)
     elif key in ("max_repeats", "half_width", "quality_margin"):
         raw[key] = _checked(key, SETTING_CHECKS[key], value, where)
-    elif key.startswith("data.") and key[len("data."):] in DATA_KEYS:
+    elif key.startswith("data.") and key[len("data.") :] in DATA_KEYS:
         data = raw.get("data")
-        data_key = key[len("data."):]
+        data_key = key[len("data.") :]
         checked = None if value is None else _data_value(data_key, value, f"{where}data.")
         if data_key == "root" and checked is not None:  # from the shell: relative to where it is typed
             checked = str(Path(checked).expanduser().absolute())
         raw["data"] = {**(data if isinstance(data, dict) else {}), data_key: checked}
     elif key.startswith("target.") and len(key) > len("target."):
-        target = {key[len("target."):]: value}
+        target = {key[len("target.") :]: value}
         _target(target, where)
         raw["target"] = target
     else:

@@ -42,8 +42,10 @@ def contended_share() -> float:
     except ValueError:
         share = -1.0
     if not 0 < share <= 1:
-        raise UserError(f"{SHARE_VARIABLE}={text}: expected a share of the cores in (0, 1], e.g. 0.25 (the default); "
-                        f"unset it to use the default")
+        raise UserError(
+            f"{SHARE_VARIABLE}={text}: expected a share of the cores in (0, 1], e.g. 0.25 (the default); "
+            f"unset it to use the default"
+        )
     return share
 
 
@@ -72,8 +74,10 @@ class Contention:
 
     def words(self) -> str:
         """The figures as the contended tag says them."""
-        return (f"other processes took {self.others_share:.0%} of {self.cores} cores; "
-                f"load average {self.load_average:.1f} per core")
+        return (
+            f"other processes took {self.others_share:.0%} of {self.cores} cores; "
+            f"load average {self.load_average:.1f} per core"
+        )
 
     def metrics(self) -> dict[str, tuple[float, int]]:
         """Metric name → (value, step 0): run-level."""
@@ -114,8 +118,9 @@ def sample() -> CpuSample:
     return CpuSample(time.monotonic(), _busy_seconds(), _own_seconds())
 
 
-def measure(start: CpuSample, end: CpuSample, cores: int, load_average: float,
-            threshold: float = CONTENDED_SHARE) -> Contention:
+def measure(
+    start: CpuSample, end: CpuSample, cores: int, load_average: float, threshold: float = CONTENDED_SHARE
+) -> Contention:
     """Contention between two samples on a machine of `cores` cores whose 1-minute load average at
     the end was `load_average` (not yet per core). Clipped to [0, 1]: the counters tick at 10 ms
     and descendants that end unreaped drop out, so small negative or over-full shares are noise."""

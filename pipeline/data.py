@@ -68,8 +68,12 @@ class Dataset:
         return f"{what} from {self.folder}: {len(self.train)} train / {len(self.test)} test images"
 
 
-def load(explicit: str | os.PathLike | None = None, train_size: int | None = None,
-         test_size: int | None = None, verify: bool = True) -> Dataset:
+def load(
+    explicit: str | os.PathLike | None = None,
+    train_size: int | None = None,
+    test_size: int | None = None,
+    verify: bool = True,
+) -> Dataset:
     """Locate, verify and decode (once per process and folder, see idx.py), then take the first N
     examples if asked.
 
@@ -79,8 +83,10 @@ def load(explicit: str | os.PathLike | None = None, train_size: int | None = Non
     splits = []
     for split, size in (("train", train_size), ("test", test_size)):
         # from_numpy shares the decoded arrays' memory: every load of a process uses one copy
-        full = Split(torch.from_numpy(decoded.arrays[f"{split}_images"]).unsqueeze(1),
-                     torch.from_numpy(decoded.arrays[f"{split}_labels"]))
+        full = Split(
+            torch.from_numpy(decoded.arrays[f"{split}_images"]).unsqueeze(1),
+            torch.from_numpy(decoded.arrays[f"{split}_labels"]),
+        )
         if size is not None and size > len(full):
             raise UserError(f"data.{split}_size: {size} is more than the {len(full)} examples in {folder}")
         splits.append(full.head(size))
@@ -101,7 +107,8 @@ def download(root: str | os.PathLike = "data") -> Path:
         raise UserError(
             f"--download needs torchvision, which cannot be imported here ({exc.__class__.__name__}: {reason}); "
             f"install the torchvision build that matches torch {torch.__version__}, or install Debian's "
-            "dataset-fashion-mnist, or point --data-dir at a folder with the four IDX files") from None
+            "dataset-fashion-mnist, or point --data-dir at a folder with the four IDX files"
+        ) from None
     raw = Path(root) / "FashionMNIST" / "raw"
     # What this call makes, outermost first: removed again, with whatever it holds, if the download fails.
     made = [folder for folder in (Path(root), raw.parent, raw) if not folder.exists()]
@@ -127,7 +134,7 @@ def image_grid(images: torch.Tensor, max_images: int = 64, columns: int = 8, pad
     grid = np.full((rows * (height + pad) + pad, columns * (width + pad) + pad), 255, dtype=np.uint8)
     for i, image in enumerate(batch):
         top, left = pad + (i // columns) * (height + pad), pad + (i % columns) * (width + pad)
-        grid[top:top + height, left:left + width] = image
+        grid[top : top + height, left : left + width] = image
     return grid
 
 
@@ -220,8 +227,10 @@ class PinnedPrefetch:
         self.split, self.device = split, device
         self.cuda = device.type == "cuda"
         rows, slots = max(min(batch_size, len(split)), 1), self.DEPTH + 1
-        self._images = [torch.empty((rows, *split.images.shape[1:]), dtype=split.images.dtype, pin_memory=self.cuda)
-                        for _ in range(slots)]
+        self._images = [
+            torch.empty((rows, *split.images.shape[1:]), dtype=split.images.dtype, pin_memory=self.cuda)
+            for _ in range(slots)
+        ]
         self._labels = [torch.empty(rows, dtype=split.labels.dtype, pin_memory=self.cuda) for _ in range(slots)]
         self._copied: list[torch.cuda.Event | None] = [None] * slots
         self._stream = torch.cuda.Stream(device) if self.cuda else None
@@ -273,8 +282,15 @@ class PinnedPrefetch:
         return images, labels
 
 
-def batches(split: Split, batch_size: int, *, shuffle: bool = False, seed: int = 0,
-            num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
+def batches(
+    split: Split,
+    batch_size: int,
+    *,
+    shuffle: bool = False,
+    seed: int = 0,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+) -> DataLoader:
     """A DataLoader of uint8 (B,1,28,28) image batches and int64 labels, built by indexing.
 
     `num_workers` is the tutorial's knob: with K > 0, K worker processes gather the batches.

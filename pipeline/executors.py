@@ -107,8 +107,10 @@ class LocalExecutor:
             else:
                 outcome = self.point_function(job, self.progress)
             if outcome.device_lost and not cuda_lost:
-                cuda_lost = (f"not run: CUDA became unusable in this process after #{job.point.index} failed "
-                             "(a sticky CUDA error); run the grid again to train these points")
+                cuda_lost = (
+                    f"not run: CUDA became unusable in this process after #{job.point.index} failed "
+                    "(a sticky CUDA error); run the grid again to train these points"
+                )
             outcomes.append(outcome)
             stop = on_outcome(job, outcome)
         return outcomes
@@ -156,15 +158,20 @@ class RayExecutor:
         self.ray, self.reporter = ray, reporter
         self.started_here = not ray.is_initialized()
         if self.started_here:
-            quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                     "logging_level": logging.WARNING}
+            quiet: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": logging.WARNING,
+            }
             if _is_remote(address):
                 check_ray_address(address)
             try:
                 ray.init(address=address, **quiet) if _is_remote(address) else ray.init(**quiet)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise UserError(f"--ray-address {address}: cannot join the Ray cluster ({exc}); "
-                                "start it with `ray start --head` or drop --ray-address") from None
+                raise UserError(
+                    f"--ray-address {address}: cannot join the Ray cluster ({exc}); "
+                    "start it with `ray start --head` or drop --ray-address"
+                ) from None
         self.nodes = len([n for n in ray.nodes() if n.get("Alive")])
         self.resources = ray.cluster_resources()
 
@@ -199,11 +206,15 @@ class RayExecutor:
         """Why no node of the cluster can run a point, or '' when one can."""
         gpus, cpus = resources["num_gpus"], resources["num_cpus"]
         if kind == "cuda" and ":" in device:
-            return (f"{device} cannot be pinned on a Ray cluster: Ray gives each task its own GPU(s) "
-                    "(CUDA_VISIBLE_DEVICES); use device: cuda")
+            return (
+                f"{device} cannot be pinned on a Ray cluster: Ray gives each task its own GPU(s) "
+                "(CUDA_VISIBLE_DEVICES); use device: cuda"
+            )
         if kind == "cuda" and self.resources.get("GPU", 0) < gpus:
-            return (f"{device} needs {gpus:g} GPU(s) but the Ray cluster has {self.resources.get('GPU', 0):g}; "
-                    "add a GPU node or drop cuda from the grid")
+            return (
+                f"{device} needs {gpus:g} GPU(s) but the Ray cluster has {self.resources.get('GPU', 0):g}; "
+                "add a GPU node or drop cuda from the grid"
+            )
         if kind == "mps":
             return "mps is not schedulable on a Ray cluster"
         available = self.resources.get("CPU", 0)
@@ -222,8 +233,10 @@ class RayExecutor:
         pending: dict = {}
         outcomes: dict[int, Outcome] = {}
         stop = ""
-        self.reporter.note(f"submitted {len(jobs)} point(s) to Ray ({self.nodes} node(s), "
-                           f"{self.resources.get('CPU', 0):g} CPUs, {self.resources.get('GPU', 0):g} GPUs)")
+        self.reporter.note(
+            f"submitted {len(jobs)} point(s) to Ray ({self.nodes} node(s), "
+            f"{self.resources.get('CPU', 0):g} CPUs, {self.resources.get('GPU', 0):g} GPUs)"
+        )
         try:
             while queue or pending:
                 while queue and not stop and len(pending) < window:
@@ -281,8 +294,9 @@ class RayExecutor:
 def concurrency(spans: Sequence[tuple[float, float]]) -> list[int]:
     """For each (start, end) span, the most spans, itself included, that were running at one moment
     during it. Spans that only touch (one ends as the other starts) did not run together."""
-    events = sorted([(start, 1, i) for i, (start, _) in enumerate(spans)] +
-                    [(end, 0, i) for i, (_, end) in enumerate(spans)])  # at equal times, ends first
+    events = sorted(
+        [(start, 1, i) for i, (start, _) in enumerate(spans)] + [(end, 0, i) for i, (_, end) in enumerate(spans)]
+    )  # at equal times, ends first
     running: set[int] = set()
     most = [1] * len(spans)
     for _, starts, i in events:
@@ -329,8 +343,10 @@ def _tag_concurrency(jobs: Sequence[PointJob], outcomes: Sequence[Outcome]) -> N
 
 def task_resources(config, kind: str) -> dict[str, float]:
     """What a point's task asks Ray for, given the kind of device it runs on."""
-    return {"num_cpus": max(1, config.threads) + config.num_workers,
-            "num_gpus": config.gpus_per_run if kind == "cuda" else 0}
+    return {
+        "num_cpus": max(1, config.threads) + config.num_workers,
+        "num_gpus": config.gpus_per_run if kind == "cuda" else 0,
+    }
 
 
 class Login:

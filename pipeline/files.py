@@ -68,8 +68,9 @@ def check_writable(folder: Path, what: str, fix: str) -> None:
     try:
         probe(existing)
     except OSError as exc:
-        raise UserError(f"{what} {folder}: cannot write in {existing} ({exc.strerror or exc.__class__.__name__}); "
-                        f"{fix}") from None
+        raise UserError(
+            f"{what} {folder}: cannot write in {existing} ({exc.strerror or exc.__class__.__name__}); {fix}"
+        ) from None
 
 
 def probe(folder: Path) -> None:

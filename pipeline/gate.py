@@ -113,13 +113,16 @@ def baseline_sweep(client: Retrying, baseline: str, histories: tuple[str, ...], 
     """`--baseline`: a parent run id, or an experiment name for its latest sweep; never `current` itself."""
     by_id = bool(_RUN_ID.fullmatch(baseline))
     try:
-        sweep = read_sweep(client, None if by_id else baseline, baseline if by_id else None, histories=histories,
-                           option="--baseline")
+        sweep = read_sweep(
+            client, None if by_id else baseline, baseline if by_id else None, histories=histories, option="--baseline"
+        )
     except UserError as exc:
         raise UserError(f"--baseline {baseline}: {exc}") from None
     if sweep.run_id == current.run_id:
-        raise UserError(f"--baseline {baseline}: that is the sweep being compared ({sweep.name}); a sweep against "
-                        "itself shows no change by construction; name an earlier sweep (its parent run id)")
+        raise UserError(
+            f"--baseline {baseline}: that is the sweep being compared ({sweep.name}); a sweep against "
+            "itself shows no change by construction; name an earlier sweep (its parent run id)"
+        )
     if not sweep.children:
         raise UserError(f"--baseline {baseline}: sweep {sweep.name!r} has no FINISHED runs")
     return sweep
@@ -141,16 +144,23 @@ def _median(values: list[float]) -> float:
     return stats.quartiles(values)[1]
 
 
-def check(current: Comparison, baseline: Comparison, threshold: float | None,
-          across_hosts: bool = False, allow_inconclusive: bool = False) -> GateResult:
+def check(
+    current: Comparison,
+    baseline: Comparison,
+    threshold: float | None,
+    across_hosts: bool = False,
+    allow_inconclusive: bool = False,
+) -> GateResult:
     """Pair `current`'s rows with `baseline`'s and judge each point (judge), naming the points only
     one side has. Raises UserError when the baseline ran on other hardware altogether, or when no
     point pairs (naming the settings each side has)."""
     ours, theirs = current.table, baseline.table
     hardware, base_hardware = set(ours["hardware"]), set(theirs["hardware"])
     if not hardware & base_hardware:
-        raise UserError(f"--baseline {baseline.sweep.name}: it ran on {', '.join(sorted(base_hardware))}, this sweep "
-                        f"on {', '.join(sorted(hardware))}; a baseline from other hardware is refused")
+        raise UserError(
+            f"--baseline {baseline.sweep.name}: it ran on {', '.join(sorted(base_hardware))}, this sweep "
+            f"on {', '.join(sorted(hardware))}; a baseline from other hardware is refused"
+        )
     keys = _keys(across_hosts)
     settings = [k for k in keys if k not in ("hardware", "host")]
     shown = [k for k in TWIN_KEYS if pd.concat([ours[k], theirs[k]]).map(format_value).nunique() > 1]
@@ -174,15 +184,22 @@ def check(current: Comparison, baseline: Comparison, threshold: float | None,
     return GateResult(current.sweep, baseline.sweep, changes, threshold, allow_inconclusive)
 
 
-def _change(label: str, current: Comparison, row: pd.Series, baseline: Comparison, twin: pd.Series,
-            threshold: float | None) -> Change:
+def _change(
+    label: str, current: Comparison, row: pd.Series, baseline: Comparison, twin: pd.Series, threshold: float | None
+) -> Change:
     """A paired point judged: its change, or INCONCLUSIVE where one side has no timed run left."""
     mine, base = current.epochs(row), baseline.epochs(twin)
     baseline_s, current_s, runs = _median(base), _median(mine), (len(mine), len(base))
     if not mine or not base:
         side = "this sweep" if not mine else "the baseline"
-        return Change(label, INCONCLUSIVE, f"every run contended in {side} (--include-contended counts them)",
-                      baseline_s, current_s, runs=runs)
+        return Change(
+            label,
+            INCONCLUSIVE,
+            f"every run contended in {side} (--include-contended counts them)",
+            baseline_s,
+            current_s,
+            runs=runs,
+        )
     ratio = stats.ratio(mine, base)
     state, reason = judge(ratio, threshold)
     return Change(label, state, reason, baseline_s, current_s, ratio, runs)
@@ -200,14 +217,20 @@ def _unpaired(row: pd.Series, same_settings: pd.Series | None) -> str:
 
 def _no_pairs(current: Comparison, baseline: Comparison, shown: list[str], across_hosts: bool) -> str:
     def points(comparison: Comparison) -> str:
-        labels = list(dict.fromkeys(_label(row, shown) + ("" if across_hosts else f" on {row['host'] or '?'}")
-                                    for _, row in comparison.table.iterrows()))
+        labels = list(
+            dict.fromkeys(
+                _label(row, shown) + ("" if across_hosts else f" on {row['host'] or '?'}")
+                for _, row in comparison.table.iterrows()
+            )
+        )
         return ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
 
     hint = "" if across_hosts else "; --across-hosts pairs points from other hosts"
-    return (f"--baseline {baseline.sweep.name}: no point has the same settings, device and hardware"
-            f"{'' if across_hosts else ' and host'} on both sides; this sweep has {points(current)}; "
-            f"the baseline has {points(baseline)}{hint}")
+    return (
+        f"--baseline {baseline.sweep.name}: no point has the same settings, device and hardware"
+        f"{'' if across_hosts else ' and host'} on both sides; this sweep has {points(current)}; "
+        f"the baseline has {points(baseline)}{hint}"
+    )
 
 
 def frame(result: GateResult) -> pd.DataFrame:
@@ -215,8 +238,20 @@ def frame(result: GateResult) -> pd.DataFrame:
     rows = []
     for c in result.changes:
         change, low, high = c.percent
-        rows.append({"point": c.point, "state": c.state, "reason": c.reason, "baseline_epoch_s": c.baseline_s,
-                     "epoch_s": c.current_s, "change_pct": change, "change_pct_low": low, "change_pct_high": high,
-                     "significant": c.ratio.significant if c.ratio is not None else None,
-                     "runs": c.runs[0], "baseline_runs": c.runs[1], "fails": c in result.failing})
+        rows.append(
+            {
+                "point": c.point,
+                "state": c.state,
+                "reason": c.reason,
+                "baseline_epoch_s": c.baseline_s,
+                "epoch_s": c.current_s,
+                "change_pct": change,
+                "change_pct_low": low,
+                "change_pct_high": high,
+                "significant": c.ratio.significant if c.ratio is not None else None,
+                "runs": c.runs[0],
+                "baseline_runs": c.runs[1],
+                "fails": c in result.failing,
+            }
+        )
     return pd.DataFrame(rows)

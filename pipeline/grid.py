@@ -54,11 +54,14 @@ def check_size(spec: GridSpec, max_points: int = MAX_POINTS) -> int:
     size = run_count(spec)
     if size > max_points:
         most = f"up to {spec.most_repeats} repeats (auto)" if spec.auto_repeats else f"{spec.most_repeats} repeats"
-        what = f"{size} runs ({grid_size(spec)} grid points x {most})" if spec.most_repeats > 1 \
-            else f"{size} grid points"
-        raise UserError(f"{spec.path}: {what} is more than --max-points {max_points}; pass "
-                        f"--max-points {size} to train them all, or make the grid smaller "
-                        f"(`pipeline validate {spec.path}` counts it)")
+        what = (
+            f"{size} runs ({grid_size(spec)} grid points x {most})" if spec.most_repeats > 1 else f"{size} grid points"
+        )
+        raise UserError(
+            f"{spec.path}: {what} is more than --max-points {max_points}; pass "
+            f"--max-points {size} to train them all, or make the grid smaller "
+            f"(`pipeline validate {spec.path}` counts it)"
+        )
     return size
 
 

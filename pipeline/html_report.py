@@ -40,8 +40,13 @@ if TYPE_CHECKING:
     from pipeline.compare import Comparison
 
 # The charts the report shows, in order (charts.plan leaves out those a sweep cannot draw).
-CHARTS = (charts.TRADEOFF_PNG, charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG, charts.TIME_BREAKDOWN_PNG,
-          charts.SPEEDUP_PNG)
+CHARTS = (
+    charts.TRADEOFF_PNG,
+    charts.EPOCH_DURATION_PNG,
+    charts.TEST_ACCURACY_PNG,
+    charts.TIME_BREAKDOWN_PNG,
+    charts.SPEEDUP_PNG,
+)
 # Smaller than the PNGs of comparison/: the report is read on a screen, side by side with its table.
 DPI = 80
 
@@ -80,8 +85,12 @@ def provenance(client, parent_run_id: str) -> Provenance:
 
     tags = client.get_run(parent_run_id).data.tags
     options = tags.get(TAG_OPTIONS, "")
-    found = Provenance(client.tracking_uri, tags.get(TAG_GRID_FILE, ""), tags.get(TAG_OVERRIDES, ""),
-                       "" if options == "none" else options)
+    found = Provenance(
+        client.tracking_uri,
+        tags.get(TAG_GRID_FILE, ""),
+        tags.get(TAG_OVERRIDES, ""),
+        "" if options == "none" else options,
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="pipeline-report-") as folder:
             path = client.download_artifacts(parent_run_id, ARTIFACT_EFFECTIVE_GRID, folder)
@@ -157,15 +166,22 @@ def _utilisation(comparison: Comparison) -> list[str]:
         return []
     text = {"device", "hardware"} | set(comparison.varying)
     head = "".join(f"<th>{escape(str(column).replace('_', ' '))}</th>" for column in frame.columns)
-    rows = ["<tr>" + "".join(f"<td>{escape(str(value))}</td>" if column in text
-                             else f'<td class="number">{escape(str(value))}</td>'
-                             for column, value in zip(frame.columns, values)) + "</tr>"
-            for values in frame.itertuples(index=False)]
-    return ["<h2>How far from the hardware's limit</h2>",
-            '<p class="muted">FLOPs of a training epoch as torch counts them (forward, loss, backward); achieved: '
-            "over the median steady-state epoch; peak: the device's measured matrix-multiplication peak at the "
-            "run's precision (`pipeline devices --peak`); MFU: achieved over peak, median over the runs.</p>",
-            f'<table id="utilisation"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"]
+    rows = [
+        "<tr>"
+        + "".join(
+            f"<td>{escape(str(value))}</td>" if column in text else f'<td class="number">{escape(str(value))}</td>'
+            for column, value in zip(frame.columns, values)
+        )
+        + "</tr>"
+        for values in frame.itertuples(index=False)
+    ]
+    return [
+        "<h2>How far from the hardware's limit</h2>",
+        '<p class="muted">FLOPs of a training epoch as torch counts them (forward, loss, backward); achieved: '
+        "over the median steady-state epoch; peak: the device's measured matrix-multiplication peak at the "
+        "run's precision (`pipeline devices --peak`); MFU: achieved over peak, median over the runs.</p>",
+        f'<table id="utilisation"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>",
+    ]
 
 
 def _figures(comparison: Comparison) -> list[str]:
@@ -175,8 +191,10 @@ def _figures(comparison: Comparison) -> list[str]:
     planned = charts.plan(comparison)
     out = []
     if charts.TEST_ACCURACY_PNG in planned and charts.EPOCH_DURATION_PNG not in planned:
-        out.append('<p class="muted">No speed chart: every run was contended, so no speed figure counts '
-                   "(see the notes above).</p>")
+        out.append(
+            '<p class="muted">No speed chart: every run was contended, so no speed figure counts '
+            "(see the notes above).</p>"
+        )
     for name in CHARTS:
         if name not in planned:
             continue
@@ -185,8 +203,10 @@ def _figures(comparison: Comparison) -> list[str]:
         charts.figure(chart).savefig(buffer, dpi=DPI, bbox_inches="tight", format="png")
         data = base64.b64encode(buffer.getvalue()).decode("ascii")
         caption = chart["title"].split("\n")[0]
-        out.append(f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,{data}">'
-                   f"<figcaption>{escape(caption)}</figcaption></figure>")
+        out.append(
+            f'<figure><img alt="{escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{escape(caption)}</figcaption></figure>"
+        )
     return out
 
 
@@ -198,8 +218,10 @@ def _hosts(comparison: Comparison) -> str:
         key = tuple(run.tags.get(tag, "") or "-" for tag in (TAG_HOST, TAG_DEVICE, TAG_HARDWARE, TAG_TORCH, TAG_CUDA))
         seen[key] = seen.get(key, 0) + 1
     head = "".join(f"<th>{name}</th>" for name in ("host", "device", "hardware", "torch", "CUDA", "runs"))
-    rows = ["<tr>" + "".join(f"<td>{escape(value)}</td>" for value in key) + f'<td class="number">{count}</td></tr>'
-            for key, count in sorted(seen.items())]
+    rows = [
+        "<tr>" + "".join(f"<td>{escape(value)}</td>" for value in key) + f'<td class="number">{count}</td></tr>'
+        for key, count in sorted(seen.items())
+    ]
     return f'<table id="hosts"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"
 
 
@@ -209,17 +231,20 @@ def _commands(comparison: Comparison, source: Provenance) -> str:
     sweep = comparison.sweep
     lines = [f"export MLFLOW_TRACKING_URI={shlex.quote(redact(source.tracking_uri))}"] if source.tracking_uri else []
     # The download keeps the artifact's path: ./grid/effective.yaml
-    lines += [f"mlflow artifacts download --run-id {sweep.run_id} --artifact-path {ARTIFACT_EFFECTIVE_GRID} "
-              "--dst-path .",
-              " ".join(part for part in (f"pipeline run {ARTIFACT_EFFECTIVE_GRID}", source.options) if part),
-              f"pipeline compare --experiment {shlex.quote(sweep.experiment_name)}"]
+    lines += [
+        f"mlflow artifacts download --run-id {sweep.run_id} --artifact-path {ARTIFACT_EFFECTIVE_GRID} --dst-path .",
+        " ".join(part for part in (f"pipeline run {ARTIFACT_EFFECTIVE_GRID}", source.options) if part),
+        f"pipeline compare --experiment {shlex.quote(sweep.experiment_name)}",
+    ]
     said = [f"<pre>{escape(chr(10).join(lines))}</pre>"]
     if source.grid_file:
-        as_run = " ".join(part for part in (f"pipeline run {source.grid_file}", source.overrides, source.options)
-                          if part)
+        as_run = " ".join(
+            part for part in (f"pipeline run {source.grid_file}", source.overrides, source.options) if part
+        )
         said.append(f'<p class="muted">As it was run: <code>{escape(as_run)}</code></p>')
     if source.grid_text:
-        said.append(f"<p>The grid it trained ({escape(ARTIFACT_EFFECTIVE_GRID)}):</p>"
-                    f"<pre>{escape(source.grid_text)}</pre>")
+        said.append(
+            f"<p>The grid it trained ({escape(ARTIFACT_EFFECTIVE_GRID)}):</p><pre>{escape(source.grid_text)}</pre>"
+        )
     said += [f'<p class="muted">Note: {escape(note)}</p>' for note in source.notes]
     return "\n".join(said)

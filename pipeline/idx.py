@@ -50,6 +50,7 @@ _KEEP = 4  # decoded datasets kept per process (a test session reads many small 
 @dataclass(frozen=True)
 class Decoded:
     """The four files as arrays: images (N, 28, 28) uint8 and labels (N,) int64 per split."""
+
     arrays: dict[str, np.ndarray]
     verified: bool  # the decoded bytes match the canonical Fashion-MNIST
     checksums: dict[str, str] = field(default_factory=dict)  # sha256 of each file's decoded bytes, when verified
@@ -103,7 +104,7 @@ def _read_idx(path: Path, magic: int) -> tuple[np.ndarray, bytes]:
     if len(raw) < 8 or int.from_bytes(raw[:4], "big") != magic:
         raise UserError(f"{path}: not an IDX file of the expected kind (magic number {magic} expected)")
     ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     header = 4 + 4 * ndim
     if len(raw) - header != math.prod(dims):
         raise UserError(f"{path}: truncated or padded: header says {dims}, found {len(raw) - header} bytes of data")
@@ -119,8 +120,10 @@ def _decode(folder: Path, files: tuple[tuple[str, Path], ...], verify: bool) -> 
         if images.ndim != 3 or images.shape[1:] != (28, 28):
             raise UserError(f"{dict(files)[f'{split}_images']}: images are {images.shape[1:]}, expected 28x28")
         if len(images) == 0:  # training would divide by zero; refused before anything is created
-            raise UserError(f"{dict(files)[f'{split}_images']}: holds 0 images; a {split} split needs at least "
-                            f"one: get a complete copy ({HOW_TO_GET})")
+            raise UserError(
+                f"{dict(files)[f'{split}_images']}: holds 0 images; a {split} split needs at least "
+                f"one: get a complete copy ({HOW_TO_GET})"
+            )
         if len(images) != len(labels):
             raise UserError(f"{folder}: {split} has {len(images)} images but {len(labels)} labels")
         if len(labels) and labels.max() > 9:

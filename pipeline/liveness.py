@@ -18,8 +18,11 @@ def process_tags() -> dict[str, str]:
     """Host, pid and process start time: enough to tell later whether this process is gone."""
     import psutil
 
-    return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid()),
-            TAG_PROCESS_START: f"{psutil.Process().create_time():.2f}"}
+    return {
+        TAG_HOST: socket.gethostname(),
+        TAG_PID: str(os.getpid()),
+        TAG_PROCESS_START: f"{psutil.Process().create_time():.2f}",
+    }
 
 
 def process_gone(tags: dict[str, str]) -> bool:
@@ -43,8 +46,12 @@ def reap_orphans(client, experiment_id: str, spare: str | None = None) -> list[s
     reaped = []
     for run in runs:
         if run.info.run_id != spare and process_gone(run.data.tags):
-            close(client, run.info.run_id, KILLED,
-                  f"process {run.data.tags[TAG_PID]} on {host} ended without closing the run")
+            close(
+                client,
+                run.info.run_id,
+                KILLED,
+                f"process {run.data.tags[TAG_PID]} on {host} ended without closing the run",
+            )
             reaped.append(run.info.run_id)
     return reaped
 
@@ -59,8 +66,9 @@ def kill_running_children(client, experiment_id: str, parent_id: str, reason: st
     """Mark KILLED every RUNNING child of a sweep (Ray tasks cancelled from the driver)."""
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-    runs = all_runs(client, [experiment_id],
-                    f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}' and attributes.status = 'RUNNING'")
+    runs = all_runs(
+        client, [experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}' and attributes.status = 'RUNNING'"
+    )
     for run in runs:
         close(client, run.info.run_id, KILLED, reason)
     return [r.info.run_id for r in runs]

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 # Per-epoch metrics use step = epoch (from 1).
 EPOCH_METRICS = (
-    "train_loss", "train_accuracy", "test_loss", "test_accuracy", "epoch_duration_s", "images_per_s",
-    "data_time_s", "transfer_time_s", "compute_time_s", "enqueue_time_s", "peak_memory_mb", "energy_j",
+    "train_loss",
+    "train_accuracy",
+    "test_loss",
+    "test_accuracy",
+    "epoch_duration_s",
+    "images_per_s",
+    "data_time_s",
+    "transfer_time_s",
+    "compute_time_s",
+    "enqueue_time_s",
+    "peak_memory_mb",
+    "energy_j",
 )
 TIME_BUCKETS = ("data_time_s", "transfer_time_s", "compute_time_s")  # together: the epoch
 RUN_DURATION = "run_duration_s"

@@ -66,13 +66,11 @@ _NVIDIA = (
     # https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: FP32 67 TF, BF16/FP16 1,979 TF sparse, 4.8 TB/s)
     ("H200", Nominal("NVIDIA H200 SXM (datasheet)", {"fp32": 67e12, "bf16": 989.5e12, "fp16": 989.5e12}, 4.8e12)),
     # https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe: FP32 51 TF, BF16/FP16 1,513 TF sparse, 2 TB/s)
-    ("H100 PCIe", Nominal("NVIDIA H100 PCIe (datasheet)", {"fp32": 51e12, "bf16": 756.5e12, "fp16": 756.5e12},
-                          2.0e12)),
+    ("H100 PCIe", Nominal("NVIDIA H100 PCIe (datasheet)", {"fp32": 51e12, "bf16": 756.5e12, "fp16": 756.5e12}, 2.0e12)),
     # same page (H100 SXM: FP32 67 TF, BF16/FP16 1,979 TF sparse, 3.35 TB/s)
     ("H100", Nominal("NVIDIA H100 SXM (datasheet)", {"fp32": 67e12, "bf16": 989.5e12, "fp16": 989.5e12}, 3.35e12)),
     # https://www.nvidia.com/en-us/data-center/a100/ (FP32 19.5 TF, BF16/FP16 312 TF dense; 80GB SXM 2,039 GB/s)
-    ("A100", Nominal("NVIDIA A100 80GB SXM (datasheet)", {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12},
-                     2.039e12)),
+    ("A100", Nominal("NVIDIA A100 80GB SXM (datasheet)", {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12}, 2.039e12)),
     # https://www.nvidia.com/en-us/data-center/l4/ (FP32 30.3 TF, BF16/FP16 242 TF sparse, 300 GB/s)
     ("L4", Nominal("NVIDIA L4 (datasheet)", {"fp32": 30.3e12, "bf16": 121e12, "fp16": 121e12}, 300e9)),
     # https://www.nvidia.com/en-us/data-center/tesla-t4/ (FP32 8.1 TF, FP16 mixed 65 TF, 320 GB/s; no bf16)
@@ -290,10 +288,18 @@ def measure(device: torch.device) -> Peak:
         copy = _copy(device)
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the measurement's buffers are no run's
-    return Peak(device=str(device), hardware=hardware, host=host, torch_version=version, threads=threads,
-                matmul=matmul, matmul_side=sides, copy_bytes_per_s=copy,
-                measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                seconds=round(time.perf_counter() - started, 2))
+    return Peak(
+        device=str(device),
+        hardware=hardware,
+        host=host,
+        torch_version=version,
+        threads=threads,
+        matmul=matmul,
+        matmul_side=sides,
+        copy_bytes_per_s=copy,
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        seconds=round(time.perf_counter() - started, 2),
+    )
 
 
 def nominal(hardware: str) -> Nominal | None:
@@ -368,10 +374,16 @@ def share(device: torch.device, precision: str, achieved_flops: float) -> Share:
         peak = found.peak.matmul.get(precision)
     if peak is None:
         return Share(None, None, f"no mfu: {precision} matmul was not measured on {found.peak.hardware}")
-    where = (f"{precision} matmul peak {peak / TERA:.4g} TFLOP/s measured {found.peak.measured_at} on "
-             f"{found.peak.hardware}" + (f", {found.peak.threads} torch threads" if found.peak.threads else ""))
+    where = (
+        f"{precision} matmul peak {peak / TERA:.4g} TFLOP/s measured {found.peak.measured_at} on "
+        f"{found.peak.hardware}" + (f", {found.peak.threads} torch threads" if found.peak.threads else "")
+    )
     if achieved_flops > peak:
-        return Share(None, peak, f"no mfu: the run's {achieved_flops / TERA:.4g} TFLOP/s is above the {where}; "
-                                 "the peak measurement is in doubt (`pipeline devices --peak --remeasure` on a quiet "
-                                 "machine)")
+        return Share(
+            None,
+            peak,
+            f"no mfu: the run's {achieved_flops / TERA:.4g} TFLOP/s is above the {where}; "
+            "the peak measurement is in doubt (`pipeline devices --peak --remeasure` on a quiet "
+            "machine)",
+        )
     return Share(achieved_flops / peak, peak, where)

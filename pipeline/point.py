@@ -177,8 +177,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     try:
         run_id, tags, run_params = _open_run(tracker, job, dataset, device, resume)
     except TrackingUnavailable as exc:
-        return Outcome(job.point, NOT_RUN, device=job.device, reason=str(exc), store_down=True,
-                       no_room=is_no_room(exc))
+        return Outcome(job.point, NOT_RUN, device=job.device, reason=str(exc), store_down=True, no_room=is_no_room(exc))
     outcome = Outcome(job.point, FAILED, device=job.device, run_id=run_id, tags=tags)
     progress.run_start(job.point, job.device, *job.position)
     if resume is not None:
@@ -192,14 +191,24 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
             with tracker.system_metrics(run_id, job.system_metrics):
                 started, cpu = time.time(), contention.sample()
                 # _PointHooks has every method of train.Hooks; subclassing it would import torch with this module.
-                result = fit(job.point.config, dataset, device, hooks,  # type: ignore[arg-type]
-                             resume=resume, stop_at=job.stop_at)
+                result = fit(
+                    job.point.config,
+                    dataset,
+                    device,
+                    hooks,  # type: ignore[arg-type]
+                    resume=resume,
+                    stop_at=job.stop_at,
+                )
                 load, outcome.span = contention.since(cpu), (started, time.time())
                 outcome.run_duration_s, outcome.one_off = result.duration_s, result.one_off
                 timing = _measured(outcome, job.target, load)
                 _utilisation(outcome, job.point.config, len(dataset.train), device)
-                if job.stop_at is not None and timing is not None and timing.epoch is not None \
-                        and timing.epoch < job.point.config.epochs:
+                if (
+                    job.stop_at is not None
+                    and timing is not None
+                    and timing.epoch is not None
+                    and timing.epoch < job.point.config.epochs
+                ):
                     progress.note(f"{timing.target} {timing.status}: stopped there (stop_at_target)")
                 if hooks.tracking_error is None:
                     _record_result(tracker, run_id, result, dataset, hooks)
@@ -232,8 +241,9 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     return outcome
 
 
-def _open_run(tracker: Tracker, job: PointJob, dataset: Dataset, device: torch.device,
-              resume: dict | None) -> tuple[str, dict[str, str], dict[str, str]]:
+def _open_run(
+    tracker: Tracker, job: PointJob, dataset: Dataset, device: torch.device, resume: dict | None
+) -> tuple[str, dict[str, str], dict[str, str]]:
     import torch
 
     from pipeline.device import arithmetic_tags, hardware_name
@@ -271,8 +281,12 @@ def params_of(job: PointJob) -> dict:
     params = job.point.config.as_params()
     if not job.device.startswith("cuda"):
         del params["gpus_per_run"]
-    return {**params, "train_size": job.data.train_size, "test_size": job.data.test_size,
-            names.REPEAT: job.point.repeat}
+    return {
+        **params,
+        "train_size": job.data.train_size,
+        "test_size": job.data.test_size,
+        names.REPEAT: job.point.repeat,
+    }
 
 
 def _measured(outcome: Outcome, target: Target | None, load: contention.Contention) -> TargetTiming | None:
@@ -324,8 +338,13 @@ def _record_result(tracker: Tracker, run_id: str, result, dataset: Dataset, hook
     tags = {k: v for k, v in outcome.tags.items() if k in MEASURED_TAGS}
     try:
         tracker.log_epochs(run_id, [], run_metrics=run_metrics, tags=tags, steps=steps)
-        tracker.log_model(run_id, result.model, (dataset.test.images[:2].float() / 255).numpy(), result.final.epoch,
-                          params=hooks.run_params)
+        tracker.log_model(
+            run_id,
+            result.model,
+            (dataset.test.images[:2].float() / 255).numpy(),
+            result.final.epoch,
+            params=hooks.run_params,
+        )
         tracker.log_tags(run_id, {names.TAG_COMPLETE: "true"})  # last: only now is the run done (resume)
         tracker.end_run(run_id, FINISHED)
     except TrackingUnavailable as exc:
@@ -344,8 +363,17 @@ class _PointHooks:
     """What the training loop reports, sent to MLflow, the progress display and the checkpoint file.
     A store that stops answering does not stop training: the results go to the results file."""
 
-    def __init__(self, tracker: Tracker, run_id: str, job: PointJob, dataset: Dataset, outcome: Outcome,
-                 progress: Progress, checkpoint: Path | None, run_params: dict[str, str]) -> None:
+    def __init__(
+        self,
+        tracker: Tracker,
+        run_id: str,
+        job: PointJob,
+        dataset: Dataset,
+        outcome: Outcome,
+        progress: Progress,
+        checkpoint: Path | None,
+        run_params: dict[str, str],
+    ) -> None:
         self.tracker, self.run_id, self.job, self.dataset = tracker, run_id, job, dataset
         self.run_params = run_params  # all the run's params: copied onto its model, as MLflow does
         self.outcome, self.progress, self.checkpoint = outcome, progress, checkpoint
@@ -370,8 +398,11 @@ class _PointHooks:
 
         images = self.dataset.train.images[: min(self.job.point.config.batch_size, 64)]
         self.devices = ",".join(sorted({str(p.device) for p in model.parameters()}))
-        self._track(self.tracker.log_files, self.run_id, {names.ARTIFACT_BATCH: png(image_grid(images)),
-                                                          names.ARTIFACT_SUMMARY: summary(model)})
+        self._track(
+            self.tracker.log_files,
+            self.run_id,
+            {names.ARTIFACT_BATCH: png(image_grid(images)), names.ARTIFACT_SUMMARY: summary(model)},
+        )
         if self.outcome.epochs:  # epochs restored from a checkpoint: log them again in this run
             self._log_epochs(self.outcome.epochs)
 
@@ -419,14 +450,22 @@ def _failure_reason(exc: BaseException, batch_size: int) -> str:
     import torch
 
     if isinstance(exc, torch.OutOfMemoryError):
-        return (f"CUDA out of memory at batch_size {batch_size}: lower batch_size (or free the GPU) "
-                f"and run again ({str(exc).splitlines()[0][:200]})")
+        return (
+            f"CUDA out of memory at batch_size {batch_size}: lower batch_size (or free the GPU) "
+            f"and run again ({str(exc).splitlines()[0][:200]})"
+        )
     return f"{exc.__class__.__name__}: {exc}"
 
 
 # CUDA errors after which every later CUDA call in the process fails the same way.
-STICKY_CUDA_ERRORS = ("illegal memory access", "device-side assert", "unspecified launch failure",
-                      "illegal instruction", "misaligned address", "uncorrectable ECC")
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "illegal instruction",
+    "misaligned address",
+    "uncorrectable ECC",
+)
 
 
 def cuda_context_lost(exc: BaseException) -> bool:

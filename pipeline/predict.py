@@ -49,14 +49,24 @@ def check_inputs(device: str, images: tuple[Path, ...], split_options: bool) -> 
 REMOTE_CLIENTS = {  # scheme: (the module MLflow imports, what to install)
     "s3": ("boto3", "boto3 (pip install boto3)"),
     "gs": ("google.cloud.storage", "google-cloud-storage (pip install google-cloud-storage)"),
-    "wasbs": ("azure.storage.filedatalake", "azure-storage-file-datalake (pip install azure-storage-file-datalake "
-                                             "azure-identity)"),
-    "abfss": ("azure.storage.filedatalake", "azure-storage-file-datalake (pip install azure-storage-file-datalake "
-                                             "azure-identity)"),
-    "hdfs": ("pyarrow", "pyarrow (pip install pyarrow) with a Hadoop client (HADOOP_HOME, JAVA_HOME, and "
-                        "CLASSPATH=$(hadoop classpath --glob))"),
-    "viewfs": ("pyarrow", "pyarrow (pip install pyarrow) with a Hadoop client (HADOOP_HOME, JAVA_HOME, and "
-                          "CLASSPATH=$(hadoop classpath --glob))"),
+    "wasbs": (
+        "azure.storage.filedatalake",
+        "azure-storage-file-datalake (pip install azure-storage-file-datalake azure-identity)",
+    ),
+    "abfss": (
+        "azure.storage.filedatalake",
+        "azure-storage-file-datalake (pip install azure-storage-file-datalake azure-identity)",
+    ),
+    "hdfs": (
+        "pyarrow",
+        "pyarrow (pip install pyarrow) with a Hadoop client (HADOOP_HOME, JAVA_HOME, and "
+        "CLASSPATH=$(hadoop classpath --glob))",
+    ),
+    "viewfs": (
+        "pyarrow",
+        "pyarrow (pip install pyarrow) with a Hadoop client (HADOOP_HOME, JAVA_HOME, and "
+        "CLASSPATH=$(hadoop classpath --glob))",
+    ),
 }
 
 
@@ -74,8 +84,10 @@ def check_remote_client(model_uri: str) -> None:
     if module == "pyarrow":  # libhdfs is found through HADOOP_HOME (or ARROW_LIBHDFS_DIR), else the JVM search
         found = found and bool(os.environ.get("HADOOP_HOME") or os.environ.get("ARROW_LIBHDFS_DIR"))
     if not found:
-        raise UserError(f"--model {redact(model_uri)}: reading {scheme}:// needs {package}; install it, or copy "
-                        "the model to a local folder and pass that path")
+        raise UserError(
+            f"--model {redact(model_uri)}: reading {scheme}:// needs {package}; install it, or copy "
+            "the model to a local folder and pass that path"
+        )
 
 
 def check_store(model_uri: str, tracking_uri: str) -> None:
@@ -126,14 +138,19 @@ def image_tensor(path: Path) -> torch.Tensor:
     except PermissionError:
         raise UserError(f"{path}: cannot read it (permission denied)") from None
     except (OSError, SyntaxError, ValueError) as exc:  # PIL's decoders: "image file is truncated", ...
-        raise UserError(f"{path}: a damaged or truncated image ({first_line(exc)[:120]}); give a PNG or JPEG "
-                        "file that opens in an image viewer") from None
+        raise UserError(
+            f"{path}: a damaged or truncated image ({first_line(exc)[:120]}); give a PNG or JPEG "
+            "file that opens in an image viewer"
+        ) from None
     pixels = np.asarray(image, dtype=np.float32)
     border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
     if border.mean() > 127:  # dark object on a light background: Fashion-MNIST is the reverse
         image = ImageOps.invert(image)
-    image = ImageOps.pad(image, (SIDE, SIDE), method=Image.Resampling.LANCZOS, color=0) \
-        if image.size != (SIDE, SIDE) else image
+    image = (
+        ImageOps.pad(image, (SIDE, SIDE), method=Image.Resampling.LANCZOS, color=0)
+        if image.size != (SIDE, SIDE)
+        else image
+    )
     return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).unsqueeze(0)
 
 
@@ -143,8 +160,10 @@ def _check_size(path: Path, width: int, height: int) -> None:
 
 
 def _too_large(path: Path, size: str) -> str:
-    return (f"{path}: {size}, more than this command decodes ({MAX_PIXELS // 10**6} megapixels, e.g. "
-            "8000x8000); scale it down first (the network sees 28x28)")
+    return (
+        f"{path}: {size}, more than this command decodes ({MAX_PIXELS // 10**6} megapixels, e.g. "
+        "8000x8000); scale it down first (the network sees 28x28)"
+    )
 
 
 @dataclass(frozen=True)
@@ -165,20 +184,22 @@ def read_images(paths: list[Path]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict_files(model: torch.nn.Module, paths: list[Path], batch: torch.Tensor,
-                  device: torch.device) -> list[Prediction]:
+def predict_files(
+    model: torch.nn.Module, paths: list[Path], batch: torch.Tensor, device: torch.device
+) -> list[Prediction]:
     probabilities = torch.softmax(model(batch.to(device)), dim=1).cpu()
     best, labels = probabilities.max(dim=1)
     return [Prediction(p, int(label), float(prob)) for p, label, prob in zip(paths, labels, best)]
 
 
 @torch.no_grad()
-def split_accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                   device: torch.device, batch_size: int = 1000) -> tuple[float, list[tuple[str, int, float]]]:
+def split_accuracy(
+    model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, device: torch.device, batch_size: int = 1000
+) -> tuple[float, list[tuple[str, int, float]]]:
     """Overall accuracy and (class, count, accuracy) per class over uint8 (N,1,28,28) images."""
     predicted = []
     for start in range(0, len(images), batch_size):
-        chunk = images[start:start + batch_size].to(device).float().div_(255)
+        chunk = images[start : start + batch_size].to(device).float().div_(255)
         predicted.append(model(chunk).argmax(dim=1).cpu())
     hits = torch.cat(predicted) == labels
     per_class = []

@@ -36,8 +36,13 @@ def every(search: Callable[..., Any], *args: Any, page_size: int = PAGE_SIZE, **
             return
 
 
-def all_runs(client, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
-             page_size: int = PAGE_SIZE) -> list:
+def all_runs(
+    client,
+    experiment_ids: list[str],
+    filter_string: str = "",
+    order_by: list[str] | None = None,
+    page_size: int = PAGE_SIZE,
+) -> list:
     """Every run of `experiment_ids` that matches `filter_string`, in `order_by`'s order: all pages."""
     return list(every(client.search_runs, experiment_ids, filter_string, order_by=order_by, page_size=page_size))
 
@@ -63,15 +68,21 @@ class SweepRecord:
     children: list[RunRecord]
 
 
-def record(client, run, histories: tuple[str, ...] = (), known: dict[str, list[float]] | None = None,
-           charted: tuple[str, ...] = ()) -> RunRecord:
+def record(
+    client,
+    run,
+    histories: tuple[str, ...] = (),
+    known: dict[str, list[float]] | None = None,
+    charted: tuple[str, ...] = (),
+) -> RunRecord:
     """One MLflow run as a RunRecord, with per-epoch histories: of each metric in `charted` (what a
     chart draws), and of each in `histories` only where the run did not log its end figures
     (timing.has_end_figures: a run made before children logged them, whose figures are worked out
     from these). Each is read from the store, or taken from `known` (what this process logged, see
     timing.histories_of)."""
-    result = RunRecord(run.info.run_id, run.info.run_name, dict(run.data.params), dict(run.data.metrics),
-                       dict(run.data.tags))
+    result = RunRecord(
+        run.info.run_id, run.info.run_name, dict(run.data.params), dict(run.data.metrics), dict(run.data.tags)
+    )
     wanted = charted if has_end_figures(result.metrics) else (*charted, *(h for h in histories if h not in charted))
     for name in wanted:
         if known is not None and name in known:
@@ -91,8 +102,12 @@ def finished_by_key(client, experiment_id: str | None) -> dict[str, Run]:
     model logged (`complete`); none when the experiment does not exist yet."""
     if experiment_id is None:
         return {}
-    runs = all_runs(client, [experiment_id], f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
-                    order_by=["attributes.start_time ASC"])
+    runs = all_runs(
+        client,
+        [experiment_id],
+        f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time ASC"],
+    )
     return {run.data.tags[TAG_RUN_KEY]: run for run in runs if complete(run)}  # oldest first: the newest per key stays
 
 
@@ -114,9 +129,11 @@ def experiment_id_of(client, name: str) -> str | None:
 def deleted_experiment(uri: str, name: str, experiment_id: str) -> UserError:
     """The error for an experiment that was deleted (client.delete_experiment, the UI's delete): its
     runs are hidden, not gone, so say how to restore it rather than to run a grid first."""
-    return UserError(f"experiment {name!r} (id {experiment_id}) is deleted in {redact(uri)}; restore it with "
-                     f"`MLFLOW_TRACKING_URI={redact(uri)} mlflow experiments restore --experiment-id {experiment_id}`,"
-                     " or use another experiment name")
+    return UserError(
+        f"experiment {name!r} (id {experiment_id}) is deleted in {redact(uri)}; restore it with "
+        f"`MLFLOW_TRACKING_URI={redact(uri)} mlflow experiments restore --experiment-id {experiment_id}`,"
+        " or use another experiment name"
+    )
 
 
 def sweep_parent(client, run_id: str, option: str = "--parent-run"):
@@ -136,9 +153,15 @@ def sweep_parent(client, run_id: str, option: str = "--parent-run"):
     return run
 
 
-def read_sweep(client, experiment: str | None = None, parent_run_id: str | None = None,
-               histories: tuple[str, ...] = (), known: dict[str, dict[str, list[float]]] | None = None,
-               charted: tuple[str, ...] = (), option: str = "--parent-run") -> SweepRecord:
+def read_sweep(
+    client,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
+    histories: tuple[str, ...] = (),
+    known: dict[str, dict[str, list[float]]] | None = None,
+    charted: tuple[str, ...] = (),
+    option: str = "--parent-run",
+) -> SweepRecord:
     """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
 
     The children come from paged searches, each with the last value of every metric: the figures a
@@ -157,9 +180,12 @@ def read_sweep(client, experiment: str | None = None, parent_run_id: str | None 
         found = client.get_experiment(parent.info.experiment_id)
         if found.lifecycle_stage == "deleted":
             raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
-        runs = all_runs(client, [parent.info.experiment_id],
-                        f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
-                        order_by=["attributes.start_time ASC"])
+        runs = all_runs(
+            client,
+            [parent.info.experiment_id],
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time ASC"],
+        )
         children = [record(client, run, histories, (known or {}).get(run.info.run_id), charted) for run in runs]
         experiment_name = found.name
     except MlflowException as exc:
@@ -173,15 +199,18 @@ def latest_sweep(client, experiment: str | None):
         if found is None:
             names = [e.name for e in every(client.search_experiments)]
             more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
-            raise UserError(f"no experiment {experiment!r} in {redact(client.tracking_uri)}; "
-                            f"experiments there: {', '.join(names[:NAMES_SHOWN]) or 'none'}{more}")
+            raise UserError(
+                f"no experiment {experiment!r} in {redact(client.tracking_uri)}; "
+                f"experiments there: {', '.join(names[:NAMES_SHOWN]) or 'none'}{more}"
+            )
         if found.lifecycle_stage == "deleted":
             raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
         experiment_ids = [found.experiment_id]
     else:
         experiment_ids = [e.experiment_id for e in every(client.search_experiments)]
-    sweeps = client.search_runs(experiment_ids, f"tags.{TAG_ROLE} = 'sweep'",
-                                order_by=["attributes.start_time DESC"], max_results=1)
+    sweeps = client.search_runs(
+        experiment_ids, f"tags.{TAG_ROLE} = 'sweep'", order_by=["attributes.start_time DESC"], max_results=1
+    )
     if not sweeps:
         where = f"experiment {experiment!r}" if experiment else redact(client.tracking_uri)
         raise UserError(f"no sweep (a `pipeline run` parent run) in {where}; run a grid first")

@@ -68,8 +68,9 @@ MAX_ALIAS_LENGTH = 255
 def check_alias(alias: str) -> None:
     """MLflow refuses 'latest' and 'v<digits>' (version references) as aliases; say so up front."""
     if not re.fullmatch(r"[A-Za-z0-9_-]+", alias) or alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
-        raise UserError(f"--alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>'; "
-                        "e.g. champion")
+        raise UserError(
+            f"--alias {alias!r}: use letters, digits, '_' or '-', not 'latest' or 'v<number>'; e.g. champion"
+        )
     if len(alias) > MAX_ALIAS_LENGTH:
         raise UserError(f"--alias: {len(alias)} characters, more than MLflow's {MAX_ALIAS_LENGTH}; use a shorter alias")
 
@@ -79,12 +80,19 @@ def check_name(name: str, option: str = "--name") -> None:
     and ':' (they separate a models:/ URI's parts)."""
     bad = sorted({c for c in name if c in "/:"})
     if bad:
-        raise UserError(f"{option} {name!r}: a registered model's name may not hold {' or '.join(map(repr, bad))}; "
-                        "e.g. fashion-cnn")
+        raise UserError(
+            f"{option} {name!r}: a registered model's name may not hold {' or '.join(map(repr, bad))}; e.g. fashion-cnn"
+        )
 
 
-def picked_run(client, *, experiment: str | None = None, parent_run_id: str | None = None,
-               rule: str = "best", include_contended: bool = False):
+def picked_run(
+    client,
+    *,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
+    rule: str = "best",
+    include_contended: bool = False,
+):
     """The run `rule` picks (compare.pick) in a sweep: `parent_run_id`, else the latest sweep of
     `experiment`, else the store's latest; with the Reason to record. Contended runs' speed figures
     count only with `include_contended`, as in `pipeline compare`. UserError when the sweep has no
@@ -100,12 +108,18 @@ def picked_run(client, *, experiment: str | None = None, parent_run_id: str | No
     comparison = build(sweep, sweep_options(client.get_run(sweep.run_id), options))
     chosen = pick(comparison, rule)
     if chosen is None:
-        raise UserError(f"sweep {sweep.name!r}: no {rule} setting: every run is contended (other processes took the "
-                        "cores), so no speed figure counts; rerun on a quiet machine, --by accuracy, "
-                        "--include-contended, or --run-id ID")
+        raise UserError(
+            f"sweep {sweep.name!r}: no {rule} setting: every run is contended (other processes took the "
+            "cores), so no speed figure counts; rerun on a quiet machine, --by accuracy, "
+            "--include-contended, or --run-id ID"
+        )
     # A figure withheld (NaN: no timed run) is no tag: "nan" would read as a value.
-    tags = {TAG_RULE: rule, TAG_SETTING: chosen.label, TAG_SWEEP: sweep.run_id,
-            **{name: f"{value:g}" for name, value in chosen.figures.items() if not math.isnan(value)}}
+    tags = {
+        TAG_RULE: rule,
+        TAG_SETTING: chosen.label,
+        TAG_SWEEP: sweep.run_id,
+        **{name: f"{value:g}" for name, value in chosen.figures.items() if not math.isnan(value)},
+    }
     return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {pick_words(chosen)}", tags)
 
 
@@ -114,8 +128,14 @@ def metric_reason(run, metric: str) -> Reason:
     return Reason(f"{metric} {value:.4f}", {TAG_METRIC: metric, metric: str(value)})
 
 
-def best_run(client, *, experiment: str | None = None, parent_run_id: str | None = None,
-             metric: str = "test_accuracy", mode: str = "max"):
+def best_run(
+    client,
+    *,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
+    metric: str = "test_accuracy",
+    mode: str = "max",
+):
     """The best FINISHED training run (not a sweep parent) by `metric`, in an experiment or sweep."""
     from mlflow.exceptions import MlflowException
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
@@ -156,8 +176,14 @@ def finished_run(client, run_id: str):
         run = client.get_run(run_id)
     except MlflowException:
         # The verdict names runs by their first 8 characters; MLflow finds a run by its whole id only.
-        whole = ("; give the whole 32-character id (the UI's run page shows it, and `pipeline compare "
-                 "--format json` lists each setting's run_ids)") if len(run_id) < 32 else ""
+        whole = (
+            (
+                "; give the whole 32-character id (the UI's run page shows it, and `pipeline compare "
+                "--format json` lists each setting's run_ids)"
+            )
+            if len(run_id) < 32
+            else ""
+        )
         raise UserError(f"--run-id {run_id}: no such run in {redact(client.tracking_uri)}{whole}") from None
     if run.info.status != "FINISHED":
         raise UserError(f"--run-id {run_id}: the run is {run.info.status}, not FINISHED; register a finished run")
@@ -202,9 +228,14 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
         existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
         created = force or not existing
         if created:
-            version = client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id,
-                                                  tags=version_tags(run, reason), model_id=model_id,
-                                                  description=version_description(run, reason))
+            version = client.create_model_version(
+                name,
+                source=f"models:/{model_id}",
+                run_id=run_id,
+                tags=version_tags(run, reason),
+                model_id=model_id,
+                description=version_description(run, reason),
+            )
         else:
             version = max(existing, key=lambda v: int(v.version))
         client.set_registered_model_alias(name, alias, version.version)
@@ -216,11 +247,15 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
 def version_tags(run, reason: Reason) -> dict[str, str]:
     """A new version's tags: the run it came from, why it was picked, and its setting: every grid key
     the run logged as a param (config.KEYS), the hardware and device it used, and its figures."""
-    tags: dict[str, Any] = {TAG_SOURCE_RUN: run.info.run_id, **reason.tags,
-                            "hardware": run.data.tags.get(TAG_HARDWARE, "")}
+    tags: dict[str, Any] = {
+        TAG_SOURCE_RUN: run.info.run_id,
+        **reason.tags,
+        "hardware": run.data.tags.get(TAG_HARDWARE, ""),
+    }
     tags.update({k: run.data.params[k] for k in KEYS if k in run.data.params})
-    tags.update({k: run.data.metrics[k] for k in (STEADY_EPOCH, FINAL_ACCURACY) if k in run.data.metrics
-                 and k not in tags})
+    tags.update(
+        {k: run.data.metrics[k] for k in (STEADY_EPOCH, FINAL_ACCURACY) if k in run.data.metrics and k not in tags}
+    )
     tags["device_used"] = run.data.tags.get(TAG_DEVICE, run.data.params.get("device", ""))
     return {k: str(v) for k, v in tags.items()}
 
@@ -238,8 +273,10 @@ def version_description(run, reason: Reason) -> str:
         epoch, accuracy, whose = metrics.get(STEADY_EPOCH), metrics.get(FINAL_ACCURACY), "the run's own"
     speed = "speed withheld" if epoch is None or epoch != epoch else f"{epoch:.3f} s/epoch"
     figures = f": {speed}, test acc {accuracy:.4f} ({whose})" if accuracy is not None else ""
-    return (f"Setting {setting}{figures}. Model of run {run.info.run_id} ({run.info.run_name}); "
-            f"registered for {reason.words}.")
+    return (
+        f"Setting {setting}{figures}. Model of run {run.info.run_id} ({run.info.run_name}); "
+        f"registered for {reason.words}."
+    )
 
 
 def register_best(tracking_uri: str, parent_run_id: str | None, experiment_id: str | None, name: str) -> Registration:

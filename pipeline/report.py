@@ -76,8 +76,10 @@ def grid_notes(spec: GridSpec, shown: int, max_points: int) -> list[str]:
     if spec.auto_repeats:
         notes.append(auto_line(spec))
     if size > max_points:
-        notes.append(f"note: `pipeline run` refuses {plural(size, noun)} (more than --max-points {max_points}); "
-                     f"pass --max-points {size} to train them all")
+        notes.append(
+            f"note: `pipeline run` refuses {plural(size, noun)} (more than --max-points {max_points}); "
+            f"pass --max-points {size} to train them all"
+        )
     return notes
 
 
@@ -109,8 +111,9 @@ class Reporter(pipeline.point.Progress):
 
     # --- before training ----------------------------------------------------------------------------
 
-    def plan(self, spec: GridSpec, planned: Sequence[Planned], data_folder: Path,
-             done: dict[int, Outcome], max_points: int) -> None:
+    def plan(
+        self, spec: GridSpec, planned: Sequence[Planned], data_folder: Path, done: dict[int, Outcome], max_points: int
+    ) -> None:
         """--dry-run: where each point would run, or why it would not; the table shows the first
         SHOWN_POINTS, the counts under it every point planned."""
         rows, reasons = [], Counter(p.reason for p in planned if p.device is None)
@@ -132,8 +135,9 @@ class Reporter(pipeline.point.Progress):
         for reason, count in reasons.items():
             self.console.print(f"({numbers[reason]}) {plural(count, 'point')} would be skipped: {reason}")
         if done:
-            self.console.print(f"{len(done)} of {len(planned)} already FINISHED here would be skipped; "
-                               "--rerun trains them again")
+            self.console.print(
+                f"{len(done)} of {len(planned)} already FINISHED here would be skipped; --rerun trains them again"
+            )
         sizes = f" ({_data_sizes(spec)})" if spec.data.train_size or spec.data.test_size else ""
         self.console.print(f"experiment: {spec.experiment}   data: {data_folder}{sizes}")
 
@@ -159,8 +163,12 @@ class Reporter(pipeline.point.Progress):
             return
         if self._progress is None:
             self._progress = Progress(
-                TextColumn("  epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-                TimeRemainingColumn(), console=self.console, transient=True,
+                TextColumn("  epoch {task.fields[epoch]}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
             )
             self._progress.start()
             self._task = self._progress.add_task("", total=steps, epoch=f"{epoch}/{epochs}")
@@ -190,22 +198,30 @@ class Reporter(pipeline.point.Progress):
     def remote_done(self, outcome: Outcome, done: int, total: int) -> None:
         """A point finished on a Ray worker."""
         final = outcome.final
-        result = (f"test acc {final.test_accuracy:.4f}, {outcome.mean_epoch_s:.2f} s/epoch on {outcome.device}"
-                  if final and outcome.status == "FINISHED" else redact(outcome.reason))
-        self.console.print(f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: "
-                           f"{_status(outcome.status)} {result}")
+        result = (
+            f"test acc {final.test_accuracy:.4f}, {outcome.mean_epoch_s:.2f} s/epoch on {outcome.device}"
+            if final and outcome.status == "FINISHED"
+            else redact(outcome.reason)
+        )
+        self.console.print(
+            f"[{done}/{total}] #{outcome.point.index} {outcome.point.name}: {_status(outcome.status)} {result}"
+        )
 
     def tracking_down(self, results_file: Path, reason: str = "", no_room: bool = False) -> None:
         """The sweep stopped because the store could not be written: why, where the results are,
         and how to go on."""
         if no_room:
             self.console.print(f"[red]The sweep stopped: the disk is full.[/] {reason}")
-            self.console.print(f"Free some space; then `pipeline relog` logs what {results_file} kept, and running "
-                               "the same grid again trains only what is missing.")
+            self.console.print(
+                f"Free some space; then `pipeline relog` logs what {results_file} kept, and running "
+                "the same grid again trains only what is missing."
+            )
             return
         self.console.print(f"[red]The tracking store stopped answering.[/] Trained results are kept in {results_file}")
-        self.console.print("When the store is back, `pipeline relog` logs them; running the same grid again then "
-                           "trains only what is missing.")
+        self.console.print(
+            "When the store is back, `pipeline relog` logs them; running the same grid again then "
+            "trains only what is missing."
+        )
 
     def run_end(self, outcome: Outcome) -> None:
         if outcome.status == "FINISHED":
@@ -247,8 +263,13 @@ class Reporter(pipeline.point.Progress):
         for line in notes(comparison):
             self.console.print(f"note     {line}", markup=False)
 
-    def summary(self, axes: Sequence[tuple[str, tuple]], result: SweepResult, tracker: Tracker,
-                comparison: Comparison | None = None) -> None:
+    def summary(
+        self,
+        axes: Sequence[tuple[str, tuple]],
+        result: SweepResult,
+        tracker: Tracker,
+        comparison: Comparison | None = None,
+    ) -> None:
         """The sweep's end: the verdict first, one row per run, what failed and why, the speedup
         lines, and the UI's link."""
         if comparison is not None and not comparison.table.empty:
@@ -268,8 +289,9 @@ class Reporter(pipeline.point.Progress):
             self.console.print(f"  {status.lower()} {', '.join(where)}: {redact(reason)}")
         if comparison is not None and not comparison.table.empty:
             self.speedups(comparison)
-            self.console.print("Charts and tables: the parent run's comparison/ artifacts; "
-                               "or `pipeline compare --out DIR`")
+            self.console.print(
+                "Charts and tables: the parent run's comparison/ artifacts; or `pipeline compare --out DIR`"
+            )
         published = comparison is not None and not comparison.table.empty
         command, url = tracker.ui()
         if published:
@@ -287,6 +309,7 @@ class Reporter(pipeline.point.Progress):
 
 def _data_sizes(spec: GridSpec) -> str:
     """What the grid's data.train_size and data.test_size take: "first 60000 train, all test images"."""
+
     def part(size: int | None, split: str) -> str:
         return f"first {size} {split}" if size else f"all {split}"
 
@@ -303,8 +326,10 @@ def auto_line(spec: GridSpec) -> str:
         return f"{first}; the grid varies no setting, so there is nothing to compare and it stops there"
     against = ", ".join(f"{key} against {format_value(value)}" for key, value in axes)
     within = f" or within ±{100 * spec.half_width:g}%" if spec.half_width is not None else ""
-    return (f"{first}, then one round of {plural(grid_size(spec), 'run')} at a time until every speedup "
-            f"({against}) is significant{within}, up to max_repeats {spec.max_repeats}")
+    return (
+        f"{first}, then one round of {plural(grid_size(spec), 'run')} at a time until every speedup "
+        f"({against}) is significant{within}, up to max_repeats {spec.max_repeats}"
+    )
 
 
 def target_line(spec: GridSpec) -> str:
@@ -322,11 +347,18 @@ def comparison_tables(comparison: Comparison, wide: bool = False, width: int | N
 
     sweep = comparison.sweep
     rows, runs = len(comparison.table), len(comparison.runs)
-    title = (f"{sweep.name} ({sweep.experiment_name}): {plural(rows, 'setting')}, {plural(runs, 'finished run')}; "
-             f"{timed_title(comparison)}")
+    title = (
+        f"{sweep.name} ({sweep.experiment_name}): {plural(rows, 'setting')}, {plural(runs, 'finished run')}; "
+        f"{timed_title(comparison)}"
+    )
     frame = display_frame(comparison, compact=not wide, stacked=True)
-    tables = frame_tables(title, frame, width, keys=[c for c in comparison.setting_columns if c in frame],
-                          later=[c for c in frame if c in SPEEDUP_LABELS])
+    tables = frame_tables(
+        title,
+        frame,
+        width,
+        keys=[c for c in comparison.setting_columns if c in frame],
+        later=[c for c in frame if c in SPEEDUP_LABELS],
+    )
     tables[-1].caption = caption(comparison)
     return tables
 
@@ -357,8 +389,10 @@ def results_table(axes: Sequence[tuple[str, tuple]], result: SweepResult) -> Tab
         if repeats:
             cells.append(str(o.point.repeat))
         figures = o.figures
-        numbers = [_number(figures.get(name), spec) for name, spec in
-                   ((FINAL_ACCURACY, ".4f"), (STEADY_EPOCH, ".3f"), (STEADY_IMAGES, ",.0f"))]
+        numbers = [
+            _number(figures.get(name), spec)
+            for name, spec in ((FINAL_ACCURACY, ".4f"), (STEADY_EPOCH, ".3f"), (STEADY_IMAGES, ",.0f"))
+        ]
         table.add_row(str(o.point.index), *cells, *numbers, _status(o.status))
     return table
 
@@ -402,30 +436,46 @@ def print_peaks(console: Console, found: Sequence[Any]) -> None:
             table.add_column(column, justify="left" if column == "figure" else "right")
         for precision, flops in peak.matmul.items():
             expected = nominal.matmul.get(precision) if nominal else None
-            table.add_row(f"{precision} matmul TFLOP/s (side {peak.matmul_side.get(precision, '?')})",
-                          f"{flops / TERA:.4g}", "-" if expected is None else f"{expected / TERA:.4g}")
+            table.add_row(
+                f"{precision} matmul TFLOP/s (side {peak.matmul_side.get(precision, '?')})",
+                f"{flops / TERA:.4g}",
+                "-" if expected is None else f"{expected / TERA:.4g}",
+            )
         bandwidth = nominal.copy_bytes_per_s if nominal else None
-        table.add_row("copy GB/s (read + write)", f"{peak.copy_bytes_per_s / 1e9:,.1f}",
-                      "-" if bandwidth is None else f"{bandwidth / 1e9:,.0f}")
+        table.add_row(
+            "copy GB/s (read + write)",
+            f"{peak.copy_bytes_per_s / 1e9:,.1f}",
+            "-" if bandwidth is None else f"{bandwidth / 1e9:,.0f}",
+        )
         console.print(table)
         if nominal is not None:
             console.print(f"  {nominal.label}")
         if item.reused:
-            console.print(f"  reused the peaks measured {peak.measured_at} (torch {peak.torch_version}), cached in "
-                          f"{item.cache}; --remeasure measures again")
+            console.print(
+                f"  reused the peaks measured {peak.measured_at} (torch {peak.torch_version}), cached in "
+                f"{item.cache}; --remeasure measures again"
+            )
         else:
             saved = f"cached in {item.cache}" if not item.cache_error else f"not cached: {item.cache_error}"
             console.print(f"  measured now in {peak.seconds:.1f} s, {saved}")
 
 
 def _status(status: str) -> str:
-    colour = {"FINISHED": "green", "DONE": "green", "FAILED": "red", "NOT RUN": "red", "KILLED": "yellow",
-              "SKIPPED": "yellow", "UNLOGGED": "yellow"}.get(status, "")
+    colour = {
+        "FINISHED": "green",
+        "DONE": "green",
+        "FAILED": "red",
+        "NOT RUN": "red",
+        "KILLED": "yellow",
+        "SKIPPED": "yellow",
+        "UNLOGGED": "yellow",
+    }.get(status, "")
     return f"[{colour}]{status}[/]" if colour else status
 
 
-def frame_tables(title: str, frame, width: int | None = None, keys: Sequence[str] = (),
-                 later: Sequence[str] = ()) -> list[Table]:
+def frame_tables(
+    title: str, frame, width: int | None = None, keys: Sequence[str] = (), later: Sequence[str] = ()
+) -> list[Table]:
     """Rich tables of a display frame, the first titled: text left, numbers right. Within `width` (a
     terminal's columns) cells and headers wrap between words, never inside one (_widths), so that no
     number is cut or split and no header is stacked a letter a line. Where even their words do not
@@ -435,15 +485,22 @@ def frame_tables(title: str, frame, width: int | None = None, keys: Sequence[str
     headers = {column: column.replace("_", " ") for column in frame.columns}  # words ("batch size"), so they wrap
     cells = {column: [str(v) for v in frame[column]] for column in frame.columns}
     extents = {column: _extent(headers[column], cells[column]) for column in frame.columns}
-    parts = _fold(list(frame.columns), {c: least for c, (_, least) in extents.items()}, width, keys, later) \
-        if width else [list(frame.columns)]
+    parts = (
+        _fold(list(frame.columns), {c: least for c, (_, least) in extents.items()}, width, keys, later)
+        if width
+        else [list(frame.columns)]
+    )
     tables: list[Table] = []
     for part in parts:
         table = Table(title=None if tables else title)
         widths = _widths([extents[column] for column in part], width) if width else [None] * len(part)
         for column, size in zip(part, widths):
-            table.add_column(headers[column], justify="left" if column in ("device", "point") else "right",
-                             overflow="fold", width=size)
+            table.add_column(
+                headers[column],
+                justify="left" if column in ("device", "point") else "right",
+                overflow="fold",
+                width=size,
+            )
         for row in zip(*(cells[column] for column in part)):
             table.add_row(*row)
         tables.append(table)
@@ -464,8 +521,9 @@ def _table_width(widths: Sequence[int]) -> int:
     return sum(width + 3 for width in widths) + 1
 
 
-def _fold(columns: list[str], least: dict[str, int], width: int, keys: Sequence[str],
-          later: Sequence[str]) -> list[list[str]]:
+def _fold(
+    columns: list[str], least: dict[str, int], width: int, keys: Sequence[str], later: Sequence[str]
+) -> list[list[str]]:
     """The columns of each table: all in one where their words fit side by side within `width`.
     Else each table starts with `keys`, and every other column, `later` ones last, goes into the
     first table it fits in (a new one where none has room); each table lists its columns in the

@@ -91,8 +91,9 @@ def read_lines(results_file: Path) -> list[Line]:
     except OSError as exc:
         raise UserError(f"{results_file}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
     if b"\0" in data:
-        raise UserError(f"{results_file}: binary data, not a results file (JSON lines); pass the "
-                        f"{RESULTS_FILE} the sweep named")
+        raise UserError(
+            f"{results_file}: binary data, not a results file (JSON lines); pass the {RESULTS_FILE} the sweep named"
+        )
     lines = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if raw.strip():
@@ -155,20 +156,36 @@ def _is_epoch(epoch: Any, known) -> bool:
     if any(f.name not in epoch for f in known if f.default is MISSING):
         return False
     nullable = {f.name for f in known if f.default is None}
-    return isinstance(epoch["epoch"], int) and not isinstance(epoch["epoch"], bool) and all(
-        _is_number(value) or (value is None and name in nullable) for name, value in epoch.items())
+    return (
+        isinstance(epoch["epoch"], int)
+        and not isinstance(epoch["epoch"], bool)
+        and all(_is_number(value) or (value is None and name in nullable) for name, value in epoch.items())
+    )
 
 
 def _is_measured(value: Any) -> bool:
     """A run-level metric as the sweep writes it (Outcome.measured): [number, integer step]."""
-    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], (int, float))
-            and not isinstance(value[0], bool) and isinstance(value[1], int) and not isinstance(value[1], bool))
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], (int, float))
+        and not isinstance(value[0], bool)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+    )
 
 
 # What relog reads from an unlogged line (and how the sweep writes it).
 _UNLOGGED_KEYS = {"tracking_uri": str, "experiment": str, "name": str, "params": dict, "epochs": list}
-_OPTIONAL_KEYS = {"run_id": (str,), "parent_run_id": (str,), "model_file": (str,), "tags": (dict,),
-                  "one_off": (dict,), "run_duration_s": (int, float), "metrics": (dict,)}
+_OPTIONAL_KEYS = {
+    "run_id": (str,),
+    "parent_run_id": (str,),
+    "model_file": (str,),
+    "tags": (dict,),
+    "one_off": (dict,),
+    "run_duration_s": (int, float),
+    "metrics": (dict,),
+}
 
 
 def read(results_file: Path) -> list[dict[str, Any]]:
@@ -187,9 +204,7 @@ def unlogged_keys(state_dir: Path, tracking_uri: str) -> set[str]:
     if not results_file.exists():
         return set()
     return {
-        e["run_key"]
-        for e in read(results_file)
-        if not e.get("logged", True) and e.get("tracking_uri") == tracking_uri
+        e["run_key"] for e in read(results_file) if not e.get("logged", True) and e.get("tracking_uri") == tracking_uri
     }
 
 
@@ -228,8 +243,15 @@ def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]
             except TrackingUnavailable:
                 raise  # the store went away: every later line would fail the same way
             except Exception as exc:  # this line's failure: its run FAILED, the other lines go on
-                done.append(Relogged(entry.get("run_id") or "", uri, entry["name"],
-                                     error=_failed(trackers.get(key), entry, exc), line=number))
+                done.append(
+                    Relogged(
+                        entry.get("run_id") or "",
+                        uri,
+                        entry["name"],
+                        error=_failed(trackers.get(key), entry, exc),
+                        line=number,
+                    )
+                )
                 continue
             entry["logged"], entry["relogged_as"] = True, run_id
             done.append(Relogged(run_id, uri, entry["name"], line=number))
@@ -237,8 +259,12 @@ def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]
                 parents[(uri, entry["parent_run_id"])] = tracker
     finally:  # what was written is marked, even when a later line fails; lines it could not read stay as they were
         if done:
-            atomic_write(results_file, b"".join((json.dumps(line.entry).encode() if line.entry is not None
-                                                 else line.raw) + b"\n" for line in lines))
+            atomic_write(
+                results_file,
+                b"".join(
+                    (json.dumps(line.entry).encode() if line.entry is not None else line.raw) + b"\n" for line in lines
+                ),
+            )
     for (_, parent_id), tracker in parents.items():  # parents of the lines relogged (not of failed ones)
         _close_stale_parent(tracker, parent_id)
     return done
@@ -296,8 +322,11 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     from pipeline.train import EpochStats  # torch, as in _parse
 
     run = _existing_run(tracker, entry)
-    tags = {**entry.get("tags", {}), TAG_ROLE: "point" if entry.get("parent_run_id") else "single",
-            TAG_RELOGGED: str(entry.get("results_file", "results file"))}
+    tags = {
+        **entry.get("tags", {}),
+        TAG_ROLE: "point" if entry.get("parent_run_id") else "single",
+        TAG_RELOGGED: str(entry.get("results_file", "results file")),
+    }
     if run is None:
         run_id = tracker.start_run(entry["name"], _parent_in(tracker, entry.get("parent_run_id")), tags)
         entry["run_id"] = run_id  # should a later step fail, the run is FAILED, and a retry completes it
@@ -314,8 +343,12 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     # The steady-state summary and end figures, the machine's load and the time to target: [value,
     # step]. A line written before they were kept has its epochs, and they are worked out from them.
     measured = entry.get("metrics") or {}
-    run_metrics = {RUN_DURATION: entry.get("run_duration_s"), **entry.get("one_off", {}), **logged_at_end(history),
-                   **{name: value for name, (value, _) in measured.items()}}
+    run_metrics = {
+        RUN_DURATION: entry.get("run_duration_s"),
+        **entry.get("one_off", {}),
+        **logged_at_end(history),
+        **{name: value for name, (value, _) in measured.items()},
+    }
     if run is not None:  # what reached the store before the outage is not logged a second time
         run_metrics = {k: v for k, v in run_metrics.items() if k not in run.data.metrics}
     tracker.log_epochs(run_id, epochs, run_metrics, steps={name: step for name, (_, step) in measured.items()})
@@ -344,11 +377,15 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[s
     try:
         network.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
     except FileNotFoundError:
-        raise _LineProblem(f"its model file {model_file} is missing; the run's numbers are in the line, "
-                           "its model is not: delete the line and run the grid again to train it") from None
+        raise _LineProblem(
+            f"its model file {model_file} is missing; the run's numbers are in the line, "
+            "its model is not: delete the line and run the grid again to train it"
+        ) from None
     except Exception as exc:  # not a file torch saved, or another network's weights
-        raise _LineProblem(f"its model file {model_file} holds no model of this pipeline ({exc.__class__.__name__}); "
-                           "restore it, or delete the line and run the grid again") from None
+        raise _LineProblem(
+            f"its model file {model_file} holds no model of this pipeline ({exc.__class__.__name__}); "
+            "restore it, or delete the line and run the grid again"
+        ) from None
     tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params)
     model_file.unlink(missing_ok=True)
 
@@ -365,6 +402,10 @@ def _close_stale_parent(tracker, parent_id: str) -> None:
         return
     orphaned = parent.info.status == KILLED and "ended without closing" in parent.data.tags.get(TAG_KILLED_REASON, "")
     if (parent.info.status == "RUNNING" and process_gone(parent.data.tags)) or orphaned:
-        close(tracker.client, parent_id, FAILED,
-              "the tracking store went down during the sweep; its trained points were relogged from the "
-              "results file, the rest were not run: run the grid again to train them")
+        close(
+            tracker.client,
+            parent_id,
+            FAILED,
+            "the tracking store went down during the sweep; its trained points were relogged from the "
+            "results file, the rest were not run: run the grid again to train them",
+        )

@@ -66,12 +66,16 @@ def references(axes: Sequence[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, A
     gpus_per_run, which only says where a point runs), with the value its speedups are measured
     against: for the device, cpu when the grid lists it, else the first listed; for any other key,
     the first value listed."""
-    return [(key, "cpu" if key == "device" and "cpu" in values else values[0])
-            for key, values in axes if len(values) > 1 and (key == "device" or KEYS[key].twin)]
+    return [
+        (key, "cpu" if key == "device" and "cpu" in values else values[0])
+        for key, values in axes
+        if len(values) > 1 and (key == "device" or KEYS[key].twin)
+    ]
 
 
-def judge(comparison: Comparison, axes: Sequence[tuple[str, tuple[Any, ...]]],
-          half_width: float | None = None) -> Judgement:
+def judge(
+    comparison: Comparison, axes: Sequence[tuple[str, tuple[Any, ...]]], half_width: float | None = None
+) -> Judgement:
     """Every speedup on the varying keys of `axes` (a grid's) in `comparison`, each judged clear or not."""
     varying = references(axes)
     if not varying:
@@ -82,8 +86,9 @@ def judge(comparison: Comparison, axes: Sequence[tuple[str, tuple[Any, ...]]],
         if value is None:  # no run of the reference finished: nothing on this axis to measure against
             continue
         against = value if key == "device" else short(key, reference)
-        speedups += [Speedup(f"{label} vs {against}", ratio, half_width)
-                     for label, ratio in axis_ratios(comparison, key, value)]
+        speedups += [
+            Speedup(f"{label} vs {against}", ratio, half_width) for label, ratio in axis_ratios(comparison, key, value)
+        ]
     if speedups:
         return Judgement(tuple(speedups))
     return Judgement(why_none=_why_no_speedup(comparison, [key for key, _ in varying]))
@@ -106,8 +111,10 @@ def _why_no_speedup(comparison: Comparison, keys: list[str]) -> str:
     runs = comparison.runs
     contended = int(runs["contended"].sum()) if not runs.empty and not comparison.include_contended else 0
     if contended:
-        return (f"no speedup to judge: {contended} of {len(runs)} runs were contended (other processes took the "
-                "cores) and speedups leave them out; rerun on a quiet machine")
+        return (
+            f"no speedup to judge: {contended} of {len(runs)} runs were contended (other processes took the "
+            "cores) and speedups leave them out; rerun on a quiet machine"
+        )
     return f"no speedup to judge: no run finished beside its twin on {', '.join(keys)}"
 
 

@@ -125,8 +125,11 @@ class Options:
     def flags(self) -> str:
         """The sweep-wide options that were set, as flags (the parent run's tag, not params:
         no child has them)."""
-        set_ = [f"--{name.replace('_', '-')}" for name in ("system_metrics", "rerun", "fail_fast", "checkpoint")
-                if getattr(self, name)]
+        set_ = [
+            f"--{name.replace('_', '-')}"
+            for name in ("system_metrics", "rerun", "fail_fast", "checkpoint")
+            if getattr(self, name)
+        ]
         set_ += [f"--executor {self.executor}"] if self.executor != "local" else []
         set_ += [f"--register {self.register}"] if self.register else []
         set_ += [f"--repeats {self.repeats}"] if self.repeats is not None else []
@@ -145,20 +148,35 @@ class _Sweep:
     state_dir: Path
     project_run: str | None = None  # `mlflow run`'s project run, when the runs go into it (its experiment)
 
-    def job(self, item: Planned, parent_id: str | None, adopt: str | None = None,
-            target: Target | None = None, stop_at: Target | None = None) -> PointJob:
+    def job(
+        self,
+        item: Planned,
+        parent_id: str | None,
+        adopt: str | None = None,
+        target: Target | None = None,
+        stop_at: Target | None = None,
+    ) -> PointJob:
         checkpoint = self.state_dir / CHECKPOINT_DIR / f"{item.run_key}.pt"
         return PointJob(
-            point=item.point, device=str(item.device), run_key=item.run_key, tracking_uri=self.tracker.uri,
-            experiment_id=self.tracker.experiment_id, experiment_name=self.tracker.experiment_name, data=self.data,
-            parent_run_id=parent_id, adopt_run_id=adopt, checkpoint=str(checkpoint),
-            save_checkpoints=self.options.checkpoint, resume=self.options.checkpoint and not self.options.rerun,
-            system_metrics=self.options.system_metrics, target=target, stop_at=stop_at,
+            point=item.point,
+            device=str(item.device),
+            run_key=item.run_key,
+            tracking_uri=self.tracker.uri,
+            experiment_id=self.tracker.experiment_id,
+            experiment_name=self.tracker.experiment_name,
+            data=self.data,
+            parent_run_id=parent_id,
+            adopt_run_id=adopt,
+            checkpoint=str(checkpoint),
+            save_checkpoints=self.options.checkpoint,
+            resume=self.options.checkpoint and not self.options.rerun,
+            system_metrics=self.options.system_metrics,
+            target=target,
+            stop_at=stop_at,
         )
 
 
-def run_key(config: RunConfig, identity: dict, hardware: str, repeat: int = 1,
-            stop_at: Target | None = None) -> str:
+def run_key(config: RunConfig, identity: dict, hardware: str, repeat: int = 1, stop_at: Target | None = None) -> str:
     """A point's identity: its settings, the data, and where it was measured (host, hardware).
     The same settings timed on another machine are a different measurement, not a duplicate.
     A repeat past the first, and a target the run stops at, join it only when there is one: repeat
@@ -172,8 +190,9 @@ def run_key(config: RunConfig, identity: dict, hardware: str, repeat: int = 1,
     return config_hash(config, **identity, host=socket.gethostname(), hardware=hardware, **extra)
 
 
-def run_grid(spec: GridSpec, reporter: Reporter, options: Options = Options(),
-             executor: Executor | None = None) -> SweepResult:
+def run_grid(
+    spec: GridSpec, reporter: Reporter, options: Options = Options(), executor: Executor | None = None
+) -> SweepResult:
     """Train every point of `spec` under one parent run; returns what happened to each point."""
     if options.repeats is not None:
         spec = with_repeats(spec, options.repeats)
@@ -190,8 +209,14 @@ def run_grid(spec: GridSpec, reporter: Reporter, options: Options = Options(),
     return _run_grid(spec, plan(points), reporter, options, executor, store)
 
 
-def _run_grid(spec: GridSpec, planned: list[Planned], reporter: Reporter, options: Options,
-              executor: Executor | None, store: tuple[str, Any] | None) -> SweepResult:
+def _run_grid(
+    spec: GridSpec,
+    planned: list[Planned],
+    reporter: Reporter,
+    options: Options,
+    executor: Executor | None,
+    store: tuple[str, Any] | None,
+) -> SweepResult:
     from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
 
     if options.require_devices:
@@ -205,8 +230,10 @@ def _run_grid(spec: GridSpec, planned: list[Planned], reporter: Reporter, option
     try:  # Ray is up (or refused) before the experiment exists: a failed start leaves nothing behind
         sweep = _open_sweep(uri, client, options.experiment or spec.experiment, dataset, reporter, options)
         if sweep.project_run and options.experiment is None and spec.experiment != sweep.tracker.experiment_name:
-            reporter.note(f"under `mlflow run` the runs go to the project run's experiment "
-                          f"{sweep.tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)")
+            reporter.note(
+                f"under `mlflow run` the runs go to the project run's experiment "
+                f"{sweep.tracker.experiment_name!r} (pass --experiment-name to `mlflow run` to choose it)"
+            )
         return _run_sweep(sweep, spec, executor.plan(planned), executor)
     finally:
         executor.close()
@@ -268,14 +295,23 @@ def _check_folders(uri: str, checkpoint: bool) -> None:
     state_dir = local_state_dir(uri)
     where = "beside the store" if sqlite_path(uri) is not None else "in the working folder"
     results_file = results.path_in(state_dir)
-    check_writable(state_dir, "the results folder", f"the sweep keeps {results_file.name} {where}: make it "
-                                                     "writable, or use a store (or working folder) you can write in")
+    check_writable(
+        state_dir,
+        "the results folder",
+        f"the sweep keeps {results_file.name} {where}: make it "
+        "writable, or use a store (or working folder) you can write in",
+    )
     if results_file.exists() and not results_file.is_file():
-        raise UserError(f"the results file {results_file}: not a file; move it away (the sweep appends a line "
-                        "per trained point to it)")
+        raise UserError(
+            f"the results file {results_file}: not a file; move it away (the sweep appends a line "
+            "per trained point to it)"
+        )
     if checkpoint:
-        check_writable(state_dir / CHECKPOINT_DIR, "the checkpoint folder",
-                       f"move what is there away (the sweep keeps checkpoints {where}), or run without --checkpoint")
+        check_writable(
+            state_dir / CHECKPOINT_DIR,
+            "the checkpoint folder",
+            f"move what is there away (the sweep keeps checkpoints {where}), or run without --checkpoint",
+        )
 
 
 # What one run adds, measured (du) on sweeps of 1- and 3-epoch points on generated data: about 0.32
@@ -305,8 +341,10 @@ def _check_free_space(uri: str, artifact_location: str | None, runs: int) -> Non
             by_device.setdefault(device, [folder, 0, free])[1] += need
     for folder, need, free in by_device.values():
         if need > free:
-            raise UserError(f"{folder}: {runs} run(s) to train need about {need / 1e6:,.1f} MB there and "
-                            f"{free / 1e6:,.1f} MB is free; free some space, or train fewer points")
+            raise UserError(
+                f"{folder}: {runs} run(s) to train need about {need / 1e6:,.1f} MB there and "
+                f"{free / 1e6:,.1f} MB is free; free some space, or train fewer points"
+            )
 
 
 def _artifact_location(tracker: Tracker) -> str | None:
@@ -334,8 +372,9 @@ def _open_sweep(uri: str, client, experiment: str, dataset: Dataset, reporter: R
     tracker = Tracker.open(uri, experiment, project_run, client)
     reaped = reap_orphans(tracker.client, tracker.experiment_id, spare=_project_run_id())
     if reaped:
-        reporter.note(f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: "
-                      f"{', '.join(reaped)}")
+        reporter.note(
+            f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: {', '.join(reaped)}"
+        )
     data = DataRef(str(dataset.folder), len(dataset.train), len(dataset.test))
     return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri), project_run)
 
@@ -352,12 +391,17 @@ def _project_run(client, project_run: str, experiment: str, reporter: Reporter) 
         own = client.get_experiment(client.get_run(project_run).info.experiment_id).name
         if own == experiment:
             return project_run
-        client.set_tag(project_run, MLFLOW_RUN_NOTE,
-                       f"This `mlflow run` asked for experiment `{experiment}`: its runs are there, not in `{own}`.")
+        client.set_tag(
+            project_run,
+            MLFLOW_RUN_NOTE,
+            f"This `mlflow run` asked for experiment `{experiment}`: its runs are there, not in `{own}`.",
+        )
     except MlflowException as exc:
         raise store_failure(exc, client.tracking_uri) from None
-    reporter.note(f"experiment {experiment!r}: the runs go there; `mlflow run`'s own run stays in {own!r} "
-                  f"with a note that points there (`mlflow run --experiment-name {experiment}` keeps them together)")
+    reporter.note(
+        f"experiment {experiment!r}: the runs go there; `mlflow run`'s own run stays in {own!r} "
+        f"with a note that points there (`mlflow run --experiment-name {experiment}` keeps them together)"
+    )
     return None
 
 
@@ -388,8 +432,11 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     result = SweepResult(outcomes, tracker.experiment_id, parent_id, tracker.uri, stopped=stopped)
     store_down = any(o.store_down for o in outcomes)
     if store_down:
-        reporter.tracking_down(results.path_in(sweep.state_dir), next(o.reason for o in outcomes if o.store_down),
-                               any(o.no_room for o in outcomes))
+        reporter.tracking_down(
+            results.path_in(sweep.state_dir),
+            next(o.reason for o in outcomes if o.store_down),
+            any(o.no_room for o in outcomes),
+        )
     comparison = None
     if parent_id and not store_down:
         if stopped:
@@ -404,8 +451,9 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     return result
 
 
-def _train(sweep: _Sweep, spec: GridSpec, batch: list[Planned], executor: Executor, parent: _Parent,
-           finished: _Finished) -> list[Outcome]:
+def _train(
+    sweep: _Sweep, spec: GridSpec, batch: list[Planned], executor: Executor, parent: _Parent, finished: _Finished
+) -> list[Outcome]:
     """Train `batch` (the sweep's planned runs, or one more round of them) under the parent, opened
     by the first run that trains; the DONE ones and those waiting for relog are skipped. One outcome
     per planned run, in order."""
@@ -416,8 +464,10 @@ def _train(sweep: _Sweep, spec: GridSpec, batch: list[Planned], executor: Execut
         if parent.run_id is None:  # before the sweep's first run exists
             _check_free_space(sweep.tracker.uri, _artifact_location(sweep.tracker), len(todo))
         parent_id = parent.open()
-        jobs = [with_position(sweep.job(item, parent_id, target=spec.target, stop_at=spec.stop_at), n, len(todo))
-                for n, item in enumerate(todo, start=1)]
+        jobs = [
+            with_position(sweep.job(item, parent_id, target=spec.target, stop_at=spec.stop_at), n, len(todo))
+            for n, item in enumerate(todo, start=1)
+        ]
         ran = executor.run(jobs, lambda job, outcome: _keep(sweep, job, outcome))
         outcomes.update({job.point.index: outcome for job, outcome in zip(jobs, ran)})
     for item in batch:
@@ -455,12 +505,16 @@ def _already_done(sweep: _Sweep, planned: list[Planned], finished: dict) -> dict
     for item in planned:
         if item.device is not None and item.run_key in waiting:
             done[item.point.index] = Outcome(
-                item.point, UNLOGGED, reason=f"trained before, waiting in {results.path_in(sweep.state_dir)}: "
-                                             "run `pipeline relog`")
+                item.point,
+                UNLOGGED,
+                reason=f"trained before, waiting in {results.path_in(sweep.state_dir)}: run `pipeline relog`",
+            )
     count = sum(o.status == DONE for o in done.values())
     if count:
-        sweep.reporter.note(f"{count} of {len(planned)} points already have a FINISHED run here "
-                            "(same settings, data, host and hardware): skipped; --rerun trains them again")
+        sweep.reporter.note(
+            f"{count} of {len(planned)} points already have a FINISHED run here "
+            "(same settings, data, host and hardware): skipped; --rerun trains them again"
+        )
     return done
 
 
@@ -470,12 +524,19 @@ def _already_done(sweep: _Sweep, planned: list[Planned], finished: dict) -> dict
 def _round(planned: list[Planned], spec: GridSpec, repeat: int) -> list[Planned]:
     """Round `repeat` of the sweep, planned as its first round was (the same devices, or the same
     reasons to skip), each run to get its own run key."""
-    first = planned[:grid_size(spec)]
+    first = planned[: grid_size(spec)]
     return [replace(item, point=point, run_key="") for item, point in zip(first, round_points(spec, repeat))]
 
 
-def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: list[Outcome],
-                 outcomes: list[Outcome], reached: int, finished: _Finished) -> str:
+def _rounds_stop(
+    sweep: _Sweep,
+    spec: GridSpec,
+    parent_id: str | None,
+    latest: list[Outcome],
+    outcomes: list[Outcome],
+    reached: int,
+    finished: _Finished,
+) -> str:
     """`repeats: auto` after round `reached` (`latest`: its outcomes, the first rounds' together):
     why the rounds stop, as the sweep's end says it, or '' to train one more round (its line printed).
     A round that was cut short (--fail-fast, a store outage) or in which no run finished stops them,
@@ -485,8 +546,9 @@ def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: l
 
     if any(o.store_down for o in latest):
         full = any(o.no_room for o in latest)
-        return rounds_stopped(reached, "the tracking store's disk is full" if full else
-                              "the tracking store stopped answering")
+        return rounds_stopped(
+            reached, "the tracking store's disk is full" if full else "the tracking store stopped answering"
+        )
     halted = next((o.reason for o in latest if o.status == NOT_RUN), "")
     if halted:
         return rounds_stopped(reached, halted)
@@ -505,8 +567,9 @@ def _rounds_stop(sweep: _Sweep, spec: GridSpec, parent_id: str | None, latest: l
     return ""
 
 
-def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, outcomes: list[Outcome],
-                       finished: _Finished) -> Comparison:
+def _judged_comparison(
+    sweep: _Sweep, spec: GridSpec, parent_id: str | None, outcomes: list[Outcome], finished: _Finished
+) -> Comparison:
     """The comparison `repeats: auto` judges: the parent's FINISHED children, built as _log_comparison
     builds it (the epochs this process logged, not read back), and the DONE runs of the rounds reached
     so far, so that a rerun reaches the rounds the first sweep did."""
@@ -515,8 +578,10 @@ def _judged_comparison(sweep: _Sweep, spec: GridSpec, parent_id: str | None, out
     tracker = sweep.tracker
     done = [finished.record(o.run_id) for o in outcomes if o.status == DONE and o.run_id]
     if parent_id is None:  # every run so far was DONE: no parent yet
-        return build(SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done),
-                     _compare_options(spec))
+        return build(
+            SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done),
+            _compare_options(spec),
+        )
     known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     children = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known)
     return build(replace(children, children=children.children + done), _compare_options(spec))
@@ -554,8 +619,12 @@ class _Parent:
         sweep, spec = self.sweep, self.spec
         tracker = sweep.tracker
         name = f"{spec.path.stem} {datetime.now():%Y-%m-%d %H:%M:%S}"
-        tags = {TAG_ROLE: "sweep", TAG_GRID_FILE: str(spec.path) if spec.from_file else "(a mapping: pipeline.api)",
-                TAG_GRID_SIZE: str(run_count(spec)), TAG_OPTIONS: sweep.options.flags() or "none"}
+        tags = {
+            TAG_ROLE: "sweep",
+            TAG_GRID_FILE: str(spec.path) if spec.from_file else "(a mapping: pipeline.api)",
+            TAG_GRID_SIZE: str(run_count(spec)),
+            TAG_OPTIONS: sweep.options.flags() or "none",
+        }
         if spec.target is not None:
             tags[TAG_TARGET] = str(spec.target)
         if spec.overrides:
@@ -611,11 +680,12 @@ MAX_PARAM_CHARS = 6000  # MLflow's limit on a param's value
 
 def _fit_param(value: str) -> str:
     """A grid key's values within MLflow's limit: a key with thousands of values keeps its first ones."""
-    return value if len(value) <= MAX_PARAM_CHARS else value[:MAX_PARAM_CHARS - 20].rsplit(",", 1)[0] + ",... (cut)"
+    return value if len(value) <= MAX_PARAM_CHARS else value[: MAX_PARAM_CHARS - 20].rsplit(",", 1)[0] + ",... (cut)"
 
 
-def _log_sweep_summary(tracker: Tracker, parent_id: str, reporter: Reporter, outcomes: Sequence[Outcome],
-                       comparison: Comparison | None) -> None:
+def _log_sweep_summary(
+    tracker: Tracker, parent_id: str, reporter: Reporter, outcomes: Sequence[Outcome], comparison: Comparison | None
+) -> None:
     """The parent's answer at a glance, over the children it trained that FINISHED: the best steady
     epoch and the best final test accuracy among its settings (the comparison's medians, the figures
     the verdict gives; each run's own where there is no comparison), how many finished
@@ -670,15 +740,26 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
 
 def _append_result(sweep: _Sweep, job: PointJob, outcome: Outcome) -> None:
     """The point's line in the results file (and, for a run the store could not take, its weights)."""
-    results.append(sweep.state_dir, {
-            "logged": outcome.status == FINISHED, "tracking_uri": job.tracking_uri,
-            "experiment": job.experiment_name, "parent_run_id": job.parent_run_id, "run_id": outcome.run_id,
-            "name": job.point.name, "run_key": job.run_key, "device": outcome.device,
+    results.append(
+        sweep.state_dir,
+        {
+            "logged": outcome.status == FINISHED,
+            "tracking_uri": job.tracking_uri,
+            "experiment": job.experiment_name,
+            "parent_run_id": job.parent_run_id,
+            "run_id": outcome.run_id,
+            "name": job.point.name,
+            "run_key": job.run_key,
+            "device": outcome.device,
             "params": params_of(job),
-            "tags": outcome.tags, "run_duration_s": outcome.run_duration_s, "one_off": outcome.one_off,
+            "tags": outcome.tags,
+            "run_duration_s": outcome.run_duration_s,
+            "one_off": outcome.one_off,
             "metrics": {name: [value, step] for name, (value, step) in outcome.measured.items()},
             "epochs": [asdict(e) for e in outcome.epochs],
-        }, model_state=outcome.model_state)
+        },
+        model_state=outcome.model_state,
+    )
 
 
 def _dry_run(spec: GridSpec, planned: list[Planned], reporter: Reporter, options: Options) -> SweepResult:
@@ -701,8 +782,11 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
         return {}
     from pipeline import data as data_mod  # torch (seconds): after the inputs are checked
 
-    _assign_run_keys(planned, data_mod.load(options.data_dir or spec.data.root, spec.data.train_size,
-                                            spec.data.test_size).identity, spec.stop_at)
+    _assign_run_keys(
+        planned,
+        data_mod.load(options.data_dir or spec.data.root, spec.data.train_size, spec.data.test_size).identity,
+        spec.stop_at,
+    )
     return _finished_outcomes(client, planned, finished)
 
 
@@ -717,8 +801,12 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
 
     known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
-        comparison = build(read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known,
-                                      charted=CHART_HISTORIES), _compare_options(spec))
+        comparison = build(
+            read_sweep(
+                tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known, charted=CHART_HISTORIES
+            ),
+            _compare_options(spec),
+        )
         if comparison.table.empty:
             return comparison
         publish(tracker.client, comparison, spec.axes)
@@ -744,8 +832,9 @@ def _hardware(item: Planned) -> str:
 
 def _why_failed(result: SweepResult) -> str:
     """The parent's reason: which points did not finish, and why."""
-    parts = [f"#{o.point.index} {o.status}: {o.reason}" for o in result.outcomes
-             if o.status in (FAILED, NOT_RUN, UNLOGGED)]
+    parts = [
+        f"#{o.point.index} {o.status}: {o.reason}" for o in result.outcomes if o.status in (FAILED, NOT_RUN, UNLOGGED)
+    ]
     return "; ".join(parts)[:5000]
 
 
@@ -767,8 +856,11 @@ def _assign_run_keys(planned: Sequence[Planned], identity: dict, stop_at: Target
 
 def _finished_outcomes(client, planned: Sequence[Planned], finished: dict) -> dict[int, Outcome]:
     """DONE outcomes of the planned points whose run key has a FINISHED run in `finished`."""
-    return {item.point.index: _outcome_of_finished(client, item, finished[item.run_key])
-            for item in planned if item.device is not None and item.run_key in finished}
+    return {
+        item.point.index: _outcome_of_finished(client, item, finished[item.run_key])
+        for item in planned
+        if item.device is not None and item.run_key in finished
+    }
 
 
 def _outcome_of_finished(client, item: Planned, run) -> Outcome:
@@ -785,10 +877,17 @@ def _outcome_of_finished(client, item: Planned, run) -> Outcome:
     if len(figures) < 3:
         figures = summary(history, _history(client, run.info.run_id, "images_per_s"), metrics.get("test_accuracy"))
     said = summary_line(figures)
-    return Outcome(item.point, DONE, device=run.data.tags.get(TAG_DEVICE, ""), run_id=run.info.run_id,
-                   reason=f"already FINISHED as run {run.info.run_id}" + (f": {said}" if said else ""),
-                   epochs=[stats], run_duration_s=metrics.get(RUN_DURATION),
-                   stored_mean_epoch_s=steady_mean(history), stored_figures=figures)
+    return Outcome(
+        item.point,
+        DONE,
+        device=run.data.tags.get(TAG_DEVICE, ""),
+        run_id=run.info.run_id,
+        reason=f"already FINISHED as run {run.info.run_id}" + (f": {said}" if said else ""),
+        epochs=[stats],
+        run_duration_s=metrics.get(RUN_DURATION),
+        stored_mean_epoch_s=steady_mean(history),
+        stored_figures=figures,
+    )
 
 
 def _history(client, run_id: str, metric: str) -> list[float]:

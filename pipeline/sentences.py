@@ -44,12 +44,17 @@ def speedup_lines(comparison: Comparison) -> list[str]:
         axis = group.axis
         varying = [k for k in ROW_KEYS if k in table and k not in (axis, "hardware") and table[k].nunique() > 1]
         label = " ".join(f"{k}={format_value(group.reference[k])}" for k in varying) or "all settings equal"
-        parts = [f"{_value(axis, s.row[axis])} "
-                 f"{verdict(s.ratio.estimate, s.ratio.low, s.ratio.high, worse=s.worse, runs=s.ratio.runs)} "
-                 f"({_figure(s.row, s.runs, group.what)})" for s in group.speedups]
-        lines.append(f"{label}: {', '.join(parts)} vs {_value(axis, group.reference_value)} "
-                     f"({_figure(group.reference, group.reference_runs, group.what)}); "
-                     f"{_basis(group.reference, group.what)}")
+        parts = [
+            f"{_value(axis, s.row[axis])} "
+            f"{verdict(s.ratio.estimate, s.ratio.low, s.ratio.high, worse=s.worse, runs=s.ratio.runs)} "
+            f"({_figure(s.row, s.runs, group.what)})"
+            for s in group.speedups
+        ]
+        lines.append(
+            f"{label}: {', '.join(parts)} vs {_value(axis, group.reference_value)} "
+            f"({_figure(group.reference, group.reference_runs, group.what)}); "
+            f"{_basis(group.reference, group.what)}"
+        )
     return lines
 
 
@@ -71,9 +76,15 @@ def _value(axis: str, value: Any) -> str:
     return str(value) if axis in ("device", "precision") else f"{axis}={format_value(value)}"
 
 
-def verdict(estimate: float, low: float, high: float, compact: bool = False,
-            worse: stats.Difference | None = None, runs: tuple[int, int] | None = None,
-            significance: bool = False) -> str:
+def verdict(
+    estimate: float,
+    low: float,
+    high: float,
+    compact: bool = False,
+    worse: stats.Difference | None = None,
+    runs: tuple[int, int] | None = None,
+    significance: bool = False,
+) -> str:
     """A speedup in words: "2.41x faster [2.30-2.52]", "1.02x slower [0.97-1.08] (n.s.)", or "(n too
     small (1 run))" where there is no interval (`runs`: each side's runs, for the count). Slower is
     said as the inverse ratio (never "x0.42"), its interval inverted with it. `worse`: the faster
@@ -100,8 +111,9 @@ def verdict(estimate: float, low: float, high: float, compact: bool = False,
     if worse is not None:
         shortfall = f"{-worse.estimate:.4f}"
         if worse.has_interval:
-            shortfall += (f"\n{-worse.high:.4f}-{-worse.low:.4f}" if compact
-                          else f" [{-worse.high:.4f}-{-worse.low:.4f}]")
+            shortfall += (
+                f"\n{-worse.high:.4f}-{-worse.low:.4f}" if compact else f" [{-worse.high:.4f}-{-worse.low:.4f}]"
+            )
         text += f"\nless accurate by {shortfall}" if compact else f", but less accurate by {shortfall}"
     return text
 
@@ -124,8 +136,10 @@ def headline(comparison: Comparison) -> list[str]:
     if best is not None:
         lines.append(f"Best: {pick_words(best)}" + _best_is(comparison, best, fastest, accurate))
     if fastest is not None and best is not None and fastest.index != best.index:
-        lines.append(f"Fastest: {fastest.label} ({_figures(t.loc[fastest.index])}), but less accurate than "
-                     f"the most accurate by more than {comparison.quality_margin:g}")
+        lines.append(
+            f"Fastest: {fastest.label} ({_figures(t.loc[fastest.index])}), but less accurate than "
+            f"the most accurate by more than {comparison.quality_margin:g}"
+        )
     if accurate is not None and (best is None or accurate.index != best.index):
         lines.append(f"Most accurate: {accurate.label} ({_figures(t.loc[accurate.index], accuracy_first=True)})")
     if comparison.target is not None and "target_runs" in t:
@@ -168,8 +182,10 @@ def claims(comparison: Comparison) -> list[str]:
         if column not in t:
             continue
         for index, row in t[t[column].notna() & (t[f"{column}_vs"] != "")].iterrows():
-            said[index].append(f"{_value(axis, row[axis])} vs {_value(axis, reference)}, {what}: "
-                               f"{cell(comparison, row, column, significance=True)}")
+            said[index].append(
+                f"{_value(axis, row[axis])} vs {_value(axis, reference)}, {what}: "
+                f"{cell(comparison, row, column, significance=True)}"
+            )
     return ["; ".join(parts) for parts in said.values()]
 
 
@@ -195,8 +211,10 @@ def withheld_line(comparison: Comparison) -> list[str]:
         return []
     share = runs[OTHERS_CPU_SHARE].median()
     took = f" (others took {100 * share:.0f}% of the cores)" if not math.isnan(share) else ""
-    return [f"Speed withheld: {len(runs)} of {len(runs)} runs contended{took}",
-            "Rerun on a quiet machine, or pass --include-contended to count them"]
+    return [
+        f"Speed withheld: {len(runs)} of {len(runs)} runs contended{took}",
+        "Rerun on a quiet machine, or pass --include-contended to count them",
+    ]
 
 
 def _target_lines(comparison: Comparison) -> list[str]:
@@ -207,16 +225,22 @@ def _target_lines(comparison: Comparison) -> list[str]:
     lines = []
     if len(ranked):
         first = ranked.loc[ranked["time_to_target_s"].idxmin()]
-        lines.append(f"First to {comparison.target}: {comparison.label(first)} in {first['time_to_target_s']:.2f} s "
-                     f"({first['target_reached']}/{first['target_runs']} runs)")
+        lines.append(
+            f"First to {comparison.target}: {comparison.label(first)} in {first['time_to_target_s']:.2f} s "
+            f"({first['target_reached']}/{first['target_runs']} runs)"
+        )
     elif len(timed):
         lines.append(f"No setting reached {comparison.target} in at least half its runs")
     rare = timed[(timed["target_reached"] > 0) & ~timed["target_ranked"]]
     if len(rare):
-        names = ", ".join(f"{comparison.label(row)} ({row['target_reached']}/{row['target_runs']})"
-                          for _, row in rare.head(5).iterrows())
-        lines.append(f"Reached {comparison.target} in fewer than half their runs (not ranked): {names}"
-                     + (f" and {len(rare) - 5} more" if len(rare) > 5 else ""))
+        names = ", ".join(
+            f"{comparison.label(row)} ({row['target_reached']}/{row['target_runs']})"
+            for _, row in rare.head(5).iterrows()
+        )
+        lines.append(
+            f"Reached {comparison.target} in fewer than half their runs (not ranked): {names}"
+            + (f" and {len(rare) - 5} more" if len(rare) > 5 else "")
+        )
     return lines
 
 
@@ -257,13 +281,14 @@ def _axis_lines(comparison: Comparison, axis: str, reference: str, column: str, 
             lines.append(f"{head}: {said[0]}" + (f" ({where})" if where else ""))
         else:
             low, high = group.iloc[0], group.iloc[-1]
-            lines.append(f"{head}: from {said[0]} ({_where(comparison, low, axis)}) to {said[-1]} "
-                         f"({_where(comparison, high, axis)}), over {len(group)} settings")
+            lines.append(
+                f"{head}: from {said[0]} ({_where(comparison, low, axis)}) to {said[-1]} "
+                f"({_where(comparison, high, axis)}), over {len(group)} settings"
+            )
     return lines
 
 
-def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = False,
-         significance: bool = False) -> str:
+def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = False, significance: bool = False) -> str:
     """A row's speedup in `column` in words (verdict), with its runs and its accuracy shortfall."""
     change = row.get(f"{column}_accuracy_change", math.nan)
     worse = None
@@ -303,23 +328,28 @@ def notes(comparison: Comparison) -> list[str]:
             notes.append(f"energy of {where}: {source}")
     if comparison.target is not None and runs["target"].isna().any():
         untargeted = runs[runs["target"].isna()]
-        notes.append(f"{_names(untargeted['run_name'], len(runs))} of {len(runs)} runs were trained without the "
-                     f"target ({comparison.target}): no time to target (\"-\"); `pipeline run GRID --rerun` times them")
+        notes.append(
+            f"{_names(untargeted['run_name'], len(runs))} of {len(runs)} runs were trained without the "
+            f'target ({comparison.target}): no time to target ("-"); `pipeline run GRID --rerun` times them'
+        )
     contended = runs[runs["contended"]]
     if len(contended):
-        figures = "; ".join(f"{name}: {detail}" for name, detail in
-                            zip(contended["run_name"][:5], contended["contended_detail"][:5]))
+        figures = "; ".join(
+            f"{name}: {detail}" for name, detail in zip(contended["run_name"][:5], contended["contended_detail"][:5])
+        )
         if len(contended) > 5:
             figures += f"; and {len(contended) - 5} more"
         if comparison.include_contended:
-            notes.append(f"{len(contended)} contended run(s) counted in the speed figures (--include-contended): "
-                         f"{figures}")
+            notes.append(
+                f"{len(contended)} contended run(s) counted in the speed figures (--include-contended): {figures}"
+            )
         else:
-            notes.append(f"{len(contended)} of {len(runs)} runs contended (other processes took the cores), left out "
-                         f"of every speed figure, ranking, speedup and the best setting: {figures}; "
-                         "--include-contended counts them")
+            notes.append(
+                f"{len(contended)} of {len(runs)} runs contended (other processes took the cores), left out "
+                f"of every speed figure, ranking, speedup and the best setting: {figures}; "
+                "--include-contended counts them"
+            )
     return notes
-
 
 
 def _in_run_order(comparison: Comparison) -> pd.DataFrame:
@@ -337,7 +367,7 @@ def _in_run_order(comparison: Comparison) -> pd.DataFrame:
 
 
 def pick_words(chosen: Pick) -> str:
-    """"cpu bs128 (0.412 s/epoch, test acc 0.8123, 3 runs; model from run 1a2b3c4d)"; "2 of 3 runs
+    """ "cpu bs128 (0.412 s/epoch, test acc 0.8123, 3 runs; model from run 1a2b3c4d)"; "2 of 3 runs
     timed" where contended runs were left out of the speed figure."""
     runs, timed = int(chosen.figures["n"]), int(chosen.figures["timed_runs"])
     counted = f"{runs} run{'s' if runs != 1 else ''}" if timed == runs else f"{timed} of {runs} runs timed"
@@ -375,25 +405,29 @@ def change_words(change: Change) -> str:
 def gate_verdict(result: GateResult) -> str:
     """The gate's verdict in a line: FAIL naming the slower points, INCONCLUSIVE naming the points not
     judged, or PASS; without --fail-if-slower, the count of each state."""
-    counts = ", ".join(f"{len(result.in_state(state))} {state}" for state in (SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE)
-                       if result.in_state(state))
+    counts = ", ".join(
+        f"{len(result.in_state(state))} {state}"
+        for state in (SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE)
+        if result.in_state(state)
+    )
     judged = len(result.changes) - len(result.inconclusive)
     if result.threshold is None:
         return f"{counts}; no --fail-if-slower, so the gate does not fail"
     if result.failing:
         names = ", ".join(c.point for c in result.failing)
         unjudged = f"; {_unjudged(result)}" if result.inconclusive else ""
-        return (f"FAIL: {len(result.failing)} of {judged} judged points slower by more than {result.threshold:g}% "
-                f"with the interval above no change: {names}{unjudged}")
+        return (
+            f"FAIL: {len(result.failing)} of {judged} judged points slower by more than {result.threshold:g}% "
+            f"with the interval above no change: {names}{unjudged}"
+        )
     if result.inconclusive:
         head = "PASS (--allow-inconclusive)" if result.allow_inconclusive else "INCONCLUSIVE"
-        return (f"{head}: {_unjudged(result)}; none of the {judged} judged is slower by more than "
-                f"{result.threshold:g}%")
+        return f"{head}: {_unjudged(result)}; none of the {judged} judged is slower by more than {result.threshold:g}%"
     return f"PASS: none of the {judged} points is slower by more than {result.threshold:g}% ({counts})"
 
 
 def _unjudged(result: GateResult) -> str:
-    """"1 of 3 points not judged (cpu batch_size=512: only in the baseline)"."""
+    """ "1 of 3 points not judged (cpu batch_size=512: only in the baseline)"."""
     reasons = "; ".join(f"{c.point}: {c.reason}" for c in result.inconclusive[:5])
     more = f"; and {len(result.inconclusive) - 5} more" if len(result.inconclusive) > 5 else ""
     return f"{len(result.inconclusive)} of {len(result.changes)} points not judged ({reasons}{more})"
@@ -405,7 +439,7 @@ ROUNDS_SHOWN = 3  # unclear speedups a line names; it counts the rest
 
 
 def round_speedup(speedup: Speedup) -> str:
-    """"cuda:0 bs128 vs cpu: 1.95x faster [1.90-2.00] ±2.6%" (the ± only with a half-width target)."""
+    """ "cuda:0 bs128 vs cpu: 1.95x faster [1.90-2.00] ±2.6%" (the ± only with a half-width target)."""
     ratio = speedup.ratio
     said = f"{speedup.label}: {verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)}"
     shown = speedup.half_width is not None and ratio.has_interval
@@ -435,8 +469,10 @@ def rounds_stopped(rounds: int, reason: str) -> str:
 
 def round_progress(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
     """The line between rounds: what is still unclear after round `rounds`, and the next round."""
-    return (f"repeats: auto, round {rounds} of at most {spec.most_repeats}: {_still_unclear(judgement.unclear)}; "
-            f"training round {rounds + 1}")
+    return (
+        f"repeats: auto, round {rounds} of at most {spec.most_repeats}: {_still_unclear(judgement.unclear)}; "
+        f"training round {rounds + 1}"
+    )
 
 
 def _still_unclear(unclear: list[Speedup]) -> str:

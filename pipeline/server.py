@@ -44,18 +44,25 @@ def check_port(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except socket.gaierror as exc:
-            raise UserError(f"--host {host}: no such host name here ({exc.strerror}); use 127.0.0.1, 0.0.0.0 "
-                            "or an address of this machine") from None
+            raise UserError(
+                f"--host {host}: no such host name here ({exc.strerror}); use 127.0.0.1, 0.0.0.0 "
+                "or an address of this machine"
+            ) from None
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise UserError(f"--port {port}: already in use on {host} (another server?); stop it, or pick "
-                                f"another port, e.g. --port {_free_port(host)}") from None
+                raise UserError(
+                    f"--port {port}: already in use on {host} (another server?); stop it, or pick "
+                    f"another port, e.g. --port {_free_port(host)}"
+                ) from None
             if exc.errno == errno.EADDRNOTAVAIL:
-                raise UserError(f"--host {host}: not an address of this machine; use 127.0.0.1, 0.0.0.0 "
-                                "or one of its own addresses") from None
+                raise UserError(
+                    f"--host {host}: not an address of this machine; use 127.0.0.1, 0.0.0.0 or one of its own addresses"
+                ) from None
             if exc.errno == errno.EACCES:
-                raise UserError(f"--port {port}: permission denied (ports below 1024 need root); pick another "
-                                "port, e.g. --port 5000") from None
+                raise UserError(
+                    f"--port {port}: permission denied (ports below 1024 need root); pick another "
+                    "port, e.g. --port 5000"
+                ) from None
             raise UserError(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
 
 
@@ -75,8 +82,12 @@ def run_mlflow(args: list[str], host: str, port: int, env: dict[str, str] | None
     directly, and SIGTERM or SIGHUP sent to this process (a service manager, `docker stop`) is
     passed on to it, as `mlflow server` passes them on to its own workers."""
     sys.stdout.flush()
-    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in UI_ENV.items()},  # the user's setting wins
-           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS), **(env or {})}
+    env = {
+        **os.environ,
+        **{k: os.environ.get(k, v) for k, v in UI_ENV.items()},  # the user's setting wins
+        "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", _SERVER_WARNINGS),
+        **(env or {}),
+    }
     process = subprocess.Popen([sys.executable, "-m", "mlflow", *args], env=env)
 
     stopped: list[int] = []  # the signals that asked it to stop (it may stop before our poll saw it listen)
@@ -102,8 +113,11 @@ def run_mlflow(args: list[str], host: str, port: int, env: dict[str, str] | None
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if not listening and not stopped:
-        print(f"error: the MLflow server stopped before it listened on {host}:{port} (exit code {code}); "
-              "its messages above say why", file=sys.stderr)
+        print(
+            f"error: the MLflow server stopped before it listened on {host}:{port} (exit code {code}); "
+            "its messages above say why",
+            file=sys.stderr,
+        )
         return 1
     return code if code >= 0 else 128 - code  # killed by a signal: the shell's 128 + N
 
@@ -125,9 +139,18 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: str, workers: int,
-          allowed_hosts: str | None, auth: bool = False, admin_password_file: str | None = None,
-          default_permission: str = "READ", auth_database_uri: str | None = None) -> int:
+def serve(
+    host: str,
+    port: int,
+    backend_store_uri: str,
+    artifacts_destination: str,
+    workers: int,
+    allowed_hosts: str | None,
+    auth: bool = False,
+    admin_password_file: str | None = None,
+    default_permission: str = "READ",
+    auth_database_uri: str | None = None,
+) -> int:
     """`pipeline server`: check the port and the database (and with `auth` set up its users), say
     where it serves, then run `mlflow server` until it stops; its exit code."""
     if not auth and (admin_password_file or auth_database_uri):
@@ -142,11 +165,17 @@ def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: s
     if host not in _LOOPBACK:
         reach = "every network this machine is on" if host in ("0.0.0.0", "::") else f"anyone who reaches {host}"
         if auth:
-            print(f"warning: --host {host} lets {reach} send passwords to this server in clear text (basic "
-                  "auth over http); put a TLS proxy in front of it or keep it on a private network", file=sys.stderr)
+            print(
+                f"warning: --host {host} lets {reach} send passwords to this server in clear text (basic "
+                "auth over http); put a TLS proxy in front of it or keep it on a private network",
+                file=sys.stderr,
+            )
         else:
-            print(f"warning: --host {host} lets {reach} read and write every run and model in the store "
-                  "(no authentication: see --auth); keep it on a private network", file=sys.stderr)
+            print(
+                f"warning: --host {host} lets {reach} read and write every run and model in the store "
+                "(no authentication: see --auth); keep it on a private network",
+                file=sys.stderr,
+            )
     shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
     print(f"MLflow tracking server for {redact(store)}, artifacts in {artifacts_destination}")
     if auth:
@@ -155,8 +184,24 @@ def serve(host: str, port: int, backend_store_uri: str, artifacts_destination: s
     extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
     # The store's URI (it may hold the database's password) goes through the environment: the
     # command line is what `ps` shows every user of the machine.
-    return run_mlflow(["server", "--host", host, "--port", str(port), "--artifacts-destination", artifacts_destination,
-                       "--workers", str(workers), *app, *extra], host, port, {**env, "MLFLOW_BACKEND_STORE_URI": store})
+    return run_mlflow(
+        [
+            "server",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--artifacts-destination",
+            artifacts_destination,
+            "--workers",
+            str(workers),
+            *app,
+            *extra,
+        ],
+        host,
+        port,
+        {**env, "MLFLOW_BACKEND_STORE_URI": store},
+    )
 
 
 def _set_up_auth(store: str, password_file: str | None, default_permission: str, database_uri: str | None) -> dict:
@@ -167,8 +212,10 @@ def _set_up_auth(store: str, password_file: str | None, default_permission: str,
         try:
             password = Path(password_file).expanduser().read_text().strip() or None
         except OSError as exc:
-            raise UserError(f"--admin-password-file {password_file}: cannot read it ({exc.strerror}); "
-                            "give a file that holds the admin password") from None
+            raise UserError(
+                f"--admin-password-file {password_file}: cannot read it ({exc.strerror}); "
+                "give a file that holds the admin password"
+            ) from None
         if password is None:
             raise UserError(f"--admin-password-file {password_file}: the file is empty; write the admin password in it")
     if database_uri is None:
@@ -178,13 +225,16 @@ def _set_up_auth(store: str, password_file: str | None, default_permission: str,
     if database_uri != store:
         check_backend(database_uri, label="--auth-database-uri")
     config = configparser.ConfigParser()
-    config["mlflow"] = {"default_permission": default_permission, "database_uri": database_uri,
-                        "admin_username": "admin",
-                        "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
-                        # Checking a password costs a deliberately slow hash (~0.2 s of CPU here); a sweep
-                        # makes hundreds of requests. Each worker remembers a good login this long, so a
-                        # changed or deleted password can still work there for up to that time.
-                        "auth_cache_ttl_seconds": str(AUTH_CACHE_S)}
+    config["mlflow"] = {
+        "default_permission": default_permission,
+        "database_uri": database_uri,
+        "admin_username": "admin",
+        "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
+        # Checking a password costs a deliberately slow hash (~0.2 s of CPU here); a sweep
+        # makes hundreds of requests. Each worker remembers a good login this long, so a
+        # changed or deleted password can still work there for up to that time.
+        "auth_cache_ttl_seconds": str(AUTH_CACHE_S),
+    }
     # A private folder: the database URI may hold the database's password.
     ini = Path(tempfile.mkdtemp(prefix="pipeline-auth-")) / "basic_auth.ini"
     with open(os.open(ini, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
@@ -204,11 +254,15 @@ def _check_admin(password: str | None, database_uri: str) -> None:
     rather than the server's traceback: its extra is installed, the admin password is long enough,
     and a new sqlite auth database comes with one (MLflow creates the admin from it at start)."""
     if importlib.util.find_spec("flask_wtf") is None:
-        raise UserError("--auth needs MLflow's auth extra (flask_wtf); install the server extra: "
-                        "pip install -e '.[server]' (make setup does)")
+        raise UserError(
+            "--auth needs MLflow's auth extra (flask_wtf); install the server extra: "
+            "pip install -e '.[server]' (make setup does)"
+        )
     if password is not None and len(password) < 12:
         raise UserError(f"--auth: the admin password has {len(password)} characters; MLflow needs 12 or more")
     path = sqlite_path(database_uri)
     if password is None and path is not None and not path.exists():
-        raise UserError(f"--auth: the admin user 'admin' does not exist yet and no password was given for it; "
-                        f"set {ADMIN_PASSWORD} or pass --admin-password-file FILE (12 characters or more)")
+        raise UserError(
+            f"--auth: the admin user 'admin' does not exist yet and no password was given for it; "
+            f"set {ADMIN_PASSWORD} or pass --admin-password-file FILE (12 characters or more)"
+        )

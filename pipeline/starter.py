@@ -30,8 +30,11 @@ def shipped() -> dict[str, bytes]:
     """Every shipped example file, name → content, in name order, read through importlib.resources
     (so from a wheel, a zip or a source tree alike)."""
     folder = resources.files("pipeline").joinpath(EXAMPLES)
-    return {item.name: item.read_bytes() for item in sorted(folder.iterdir(), key=lambda item: item.name)
-            if item.is_file() and item.name.endswith(SHIPPED_SUFFIXES)}
+    return {
+        item.name: item.read_bytes()
+        for item in sorted(folder.iterdir(), key=lambda item: item.name)
+        if item.is_file() and item.name.endswith(SHIPPED_SUFFIXES)
+    }
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,10 @@ def write_examples(folder: Path, force: bool = False) -> Copied:
     for name, content in files.items():
         target = folder / name
         if target.is_dir():
-            raise UserError(f"{target}: is a folder where the example {name} goes; move it away, or choose "
-                            "another folder (pipeline init DIR)")
+            raise UserError(
+                f"{target}: is a folder where the example {name} goes; move it away, or choose "
+                "another folder (pipeline init DIR)"
+            )
         if not target.exists():
             todo[target] = content
         elif _read(target) == content:
@@ -70,8 +75,10 @@ def write_examples(folder: Path, force: bool = False) -> Copied:
             todo[target] = content
     if differ and not force:
         names = ", ".join(str(path) for path in differ)
-        raise UserError(f"{names}: already there and different from the shipped example; pass --force to "
-                        "overwrite, or choose another folder (pipeline init DIR)")
+        raise UserError(
+            f"{names}: already there and different from the shipped example; pass --force to "
+            "overwrite, or choose another folder (pipeline init DIR)"
+        )
     _write_all(folder, todo)
     return Copied(folder, tuple(path for path in todo if path not in differ), tuple(differ), tuple(unchanged))
 
@@ -80,8 +87,10 @@ def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror or exc.__class__.__name__}); check its "
-                        "permissions, or choose another folder (pipeline init DIR)") from None
+        raise UserError(
+            f"{path}: cannot read it ({exc.strerror or exc.__class__.__name__}); check its "
+            "permissions, or choose another folder (pipeline init DIR)"
+        ) from None
 
 
 def _write_all(folder: Path, contents: dict[Path, bytes]) -> None:
@@ -102,8 +111,10 @@ def _write_all(folder: Path, contents: dict[Path, bytes]) -> None:
                 break
         if not isinstance(exc, OSError):
             raise
-        raise UserError(f"{folder}: cannot write there ({exc.strerror or exc.__class__.__name__}); nothing was "
-                        "written; choose a folder you can write to (pipeline init DIR)") from None
+        raise UserError(
+            f"{folder}: cannot write there ({exc.strerror or exc.__class__.__name__}); nothing was "
+            "written; choose a folder you can write to (pipeline init DIR)"
+        ) from None
     for target, stage in staged.items():
         os.replace(stage, target)
 

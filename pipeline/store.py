@@ -32,8 +32,11 @@ ANSWER_TIMEOUT_S = 3.0
 # kept under ours, because MLflow's fluent calls (logging a model) have no other retry and a database
 # restart behind a server outlasts ours alone. They resend any request after a lost answer, creates
 # too; our own retries (Retrying) repeat a create only after looking up its dedupe key.
-_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+_HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
 _RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 # MLflow prints "View run ... / View experiment ..." to stdout after every run against a server;
 # the sweep prints one link at the end instead.
@@ -47,8 +50,10 @@ class TrackingUnavailable(RuntimeError):
     def of(cls, uri: str, exc: BaseException) -> TrackingUnavailable:
         if is_no_room(exc):  # the store cannot take another write: the sweep stops as for an outage
             where = sqlite_path(uri)
-            return cls(f"{redact(uri)} could not write: disk full at "
-                       f"{where.resolve().parent if where is not None else 'the server'}")
+            return cls(
+                f"{redact(uri)} could not write: disk full at "
+                f"{where.resolve().parent if where is not None else 'the server'}"
+            )
         return cls(f"{redact(uri)} stopped answering ({short_cause(exc)})")
 
 
@@ -80,10 +85,16 @@ def short_cause(exc: BaseException) -> str:
 
 # sqlite's primary result codes (https://sqlite.org/rescode.html): sqlite3.Error.sqlite_errorcode is
 # the extended code, whose low byte is the primary one.
-_SQLITE_CAUSES = {sqlite3.SQLITE_BUSY: "database is locked", sqlite3.SQLITE_LOCKED: "database is locked",
-                  sqlite3.SQLITE_FULL: "disk full", sqlite3.SQLITE_READONLY: "read-only",
-                  sqlite3.SQLITE_CANTOPEN: "cannot open the file", sqlite3.SQLITE_IOERR: "disk I/O error",
-                  sqlite3.SQLITE_NOTADB: "not a database", sqlite3.SQLITE_PERM: "permission denied"}
+_SQLITE_CAUSES = {
+    sqlite3.SQLITE_BUSY: "database is locked",
+    sqlite3.SQLITE_LOCKED: "database is locked",
+    sqlite3.SQLITE_FULL: "disk full",
+    sqlite3.SQLITE_READONLY: "read-only",
+    sqlite3.SQLITE_CANTOPEN: "cannot open the file",
+    sqlite3.SQLITE_IOERR: "disk I/O error",
+    sqlite3.SQLITE_NOTADB: "not a database",
+    sqlite3.SQLITE_PERM: "permission denied",
+}
 # A full disk, a quota, or a file size limit (RLIMIT_FSIZE): no room to write either way.
 NO_ROOM_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 # Errors MLflow's codes mark as the user's to fix (a name, a value, a login, a permission), each
@@ -181,8 +192,7 @@ MAX_EXPERIMENT_NAME_LENGTH = 500
 def experiment_name_problem(name: str) -> str | None:
     """Why MLflow would refuse `name` as an experiment's name, or None."""
     if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
-        return (f"{len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: "
-                "choose a shorter name")
+        return f"{len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: choose a shorter name"
     return None
 
 
@@ -238,8 +248,8 @@ def resolve_tracking_uri(cli_value: str | None) -> str:
 
 
 def sqlite_path(uri: str) -> Path | None:
-    if uri.startswith("sqlite:///") and uri[len("sqlite:///"):] not in ("", ":memory:"):
-        return Path(uri[len("sqlite:///"):])
+    if uri.startswith("sqlite:///") and uri[len("sqlite:///") :] not in ("", ":memory:"):
+        return Path(uri[len("sqlite:///") :])
     return None
 
 
@@ -260,9 +270,11 @@ def local_state_dir(uri: str) -> Path:
 # slash is enough: a URI given where a path was expected comes back normalised (http:/user:PW@host/x).
 _URI_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*:/+[^\s:/?#@]*:)[^\s/?#]*(?=@)")
 # ...and secrets passed as query parameters (?password=..., &sslpassword=..., ;token=...).
-_QUERY_SECRET = re.compile(r"(?P<head>[?&;](?:[A-Za-z_]*password|passwd|pwd|pass|[A-Za-z_]*token|secret|"
-                           r"client_secret|api_?key|access_?key|secret_?key|sig|signature)=)[^\s&;#'\"]*",
-                           re.IGNORECASE)
+_QUERY_SECRET = re.compile(
+    r"(?P<head>[?&;](?:[A-Za-z_]*password|passwd|pwd|pass|[A-Za-z_]*token|secret|"
+    r"client_secret|api_?key|access_?key|secret_?key|sig|signature)=)[^\s&;#'\"]*",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str) -> str:
@@ -294,8 +306,10 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
                 "to the CA bundle that signed its certificate, or MLFLOW_TRACKING_INSECURE_TLS=true"
             ) from None
         except requests.exceptions.ReadTimeout:
-            raise UserError(f"tracking server {redact(uri)} accepted the connection but did not answer "
-                            f"within {timeout_s:g} s; check that it is healthy, or {fix}") from None
+            raise UserError(
+                f"tracking server {redact(uri)} accepted the connection but did not answer "
+                f"within {timeout_s:g} s; check that it is healthy, or {fix}"
+            ) from None
         except requests.exceptions.ConnectTimeout:
             raise UserError(f"tracking server {redact(uri)} did not answer within {timeout_s:g} s; {fix}") from None
         except requests.exceptions.RequestException as exc:
@@ -317,15 +331,19 @@ def check_sqlite_file(uri: str, option: str = "--tracking-uri", label: str = "tr
     if path is None:
         return
     if path.is_dir():
-        raise UserError(f"{label} {uri}: {path} is a folder; name a database file in it, "
-                        f"e.g. {option} sqlite:///{path.resolve() / 'mlflow.db'}")
+        raise UserError(
+            f"{label} {uri}: {path} is a folder; name a database file in it, "
+            f"e.g. {option} sqlite:///{path.resolve() / 'mlflow.db'}"
+        )
     if not path.parent.exists():
         raise UserError(f"{label} {uri}: folder {path.parent} does not exist; create it or pass another {option}")
     if not path.parent.is_dir():
         raise UserError(f"{label} {uri}: {path.parent} is a file, not a folder; pass another {option}")
     if not _empty_or_sqlite(path):
-        raise UserError(f"{label} {uri}: {path} is not an SQLite database; pass the store's .db file, "
-                        "or a new file name to create one")
+        raise UserError(
+            f"{label} {uri}: {path} is not an SQLite database; pass the store's .db file, "
+            "or a new file name to create one"
+        )
 
 
 def _empty_or_sqlite(path: Path) -> bool:
@@ -345,14 +363,21 @@ def _refuse_file_store(uri: str, path: Path) -> None:
     """A plain path (or file:) is MLflow's retired file store: say which sqlite URI was most likely meant
     instead of MLflow's page of text, before anything (an ./mlruns folder) is made."""
     meant = path if path.suffix in (".db", ".sqlite", ".sqlite3") or path.is_file() else path / "mlflow.db"
-    raise UserError(f"tracking store {uri}: MLflow 3 retired file stores (a path or file: URI); use a database "
-                    f"file, e.g. --tracking-uri sqlite:///{meant.resolve()}, or a tracking server (http://HOST:PORT)")
+    raise UserError(
+        f"tracking store {uri}: MLflow 3 retired file stores (a path or file: URI); use a database "
+        f"file, e.g. --tracking-uri sqlite:///{meant.resolve()}, or a tracking server (http://HOST:PORT)"
+    )
 
 
 # How MLflow's client authenticates to a server; Ray workers get the driver's values (executors).
-CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
-                        "MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH",
-                        "MLFLOW_TRACKING_CLIENT_CERT_PATH")
+CREDENTIAL_VARIABLES = (
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_INSECURE_TLS",
+    "MLFLOW_TRACKING_SERVER_CERT_PATH",
+    "MLFLOW_TRACKING_CLIENT_CERT_PATH",
+)
 
 
 def check_login(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
@@ -363,20 +388,30 @@ def check_login(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
     token = None if user and password else os.environ.get("MLFLOW_TRACKING_TOKEN")
     try:
-        status = requests.get(f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search", params={"max_results": 1},
-                              auth=(user, password) if user and password else None, timeout=timeout_s,
-                              headers={"Authorization": f"Bearer {token}"} if token else {}, **_tls()).status_code
+        status = requests.get(
+            f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search",
+            params={"max_results": 1},
+            auth=(user, password) if user and password else None,
+            timeout=timeout_s,
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+            **_tls(),
+        ).status_code
     except requests.exceptions.RequestException:
         return  # it answered /health a moment ago: the client's retries take it from here
     if status == 401 and user and password:
-        raise UserError(f"tracking server {redact(uri)} refused the password of user {user!r} (HTTP 401); "
-                        f"check MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+        raise UserError(
+            f"tracking server {redact(uri)} refused the password of user {user!r} (HTTP 401); "
+            f"check MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+        )
     if status == 401:
-        raise UserError(f"tracking server {redact(uri)} requires a login (HTTP 401); set MLFLOW_TRACKING_USERNAME "
-                        "and MLFLOW_TRACKING_PASSWORD to a user of that server")
+        raise UserError(
+            f"tracking server {redact(uri)} requires a login (HTTP 401); set MLFLOW_TRACKING_USERNAME "
+            "and MLFLOW_TRACKING_PASSWORD to a user of that server"
+        )
     if status == 403:
-        raise UserError(f"tracking server {redact(uri)}: user {user!r} may not read it (HTTP 403); "
-                        "ask its admin for permission")
+        raise UserError(
+            f"tracking server {redact(uri)}: user {user!r} may not read it (HTTP 403); ask its admin for permission"
+        )
     # Anything else is the client's to meet (a proxy without this API, a 5xx it retries).
 
 
@@ -384,8 +419,10 @@ def _tls() -> dict:
     """requests' TLS arguments as MLflow's client sets them from the environment: a server MLflow can
     reach, the probes reach too (a private CA, a self-signed certificate, a client certificate)."""
     insecure = os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true"
-    return {"verify": False if insecure else os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or True,
-            "cert": os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH") or None}
+    return {
+        "verify": False if insecure else os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or True,
+        "cert": os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH") or None,
+    }
 
 
 def _why(exc: Exception) -> str:
@@ -440,23 +477,31 @@ def open_client(uri: str, must_exist: bool = False):
 def _open_error(uri: str, path: Path | None, exc: Exception, new: bool) -> UserError:
     where = path.resolve().parent if path is not None else None
     if where is not None and is_no_room(exc):
-        return UserError(f"tracking store {uri}: disk full at {where} ({short_cause(exc)}); free some space "
-                         "there, or pass --tracking-uri sqlite:///OTHER/mlflow.db on a disk with room")
+        return UserError(
+            f"tracking store {uri}: disk full at {where} ({short_cause(exc)}); free some space "
+            "there, or pass --tracking-uri sqlite:///OTHER/mlflow.db on a disk with room"
+        )
     code = sqlite_code(exc) if path is not None else None
-    if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN) \
-            or (path is not None and os_errno(exc) in (errno.EACCES, errno.EPERM, errno.EROFS)):
-        return UserError(f"tracking store {uri}: {path} cannot be written ({short_cause(exc)}); make it and its "
-                         f"folder {where} writable, or pass --tracking-uri sqlite:///OTHER/mlflow.db")
+    if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN) or (
+        path is not None and os_errno(exc) in (errno.EACCES, errno.EPERM, errno.EROFS)
+    ):
+        return UserError(
+            f"tracking store {uri}: {path} cannot be written ({short_cause(exc)}); make it and its "
+            f"folder {where} writable, or pass --tracking-uri sqlite:///OTHER/mlflow.db"
+        )
     hint = ""
     if isinstance(exc, ModuleNotFoundError):
         hint = f"; install the {exc.name} package for this store"
     elif code is None and (mlflow_code := error_code(exc)) in USER_CAUSED and user_error(exc, "") is not None:
         hint = f"; {USER_CAUSED[mlflow_code]}"
     elif new and _creation_race(exc):  # both migrations failed half-way: alembic's copy is left behind
-        hint = (f"; another program created this new store at the same moment and left it half made: "
-                f"delete {path} and run again")
-    return UserError(f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: "
-                     f"{first_line(exc)[:300]}){hint}")
+        hint = (
+            f"; another program created this new store at the same moment and left it half made: "
+            f"delete {path} and run again"
+        )
+    return UserError(
+        f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: {first_line(exc)[:300]}){hint}"
+    )
 
 
 # MLflow's tables that every version of its schema has: a sqlite file without them is not a store.
@@ -485,8 +530,9 @@ def check_mlflow_store(uri: str, path: Path) -> None:
         raise UserError(f"no tracking store at {path} ({uri}); run a grid first, or pass --tracking-uri")
     found = _tables(path)
     if found is None or not found[0] >= _MLFLOW_TABLES:
-        raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
-                        "pass the store's .db file")
+        raise UserError(
+            f"{path} is not an MLflow store (an SQLite database without MLflow's tables); pass the store's .db file"
+        )
     # A store at another MLflow schema is not migrated here: MLflow's own check at opening refuses it,
     # naming `mlflow db upgrade` (open_client turns that into one line).
 
@@ -496,8 +542,10 @@ def refuse_foreign_sqlite(uri: str, path: Path) -> None:
     MLflow's): MLflow would add its own tables to it."""
     found = _tables(path) if path.exists() and path.stat().st_size else None
     if found is not None and found[0] and not found[0] & _MLFLOW_TABLES:
-        raise UserError(f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
-                        "pass the store's .db file, or a new file name to create one")
+        raise UserError(
+            f"{path} is not an MLflow store (an SQLite database without MLflow's tables); "
+            "pass the store's .db file, or a new file name to create one"
+        )
 
 
 def check_writable_store(uri: str, path: Path) -> None:
@@ -516,11 +564,13 @@ def check_writable_store(uri: str, path: Path) -> None:
                 pass
     except OSError as exc:
         if exc.errno in NO_ROOM_ERRNOS:
-            raise UserError(f"tracking store {uri}: disk full at {folder}; free some space there, {fix} "
-                            "on a disk with room") from None
+            raise UserError(
+                f"tracking store {uri}: disk full at {folder}; free some space there, {fix} on a disk with room"
+            ) from None
         what = f"the store {path}" if exc.filename == str(path) else f"the folder {folder}"
-        raise UserError(f"tracking store {uri}: {what} cannot be written ({os.strerror(exc.errno or 0)}); "
-                        f"make it writable, {fix}") from None
+        raise UserError(
+            f"tracking store {uri}: {what} cannot be written ({os.strerror(exc.errno or 0)}); make it writable, {fix}"
+        ) from None
 
 
 # Up to ~45 s: another program's migration of a new store takes seconds, tens of them on a busy machine.
@@ -536,8 +586,14 @@ def _creation_race(exc: BaseException) -> bool:
     not one of them."""
     if isinstance(exc, ImportError) or is_no_room(exc):
         return False
-    if sqlite_code(exc) in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM,
-                            sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_IOERR):
+    if sqlite_code(exc) in (
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_NOTADB,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_IOERR,
+    ):
         return False
     if os_errno(exc) in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR):
         return False
@@ -576,8 +632,14 @@ def is_transient(exc: BaseException) -> bool:
     # ConnectionError too. A status in MLflow's retry list (408, 429, 500, 502, 503, 504) comes back
     # as a RetryError once its retries are spent, without the status (urllib3 keeps only a message):
     # it is retried, and creates are guarded by a dedupe key (Retrying).
-    if _in_chain(exc, requests.exceptions.ConnectionError, requests.exceptions.Timeout,
-                 requests.exceptions.RetryError, ConnectionError, TimeoutError):
+    if _in_chain(
+        exc,
+        requests.exceptions.ConnectionError,
+        requests.exceptions.Timeout,
+        requests.exceptions.RetryError,
+        ConnectionError,
+        TimeoutError,
+    ):
         return True
     # MLflow's server answers 400 BAD_REQUEST (and its auth app 401) to requests it cannot serve while
     # the database behind it restarts (seen with PostgreSQL): retried like the outage they are; what a
@@ -631,32 +693,38 @@ class Retrying:
                 time.sleep(delay)
         raise AssertionError("unreachable: the last delay is None")
 
-    def _create_run(self, experiment_id: str, start_time: int | None = None, tags: dict | None = None,
-                    run_name: str | None = None):
+    def _create_run(
+        self, experiment_id: str, start_time: int | None = None, tags: dict | None = None, run_name: str | None = None
+    ):
         """MlflowClient.create_run, retried after a run with this call's token is looked up."""
         token = uuid.uuid4().hex
         tags = {**(tags or {}), TAG_CREATE_TOKEN: token}
-        return self._call((*_RETRY_DELAYS_S, None),
-                          lambda: self.once.create_run(experiment_id, start_time=start_time, tags=tags,
-                                                       run_name=run_name),
-                          lambda: self._lookup(lambda: self._run_with_token(experiment_id, token)))
+        return self._call(
+            (*_RETRY_DELAYS_S, None),
+            lambda: self.once.create_run(experiment_id, start_time=start_time, tags=tags, run_name=run_name),
+            lambda: self._lookup(lambda: self._run_with_token(experiment_id, token)),
+        )
 
     def _run_with_token(self, experiment_id: str, token: str):
         from mlflow.entities import ViewType
 
-        found = self.once.search_runs([experiment_id], f"tags.`{TAG_CREATE_TOKEN}` = '{token}'",
-                                      run_view_type=ViewType.ALL, max_results=1)
+        found = self.once.search_runs(
+            [experiment_id], f"tags.`{TAG_CREATE_TOKEN}` = '{token}'", run_view_type=ViewType.ALL, max_results=1
+        )
         return found[0] if found else None
 
     def _create_experiment(self, name: str, artifact_location: str | None = None, tags: dict | None = None):
         """MlflowClient.create_experiment, retried after the experiment is looked up by its (unique) name."""
+
         def existing():
             found = self.once.get_experiment_by_name(name)
             return found.experiment_id if found is not None else None
 
-        return self._call((*_RETRY_DELAYS_S, None),
-                          lambda: self.once.create_experiment(name, artifact_location=artifact_location, tags=tags),
-                          lambda: self._lookup(existing))
+        return self._call(
+            (*_RETRY_DELAYS_S, None),
+            lambda: self.once.create_experiment(name, artifact_location=artifact_location, tags=tags),
+            lambda: self._lookup(existing),
+        )
 
     @staticmethod
     def _lookup(find):
@@ -705,8 +773,10 @@ def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
     if uri.startswith(("http://", "https://")):
         return "", f"{uri.rstrip('/')}/{page}"
     no_jobs = " ".join(f"{k}={v}" for k, v in UI_ENV.items())
-    return (f"{no_jobs} {_mlflow_executable()} ui --backend-store-uri {uri} --port 5000 {' '.join(UI_OPTIONS)}",
-            f"http://127.0.0.1:5000/{page}")
+    return (
+        f"{no_jobs} {_mlflow_executable()} ui --backend-store-uri {uri} --port 5000 {' '.join(UI_OPTIONS)}",
+        f"http://127.0.0.1:5000/{page}",
+    )
 
 
 # How `pipeline ui` starts MLflow's UI, and so the command the pipeline prints for it: one worker
@@ -745,13 +815,17 @@ def check_backend(uri: str, timeout_s: int = 5, label: str = "--backend-store-ur
         with engine.connect():
             pass
     except ImportError as exc:
-        install = ("the server extra: pip install -e '.[server]' (make setup does)" if uri.startswith("postgresql")
-                   else f"its driver ({getattr(exc, 'name', None) or exc})")
+        install = (
+            "the server extra: pip install -e '.[server]' (make setup does)"
+            if uri.startswith("postgresql")
+            else f"its driver ({getattr(exc, 'name', None) or exc})"
+        )
         raise UserError(f"{label} {redact(uri)}: no driver for it ({exc}); install {install}") from None
     except Exception as exc:
         cause = first_line(exc).replace(urllib.parse.urlparse(uri).password or "\0", "***")
-        raise UserError(f"{label} {redact(uri)}: cannot connect ({exc.__class__.__name__}: "
-                        f"{cause[:200]}); {fix}") from None
+        raise UserError(
+            f"{label} {redact(uri)}: cannot connect ({exc.__class__.__name__}: {cause[:200]}); {fix}"
+        ) from None
     engine.dispose()
 
 

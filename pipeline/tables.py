@@ -40,12 +40,14 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
         return decision_frame(comparison)
     t = comparison.table
     always = sorted((k for k, key in KEYS.items() if key.shown == "always"), key=lambda k: k != "device")
-    settings = [k for k in always if k in t] + [k for k in comparison.varying
-                                                if k in KEYS and KEYS[k].shown == "varying"]
+    settings = [k for k in always if k in t] + [
+        k for k in comparison.varying if k in KEYS and KEYS[k].shown == "varying"
+    ]
     out = t[settings].copy()
     if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
-        out["data path"] = ["on device (no host data path)" if str(v).lower() == "true" else "host"
-                            for v in t["data_on_device"]]
+        out["data path"] = [
+            "on device (no host data path)" if str(v).lower() == "true" else "host" for v in t["data_on_device"]
+        ]
     out["n"] = t["n"]
     if t["contended"].any():
         out["contended"] = _contended(t)
@@ -133,8 +135,10 @@ def _contended(t: pd.DataFrame) -> list[str]:
 
 
 def _spreads(t: pd.DataFrame, compact: bool) -> list[str]:
-    return [spread(m, q1, q3, compact) for m, q1, q3 in
-            zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
+    return [
+        spread(m, q1, q3, compact)
+        for m, q1, q3 in zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])
+    ]
 
 
 def _images(t: pd.DataFrame) -> pd.Series:
@@ -177,8 +181,9 @@ def _to_target(row: pd.Series, compact: bool) -> str:
     return f"{time}\n{reached}" if compact else f"{time} {reached}"
 
 
-def speedup_columns(comparison: Comparison, frame: pd.DataFrame | None = None, always: tuple[str, ...] = (),
-                    compact: bool = False) -> pd.DataFrame:
+def speedup_columns(
+    comparison: Comparison, frame: pd.DataFrame | None = None, always: tuple[str, ...] = (), compact: bool = False
+) -> pd.DataFrame:
     """One text column per speedup in `frame` (the comparison's table, or rows of it; and those in
     `always`): "ref" on the reference row, "2.41x faster [2.30-2.52]" on its twins (cell, with a
     faster row's accuracy shortfall beyond the margin), empty where a row has no twin."""
@@ -213,18 +218,22 @@ def markdown(frame: pd.DataFrame) -> str:
 
 def gate_display_frame(result: gate.GateResult) -> pd.DataFrame:
     """The human view: one row per point."""
+
     def seconds(value: float) -> str:
         return "-" if math.isnan(value) else f"{value:.3f}"
 
-    return pd.DataFrame({
-        "point": [c.point for c in result.changes],
-        "state": [c.state for c in result.changes],
-        "baseline s/epoch": [seconds(c.baseline_s) for c in result.changes],
-        "s/epoch": [seconds(c.current_s) for c in result.changes],
-        "change": [change_words(c) for c in result.changes],
-        "runs": [f"{c.runs[0]} vs {c.runs[1]}" if c.ratio is not None or any(c.runs) else "-"
-                 for c in result.changes],
-    })
+    return pd.DataFrame(
+        {
+            "point": [c.point for c in result.changes],
+            "state": [c.state for c in result.changes],
+            "baseline s/epoch": [seconds(c.baseline_s) for c in result.changes],
+            "s/epoch": [seconds(c.current_s) for c in result.changes],
+            "change": [change_words(c) for c in result.changes],
+            "runs": [
+                f"{c.runs[0]} vs {c.runs[1]}" if c.ratio is not None or any(c.runs) else "-" for c in result.changes
+            ],
+        }
+    )
 
 
 def gate_title(result: gate.GateResult) -> str:
@@ -236,8 +245,17 @@ def render_gate(result: gate.GateResult, fmt: str) -> str:
     if fmt == "csv":
         return gate.frame(result).to_csv(index=False)
     if fmt == "json":
-        return json.dumps({"verdict": gate_verdict(result), "exit_code": result.exit_code,
-                           "points": json.loads(gate.frame(result).to_json(orient="records"))}, indent=2) + "\n"
+        return (
+            json.dumps(
+                {
+                    "verdict": gate_verdict(result),
+                    "exit_code": result.exit_code,
+                    "points": json.loads(gate.frame(result).to_json(orient="records")),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     if fmt == "markdown":
         return f"### {gate_title(result)}\n\n{markdown(gate_display_frame(result))}\n**{gate_verdict(result)}**\n"
     raise ValueError(fmt)

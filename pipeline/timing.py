@@ -78,8 +78,11 @@ def summary(epoch_s: Sequence[float], images_per_s: Sequence[float], test_accura
 
 def summary_of(epochs: Sequence[Any]) -> dict[str, float]:
     """`summary` of a run's epochs (train.EpochStats, in order): what each child logs at its end."""
-    return summary([e.epoch_duration_s for e in epochs], [e.images_per_s for e in epochs],
-                   epochs[-1].test_accuracy if epochs else None)
+    return summary(
+        [e.epoch_duration_s for e in epochs],
+        [e.images_per_s for e in epochs],
+        epochs[-1].test_accuracy if epochs else None,
+    )
 
 
 def end_figures(histories: Mapping[str, Sequence[float]]) -> dict[str, float]:
@@ -121,8 +124,10 @@ def histories_of(epochs: Sequence[Any], names: Sequence[str]) -> dict[str, list[
 def run_figures(histories: Mapping[str, Sequence[float]], test_accuracy: float | None) -> dict[str, float]:
     """A run's summary (`summary`) and end figures (`end_figures`) from its per-epoch metrics by name
     (FIGURE_HISTORIES, as the store holds them) and its final test accuracy."""
-    return {**summary(histories.get("epoch_duration_s", ()), histories.get("images_per_s", ()), test_accuracy),
-            **end_figures(histories)}
+    return {
+        **summary(histories.get("epoch_duration_s", ()), histories.get("images_per_s", ()), test_accuracy),
+        **end_figures(histories),
+    }
 
 
 def logged_at_end(epochs: Sequence[Any]) -> dict[str, float]:

@@ -120,8 +120,14 @@ class Tracker:
     def log_tags(self, run_id: str, tags: dict[str, Any]) -> None:
         self.log_epochs(run_id, [], tags=tags)
 
-    def log_epochs(self, run_id: str, epochs: list[Any], run_metrics: dict[str, float | None] | None = None,
-                   tags: dict[str, Any] | None = None, steps: dict[str, int] | None = None) -> None:
+    def log_epochs(
+        self,
+        run_id: str,
+        epochs: list[Any],
+        run_metrics: dict[str, float | None] | None = None,
+        tags: dict[str, Any] | None = None,
+        steps: dict[str, int] | None = None,
+    ) -> None:
         """Epochs' metrics (step = epoch), run-level ones (step 0, or their entry in `steps`: the
         time to target is logged at the epoch that reached it) and tags, in one batch call."""
         from mlflow.entities import RunTag
@@ -151,8 +157,10 @@ class Tracker:
         from mlflow.entities import DatasetInput, InputTag
         from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-        inputs = [DatasetInput(DatasetEntity(**description), [InputTag(MLFLOW_DATASET_CONTEXT, context)])
-                  for context, description in dataset_descriptions(dataset).items()]
+        inputs = [
+            DatasetInput(DatasetEntity(**description), [InputTag(MLFLOW_DATASET_CONTEXT, context)])
+            for context, description in dataset_descriptions(dataset).items()
+        ]
         self.client.log_inputs(run_id, datasets=inputs)
 
     def link_model(self, run_id: str, from_run_id: str) -> None:
@@ -172,8 +180,9 @@ class Tracker:
         text = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         self.log_files(run_id, {ARTIFACT_TRACEBACK: text})
 
-    def log_model(self, run_id: str, model: Any, example: Any, step: int = 0, *,
-                  params: dict[str, Any] | None = None) -> str:
+    def log_model(
+        self, run_id: str, model: Any, example: Any, step: int = 0, *, params: dict[str, Any] | None = None
+    ) -> str:
         """Log a CPU copy of `model` as the run's model `model` with `mlflow.pytorch.log_model`, as
         the output of `step` (the final epoch: MLflow links that epoch's metrics to the model), with
         `params` copied onto it. Returns the model's URI. Inside `system_metrics`' block the run is
@@ -276,9 +285,13 @@ def dataset_descriptions(dataset: Dataset) -> dict[str, dict[str, str]]:
         with warnings.catch_warnings():
             # MLflow registers its local-file source twice and says it picked one: nothing to act on.
             warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
-            described = mlflow.data.from_numpy(data.images.numpy(), source=str(dataset.folder),
-                                               targets=data.labels.numpy(), name=f"{name}-{split}",
-                                               digest=dataset.digest(split))
+            described = mlflow.data.from_numpy(
+                data.images.numpy(),
+                source=str(dataset.folder),
+                targets=data.labels.numpy(),
+                name=f"{name}-{split}",
+                digest=dataset.digest(split),
+            )
         descriptions[context] = described.to_dict()
     return descriptions
 
@@ -336,8 +349,9 @@ def _offers_serialization_format() -> bool:
     return "serialization_format" in inspect.signature(mlflow.pytorch.log_model).parameters
 
 
-def as_metrics(epochs: list[Any], run_metrics: dict[str, float | None],
-               steps: dict[str, int] | None = None) -> list[Any]:
+def as_metrics(
+    epochs: list[Any], run_metrics: dict[str, float | None], steps: dict[str, int] | None = None
+) -> list[Any]:
     """MLflow Metrics, stamped now: each epoch's per-epoch metrics at step = epoch, and run-level ones
     at step 0 (or at `steps[name]`). A value that is None (peak memory where it cannot be told) is
     left out, never zero."""
@@ -372,7 +386,6 @@ def _experiment_id(client, uri: str, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage == "deleted":
-
             raise deleted_experiment(uri, name, found.experiment_id)
         return found.experiment_id
     try:

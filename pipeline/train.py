@@ -173,8 +173,14 @@ def evaluate(
     return loss_sum.item() / n, correct.item() / n
 
 
-def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | None = None,
-        resume: dict | None = None, stop_at: Target | None = None) -> FitResult:
+def fit(
+    config: RunConfig,
+    data: Dataset,
+    device: torch.device,
+    hooks: Hooks | None = None,
+    resume: dict | None = None,
+    stop_at: Target | None = None,
+) -> FitResult:
     """Train `config.epochs` epochs with Adam and cross-entropy; evaluate on the test set each epoch.
 
     `resume` is a state from Hooks.save_state: training continues after its last epoch, with the
@@ -191,9 +197,16 @@ def fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks | N
         return result
 
 
-def _train_step(model: torch.nn.Module, optimizer: torch.optim.Adam, images: torch.Tensor, labels: torch.Tensor,
-                device: torch.device, precision: str, channels_last: bool,
-                scaler: torch.amp.GradScaler | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Adam,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    device: torch.device,
+    precision: str,
+    channels_last: bool,
+    scaler: torch.amp.GradScaler | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One eager training step on a batch already on the device: forward and loss at `precision`,
     then backward and Adam (through the scaler with fp16 on CUDA). Returns (logits, loss)."""
     with autocast(device, precision):
@@ -215,8 +228,9 @@ def make_optimizer(parameters, config: RunConfig, device: torch.device, capturab
     instead of several per tensor), and capturable (its step counter on the GPU) when a CUDA graph
     replays the step."""
     cuda = device.type == "cuda"
-    return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=cuda,
-                            capturable=cuda and capturable)
+    return torch.optim.Adam(
+        parameters, lr=config.lr, weight_decay=config.weight_decay, fused=cuda, capturable=cuda and capturable
+    )
 
 
 def _shapes(config: RunConfig, data: Dataset) -> list[tuple[int, bool]]:
@@ -301,8 +315,9 @@ class _Start:
     earlier_wall_s: float | None = 0.0
 
 
-def _fit(config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None,
-         stop_at: Target | None) -> FitResult:
+def _fit(
+    config: RunConfig, data: Dataset, device: torch.device, hooks: Hooks, resume: dict | None, stop_at: Target | None
+) -> FitResult:
     fit_start = time.perf_counter()  # each epoch's wall_clock_s counts from here
     one_off: dict[str, float] = {}
     run = _build(config, data, device, one_off)
@@ -344,12 +359,19 @@ def _build(config: RunConfig, data: Dataset, device: torch.device, one_off: dict
     loader: DeviceBatches | PinnedPrefetch | torch.utils.data.DataLoader
     if config.data_on_device:
         loader, one_off[UPLOAD] = _timed(
-            device, lambda: DeviceBatches(data.train, config.batch_size, config.shuffle, config.seed, device))
+            device, lambda: DeviceBatches(data.train, config.batch_size, config.shuffle, config.seed, device)
+        )
     elif config.prefetch:
         loader = PinnedPrefetch(data.train, config.batch_size, config.shuffle, config.seed, device)
     else:
-        loader = batches(data.train, config.batch_size, shuffle=config.shuffle, seed=config.seed,
-                         num_workers=config.num_workers, pin_memory=cuda)
+        loader = batches(
+            data.train,
+            config.batch_size,
+            shuffle=config.shuffle,
+            seed=config.seed,
+            num_workers=config.num_workers,
+            pin_memory=cuda,
+        )
     return _Training(model, model, optimizer, scaler, loader, channels_last)
 
 
@@ -378,16 +400,31 @@ def _prepare(run: _Training, config: RunConfig, data: Dataset, device: torch.dev
         if not config.compile or isinstance(exc, torch.OutOfMemoryError):
             raise
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [exc.__class__.__name__]
-        raise CompileFailed(f"torch.compile failed ({lines[0][:300]}); set compile: false to train this "
-                            "point eagerly") from exc
+        raise CompileFailed(
+            f"torch.compile failed ({lines[0][:300]}); set compile: false to train this point eagerly"
+        ) from exc
     if config.cuda_graph:  # the planner only lets cuda points through
-        run.graph, result.one_off[CAPTURE] = _timed(device, lambda: GraphStep(
-            run.model, run.optimizer, min(config.batch_size, len(data.train)), device,
-            lambda images: _normalise(images, run.channels_last)))
+        run.graph, result.one_off[CAPTURE] = _timed(
+            device,
+            lambda: GraphStep(
+                run.model,
+                run.optimizer,
+                min(config.batch_size, len(data.train)),
+                device,
+                lambda images: _normalise(images, run.channels_last),
+            ),
+        )
 
 
-def _epoch(run: _Training, config: RunConfig, data: Dataset, device: torch.device, epoch: int, hooks: Hooks,
-           meters: tuple[PeakMemory, EnergyMeter]) -> EpochStats:
+def _epoch(
+    run: _Training,
+    config: RunConfig,
+    data: Dataset,
+    device: torch.device,
+    epoch: int,
+    hooks: Hooks,
+    meters: tuple[PeakMemory, EnergyMeter],
+) -> EpochStats:
     """One epoch: every batch moved to the device and stepped, timed by where its time went (the
     data, the copy, the compute: Clock), then the test set evaluated."""
     cuda, cpu = device.type == "cuda", device.type == "cpu"
@@ -412,8 +449,9 @@ def _epoch(run: _Training, config: RunConfig, data: Dataset, device: torch.devic
         if graph is not None and images is graph.images:
             logits, loss = graph.replay()
         else:
-            logits, loss = _train_step(run.net, run.optimizer, images, labels, device, config.precision,
-                                       run.channels_last, run.scaler)
+            logits, loss = _train_step(
+                run.net, run.optimizer, images, labels, device, config.precision, run.channels_last, run.scaler
+            )
         loss_sum += loss.detach() * labels.size(0)
         correct += (logits.argmax(dim=1) == labels).sum()
         if cpu and not math.isfinite(loss.item()):  # free on the CPU: stop at the step it happened
@@ -451,7 +489,9 @@ def _epoch(run: _Training, config: RunConfig, data: Dataset, device: torch.devic
 def _state(run: _Training, result: FitResult, epoch: int, elapsed_s: float) -> dict:
     """What a resumed run needs to go on as if never stopped (Hooks.save_state)."""
     return {
-        "epoch": epoch, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+        "epoch": epoch,
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
         "generator": run.loader.sampler.generator.get_state(),
         **({"scaler": run.scaler.state_dict()} if run.scaler is not None else {}),
         "epochs": [dataclasses.asdict(e) for e in result.epochs],

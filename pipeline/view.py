@@ -79,8 +79,7 @@ _VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=TABLE"
 # The view's first columns: each run's setting's figures, the numbers of `pipeline compare`'s row
 # for it (setting_figures); the time to target only where the sweep has a target, the MFU only where
 # its runs logged one.
-COLUMN_METRICS = (SETTING_STEADY_EPOCH, SETTING_IMAGES, SETTING_ACCURACY, SETTING_TO_TARGET, SETTING_MFU,
-                  SETTING_RUNS)
+COLUMN_METRICS = (SETTING_STEADY_EPOCH, SETTING_IMAGES, SETTING_ACCURACY, SETTING_TO_TARGET, SETTING_MFU, SETTING_RUNS)
 SECTION = "pipeline-comparison"
 TRADEOFF_CHART = "comparison/accuracy_vs_time.png"  # charts.TRADEOFF_PNG
 REPORT = "report.html"  # the sweep's shareable report (html_report.py), on the parent run
@@ -115,8 +114,10 @@ def unverified_note(version: str | None = None) -> str:
     """What a user of an unverified MLflow is told instead of getting the saved view."""
     version = _mlflow_version(version)
     checked = ", ".join(f"{major}.{minor}" for major, minor in VERIFIED_UI)
-    return (f"MLflow {version}: the sweep's saved view (columns, charts) is written only for MLflow {checked}, "
-            "whose UI it was checked on; the link lists the sweep's runs instead")
+    return (
+        f"MLflow {version}: the sweep's saved view (columns, charts) is written only for MLflow {checked}, "
+        "whose UI it was checked on; the link lists the sweep's runs instead"
+    )
 
 
 def relative_page(experiment_id: str, parent_run_id: str) -> str:
@@ -150,19 +151,32 @@ def latest(client, experiment_id: str) -> str | None:
     for key, value in client.get_experiment(experiment_id).tags.items():
         if key.startswith(VIEW_TAG_PREFIX + "sweep-"):
             try:
-                views.append((json.loads(value).get("updatedAt", 0), key[len(VIEW_TAG_PREFIX + "sweep-"):]))
+                views.append((json.loads(value).get("updatedAt", 0), key[len(VIEW_TAG_PREFIX + "sweep-") :]))
             except (ValueError, AttributeError):
                 continue
     return max(views)[1] if views else None
 
 
 def _card(uuid: str, kind: str, **fields: Any) -> dict:
-    return {"uuid": uuid, "type": kind, "runsCountToCompare": 100, "metricSectionId": SECTION,
-            "deleted": False, "isGenerated": False, **fields}
+    return {
+        "uuid": uuid,
+        "type": kind,
+        "runsCountToCompare": 100,
+        "metricSectionId": SECTION,
+        "deleted": False,
+        "isGenerated": False,
+        **fields,
+    }
 
 
-def state(parent_run_id: str, settings: list[str], categorical: list[str] | None = None,
-          target: str | None = None, groups: Sequence[str] = (), utilisation: bool = False) -> dict:
+def state(
+    parent_run_id: str,
+    settings: list[str],
+    categorical: list[str] | None = None,
+    target: str | None = None,
+    groups: Sequence[str] = (),
+    utilisation: bool = False,
+) -> dict:
     """The runs page of one sweep: its children flat in the verdict's order, the figures first, the
     comparison charts first, speed against accuracy first of all. The figures are each run's
     setting's (names.SETTING_*: the numbers `pipeline compare` prints for the setting), so that the
@@ -180,12 +194,17 @@ def state(parent_run_id: str, settings: list[str], categorical: list[str] | None
     figures = [m for m in COLUMN_METRICS if (target or m != SETTING_TO_TARGET) and (utilisation or m != SETTING_MFU)]
     # The figures first (MLflow's assistant panel, open on a first visit, covers the table's right
     # side), then the settings, then the data each run trained on (the UI's own Dataset column).
-    columns = [f"metrics.`{m}`" for m in figures] + [f"tags.`{TAG_VERDICT}`"] + [f"params.`{k}`" for k in settings] \
+    columns = (
+        [f"metrics.`{m}`" for m in figures]
+        + [f"tags.`{TAG_VERDICT}`"]
+        + [f"params.`{k}`" for k in settings]
         + [DATASET_COLUMN]
+    )
     return {
         "searchFilter": children_filter(parent_run_id),
         # The verdict's order (names.RANK): the run whose model the verdict names first, then fastest first.
-        "orderByKey": f"metrics.`{RANK}`", "orderByAsc": True,
+        "orderByKey": f"metrics.`{RANK}`",
+        "orderByAsc": True,
         "selectedColumns": columns,
         "columnOrder": columns,
         "columnWidths": {column: 110 if column.startswith("metrics.") else 120 for column in columns}
@@ -194,15 +213,33 @@ def state(parent_run_id: str, settings: list[str], categorical: list[str] | None
         "isAccordionReordered": True,  # keep the comparison section first
         "hideEmptyCharts": True,
         **(_grouped(groups) if groups else {}),
-        "compareRunSections": [{"uuid": SECTION, "name": "Comparison", "display": True, "isReordered": True,
-                                "columns": 2, "deleted": False, "isGenerated": False}],
+        "compareRunSections": [
+            {
+                "uuid": SECTION,
+                "name": "Comparison",
+                "display": True,
+                "isReordered": True,
+                "columns": 2,
+                "deleted": False,
+                "isGenerated": False,
+            }
+        ],
         "compareRunCharts": [
-            _card("speed-vs-accuracy", "SCATTER", xaxis={"key": SETTING_STEADY_EPOCH, "type": metric},
-                  yaxis={"key": SETTING_ACCURACY, "type": metric}),
+            _card(
+                "speed-vs-accuracy",
+                "SCATTER",
+                xaxis={"key": SETTING_STEADY_EPOCH, "type": metric},
+                yaxis={"key": SETTING_ACCURACY, "type": metric},
+            ),
             _card("epoch-time", "BAR", metricKey=SETTING_STEADY_EPOCH),
             _card("test-accuracy", "BAR", metricKey=SETTING_ACCURACY),
-            _card("settings", "PARALLEL", selectedParams=categorical if categorical is not None else settings[:1],
-                  selectedMetrics=[SETTING_STEADY_EPOCH, SETTING_ACCURACY], showAllRuns=True),
+            _card(
+                "settings",
+                "PARALLEL",
+                selectedParams=categorical if categorical is not None else settings[:1],
+                selectedMetrics=[SETTING_STEADY_EPOCH, SETTING_ACCURACY],
+                showAllRuns=True,
+            ),
         ],
     }
 
@@ -211,9 +248,11 @@ def _grouped(groups: Sequence[str]) -> dict:
     """The UI state that folds a sweep's runs into one row per setting: grouped by the setting's tag,
     every group closed (the UI opens a group it has no entry for), the charts drawing one point per
     group. The group's id is the UI's own spelling: "tag.<key>.<value>"."""
-    return {"groupBy": {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": TAG_SETTING}]},
-            "groupsExpanded": {f"tag.{TAG_SETTING}.{name}": False for name in groups},
-            "useGroupedValuesInCharts": True}
+    return {
+        "groupBy": {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": TAG_SETTING}]},
+        "groupsExpanded": {f"tag.{TAG_SETTING}.{name}": False for name in groups},
+        "useGroupedValuesInCharts": True,
+    }
 
 
 def envelope(name: str, view_state: dict) -> str:
@@ -228,7 +267,7 @@ def read_envelope(value: str) -> dict:
     """The state of a view tag (tests, and anyone checking what the UI will load)."""
     packed = json.loads(value)["state"]
     if packed.startswith("deflate;"):
-        packed = zlib.decompress(base64.b64decode(packed[len("deflate;"):])).decode("utf-8")
+        packed = zlib.decompress(base64.b64decode(packed[len("deflate;") :])).decode("utf-8")
     return json.loads(packed)
 
 
@@ -264,32 +303,52 @@ def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str
     lines += ["", summary, ""]
     if not t.empty:
         sweep = comparison.sweep
-        links = [f"The report: {_report_link(sweep.experiment_id, parent_run_id, 'Open the report')} (the verdict, "
-                 "the table and the charts in one file, to share)"]
+        links = [
+            f"The report: {_report_link(sweep.experiment_id, parent_run_id, 'Open the report')} (the verdict, "
+            "the table and the charts in one file, to share)"
+        ]
         if supported():
-            links.insert(0, f"[Open the children's view]({relative_page(sweep.experiment_id, parent_run_id)}) "
-                            "(their columns and charts; the runs page forgets them after a run page and Back)")
+            links.insert(
+                0,
+                f"[Open the children's view]({relative_page(sweep.experiment_id, parent_run_id)}) "
+                "(their columns and charts; the runs page forgets them after a run page and Back)",
+            )
         lines += [f"{link}  " for link in links] + [""]
         t = t.sort_values("epoch_duration_s", kind="stable")
         settings = ["device"] + comparison.varying
         frame = t[settings].copy()
         frame["n"] = t["n"]
-        frame["epoch s [IQR]"] = [spread(m, q1, q3, compact=False) for m, q1, q3 in
-                                  zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])]
+        frame["epoch s [IQR]"] = [
+            spread(m, q1, q3, compact=False)
+            for m, q1, q3 in zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])
+        ]
         frame = pd.concat([frame, speedup_columns(comparison, t)], axis=1)  # device, precision, compile twins
         frame["test acc"] = t[FINAL_ACCURACY].map(lambda v: f"{v:.4f}")
         if _has_mfu(comparison):
             frame["MFU %"] = t["mfu"].map(percent)
         frame = frame.rename(columns=markdown_text).map(lambda v: markdown_text(str(v)))
         if len(t) > 1 and t[STEADY_EPOCH].notna().any():  # the speed charts exist (charts.plan)
-            lines += [f"![speed against accuracy]({artifact_url(parent_run_id, TRADEOFF_CHART)})", "",
-                      f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})", ""]
-        lines += [markdown_text(f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state "
-                                "when a run had 2+ epochs); speedups with their 95% interval over the runs (none "
-                                "below 2 runs a side), (n.s.) where it includes no difference."
-                                + (" MFU: the FLOP/s of its steady-state epochs over the device's measured matrix-"
-                                   "multiplication peak at its precision." if _has_mfu(comparison) else "")),
-                  "", markdown(frame)]
+            lines += [
+                f"![speed against accuracy]({artifact_url(parent_run_id, TRADEOFF_CHART)})",
+                "",
+                f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})",
+                "",
+            ]
+        lines += [
+            markdown_text(
+                f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state "
+                "when a run had 2+ epochs); speedups with their 95% interval over the runs (none "
+                "below 2 runs a side), (n.s.) where it includes no difference."
+                + (
+                    " MFU: the FLOP/s of its steady-state epochs over the device's measured matrix-"
+                    "multiplication peak at its precision."
+                    if _has_mfu(comparison)
+                    else ""
+                )
+            ),
+            "",
+            markdown(frame),
+        ]
         lines += [f"- {markdown_text(line)}" for line in speedup_lines(comparison) + notes(comparison)]
     return "\n".join(lines) + "\n"
 
@@ -299,8 +358,13 @@ def artifact_url(run_id: str, path: str) -> str:
     return f"get-artifact?path={quote(path, safe='')}&run_uuid={quote(run_id, safe='')}"
 
 
-def experiment_note(comparison: Comparison, grid_file: str, axes: Sequence[tuple[str, tuple]],
-                    view_link: str | None = None, model_link: str | None = None) -> str:
+def experiment_note(
+    comparison: Comparison,
+    grid_file: str,
+    axes: Sequence[tuple[str, tuple]],
+    view_link: str | None = None,
+    model_link: str | None = None,
+) -> str:
     """The experiment's description, which the UI shows above its runs folded to its first line: that
     line is its latest sweep's verdict in short (sentences.short_verdict) with the links to the best
     setting's model (`model_link`), the sweep's view (`view_link`, where one was written) and its
@@ -311,18 +375,28 @@ def experiment_note(comparison: Comparison, grid_file: str, axes: Sequence[tuple
     links += [f"[comparison view]({view_link})"] if view_link else []
     links.append(_report_link(sweep.experiment_id, sweep.run_id, "report"))
     said = short_verdict(comparison, reason=False)
-    lines = [(f"**{markdown_text(said)}** · " if said else "") + " · ".join(links), "",
-             f"The latest sweep, {markdown_text(sweep.name)}:  ", *verdict_lines(comparison), ""]
+    lines = [
+        (f"**{markdown_text(said)}** · " if said else "") + " · ".join(links),
+        "",
+        f"The latest sweep, {markdown_text(sweep.name)}:  ",
+        *verdict_lines(comparison),
+        "",
+    ]
     if view_link:
-        lines.append(f"[Open its comparison view]({view_link}): its columns and charts, again after a run page "
-                     "and Back.  ")
-    lines += [f"Its report: {_report_link(sweep.experiment_id, sweep.run_id, 'Open its report')}: the verdict, the "
-              "table and the charts in one file, to share.", ""]
+        lines.append(
+            f"[Open its comparison view]({view_link}): its columns and charts, again after a run page and Back.  "
+        )
+    lines += [
+        f"Its report: {_report_link(sweep.experiment_id, sweep.run_id, 'Open its report')}: the verdict, the "
+        "table and the charts in one file, to share.",
+        "",
+    ]
     return "\n".join(lines) + (
         f"\nFashion-MNIST CNN runs made by `pipeline` from `{grid_file}`, sweeping {swept}.\n\n"
         f"One parent run per sweep, one child per grid point. Run again with `pipeline run {grid_file}` "
         "(points already FINISHED on this host and hardware are skipped; `--rerun` trains them again), "
-        "and compare with `pipeline compare`.\n")
+        "and compare with `pipeline compare`.\n"
+    )
 
 
 def _report_link(experiment_id: str, parent_run_id: str, words: str) -> str:
@@ -379,9 +453,11 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
     grid_file = tags.get(TAG_GRID_FILE, "the grid file")
     size = tags.get(TAG_GRID_SIZE, "?")
     runs = len(comparison.runs)
-    summary = (f"Sweep of `{grid_file}`: {len(comparison.table)} setting{'s' if len(comparison.table) != 1 else ''}, "
-               f"{runs} of {size} planned runs FINISHED "
-               f"(`pipeline compare --parent-run {sweep.run_id}` prints the full comparison).")
+    summary = (
+        f"Sweep of `{grid_file}`: {len(comparison.table)} setting{'s' if len(comparison.table) != 1 else ''}, "
+        f"{runs} of {size} planned runs FINISHED "
+        f"(`pipeline compare --parent-run {sweep.run_id}` prints the full comparison)."
+    )
     settings = ["device"] + comparison.varying
     view_link = None
     if supported():
@@ -389,8 +465,13 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
         # internal: MLflow's UI saved-view format, no public API (VERIFIED_UI)
         tag = VIEW_TAG_PREFIX + view_id(sweep.run_id)
         groups = setting_names(comparison) if (comparison.table["n"] > 1).any() else []
-        client.set_experiment_tag(sweep.experiment_id, tag, envelope(sweep.name, state(
-            sweep.run_id, settings, categorical, comparison.target, groups, _has_mfu(comparison))))
+        client.set_experiment_tag(
+            sweep.experiment_id,
+            tag,
+            envelope(
+                sweep.name, state(sweep.run_id, settings, categorical, comparison.target, groups, _has_mfu(comparison))
+            ),
+        )
         view_link = relative_page(sweep.experiment_id, sweep.run_id)
     _mark_children(client, comparison)
     _tag_models(client, comparison)
@@ -399,8 +480,11 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
         if latest_sweep(client, sweep.experiment_name).info.run_id != sweep.run_id:
             return  # an older sweep published again leaves the experiment's description to the latest
         axes = [(k, tuple(dict.fromkeys(comparison.table[k]))) for k in settings]
-    client.set_experiment_tag(sweep.experiment_id, NOTE_TAG, experiment_note(
-        comparison, grid_file, list(axes), view_link, model_page(client, comparison)))
+    client.set_experiment_tag(
+        sweep.experiment_id,
+        NOTE_TAG,
+        experiment_note(comparison, grid_file, list(axes), view_link, model_page(client, comparison)),
+    )
 
 
 def _tag_models(client, comparison: Comparison, chunk: int = 100) -> None:
@@ -409,13 +493,17 @@ def _tag_models(client, comparison: Comparison, chunk: int = 100) -> None:
     w0'`). The model itself keeps the name `model`, so that `runs:/RUN_ID/model` stays its URI (MLflow
     resolves that path by the logged model's name). Only what differs is written."""
 
-    setting = {run_id: label for run_ids, label in zip(comparison.table["run_ids"], setting_names(comparison))
-               for run_id in str(run_ids).split(",")}
+    setting = {
+        run_id: label
+        for run_ids, label in zip(comparison.table["run_ids"], setting_names(comparison))
+        for run_id in str(run_ids).split(",")
+    }
     run_ids = list(setting)
     for start in range(0, len(run_ids), chunk):
-        quoted = ", ".join(f"'{run_id}'" for run_id in run_ids[start:start + chunk])
-        for model in every(client.search_logged_models, [comparison.sweep.experiment_id],
-                           filter_string=f"source_run_id IN ({quoted})"):
+        quoted = ", ".join(f"'{run_id}'" for run_id in run_ids[start : start + chunk])
+        for model in every(
+            client.search_logged_models, [comparison.sweep.experiment_id], filter_string=f"source_run_id IN ({quoted})"
+        ):
             wanted = setting[model.source_run_id]
             if model.tags.get(TAG_SETTING) != wanted:
                 client.set_logged_model_tags(model.model_id, {TAG_SETTING: wanted})
@@ -444,8 +532,12 @@ def setting_figures(comparison: Comparison) -> list[dict[str, float]]:
     the setting lacks (speed withheld, a target missed) is left out."""
     rows = []
     for _, row in comparison.table.iterrows():
-        figures = {SETTING_STEADY_EPOCH: row[STEADY_EPOCH], SETTING_IMAGES: row[STEADY_IMAGES],
-                   SETTING_ACCURACY: row[FINAL_ACCURACY], SETTING_RUNS: row["n"]}
+        figures = {
+            SETTING_STEADY_EPOCH: row[STEADY_EPOCH],
+            SETTING_IMAGES: row[STEADY_IMAGES],
+            SETTING_ACCURACY: row[FINAL_ACCURACY],
+            SETTING_RUNS: row["n"],
+        }
         if comparison.target is not None and ranks_on_target(row):
             figures[SETTING_TO_TARGET] = row["time_to_target_s"]
         if "mfu" in row:
@@ -491,22 +583,29 @@ def _mark_children(client, comparison: Comparison) -> None:
     rank = {run_id: place for place, run_id in enumerate(run_order(comparison), start=1)}
     summaries = comparison.runs[list(SUMMARY)].to_dict("index")
     shades = colours(comparison) if supported() else [None] * len(comparison.table)
-    for run_ids, shade, figures, label, said in zip(comparison.table["run_ids"], shades, setting_figures(comparison),
-                                                    setting_names(comparison), claims(comparison)):
+    for run_ids, shade, figures, label, said in zip(
+        comparison.table["run_ids"], shades, setting_figures(comparison), setting_names(comparison), claims(comparison)
+    ):
         for run_id in str(run_ids).split(","):
             logged, tags = children[run_id].metrics, children[run_id].tags
-            wanted = {name: float(value) for name, value in summaries[run_id].items()
-                      if name not in logged and value == value}
+            wanted = {
+                name: float(value) for name, value in summaries[run_id].items() if name not in logged and value == value
+            }
             wanted.update({RANK: float(rank[run_id]), **figures})
             # A figure the setting no longer has (speed withheld now): NaN over the old value (MLflow
             # has no public way to delete a metric), so no row shows a number no surface gives.
-            wanted.update({name: math.nan for name in COLUMN_METRICS
-                           if name not in figures and _known(logged.get(name))})
-            to_log = [Metric(name, value, now, 0) for name, value in wanted.items()
-                      if not _same(logged.get(name), value)]
+            wanted.update(
+                {name: math.nan for name in COLUMN_METRICS if name not in figures and _known(logged.get(name))}
+            )
+            to_log = [
+                Metric(name, value, now, 0) for name, value in wanted.items() if not _same(logged.get(name), value)
+            ]
             # internal: the UI's run colour (VERIFIED_UI)
-            new_tags = {TAG_SETTING: label, TAG_VERDICT: said or "-",
-                        **({RUN_COLOR_TAG: shade} if shade is not None else {})}
+            new_tags = {
+                TAG_SETTING: label,
+                TAG_VERDICT: said or "-",
+                **({RUN_COLOR_TAG: shade} if shade is not None else {}),
+            }
             to_tag = [RunTag(key, value) for key, value in new_tags.items() if tags.get(key) != value]
             if to_log or to_tag:
                 client.log_batch(run_id, metrics=to_log, tags=to_tag)

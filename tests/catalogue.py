@@ -15,15 +15,22 @@ def _billion_laughs() -> str:
     parts += [f"&{names[i]} [" + ", ".join([f"*{names[i - 1]}"] * 9) + "]" for i in range(1, 9)]
     return "experiment: [" + ", ".join(parts) + "]\n"
 
+
 BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     # unknown keys: the message suggests the nearest key and lists every allowed one
     ("unknown grid key", "grid:\n  batch_siz: [1]\n", ("grid.batch_siz", "unknown key", "did you mean 'batch_size'")),
     ("unknown grid key, misspelt", "grid:\n  batch_sise: [1]\n", ("did you mean 'batch_size'",)),
     ("unknown grid key, no underscore", "grid:\n  batchsize: [1]\n", ("did you mean 'batch_size'",)),
-    ("unknown grid key lists all", "grid:\n  gpus: [1]\n",
-     ("grid.gpus", "unknown key",
-      "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run, data_on_device, "
-      "cuda_graph, precision, compile, prefetch, weight_decay, threads")),
+    (
+        "unknown grid key lists all",
+        "grid:\n  gpus: [1]\n",
+        (
+            "grid.gpus",
+            "unknown key",
+            "allowed: lr, batch_size, num_workers, device, epochs, seed, shuffle, gpus_per_run, data_on_device, "
+            "cuda_graph, precision, compile, prefetch, weight_decay, threads",
+        ),
+    ),
     ("unknown grid key, Adam's other name", "grid:\n  weightdecay: [0.01]\n", ("did you mean 'weight_decay'",)),
     ("unknown top-level key", "experimnt: x\n", ("did you mean 'experiment'",)),
     ("misspelt grid section", "gird:\n  lr: [1]\n", ("gird", "unknown key", "did you mean 'grid'")),
@@ -58,14 +65,23 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("unknown precision", "grid:\n  precision: [fp8]\n", ("grid.precision", "'fp8'", "fp32, bf16, fp16")),
     ("cuda_graph not boolean", "grid:\n  cuda_graph: [1]\n", ("grid.cuda_graph", "true or false")),
     ("compile not boolean", "grid:\n  compile: [fast]\n", ("grid.compile", "'fast'", "true or false")),
-    ("data_on_device with workers", "grid:\n  num_workers: [0, 2]\n  data_on_device: [true]\n",
-     ("grid.data_on_device", "num_workers: [0]")),
+    (
+        "data_on_device with workers",
+        "grid:\n  num_workers: [0, 2]\n  data_on_device: [true]\n",
+        ("grid.data_on_device", "num_workers: [0]"),
+    ),
     ("prefetch not boolean", "grid:\n  prefetch: [always]\n", ("grid.prefetch", "true or false")),
-    ("prefetch with workers", "grid:\n  num_workers: [1]\n  prefetch: [false, true]\n",
-     ("grid.prefetch", "main process", "num_workers: [0]")),
+    (
+        "prefetch with workers",
+        "grid:\n  num_workers: [1]\n  prefetch: [false, true]\n",
+        ("grid.prefetch", "main process", "num_workers: [0]"),
+    ),
     ("weight_decay negative", "grid:\n  weight_decay: [-0.01]\n", ("grid.weight_decay: got -0.01", "a number >= 0")),
-    ("weight_decay not a number", "grid:\n  weight_decay: [heavy]\n",
-     ("grid.weight_decay: got 'heavy'", "a number >= 0")),
+    (
+        "weight_decay not a number",
+        "grid:\n  weight_decay: [heavy]\n",
+        ("grid.weight_decay: got 'heavy'", "a number >= 0"),
+    ),
     ("weight_decay boolean", "grid:\n  weight_decay: [true]\n", ("grid.weight_decay: got True", "a number >= 0")),
     ("weight_decay infinite", "grid:\n  weight_decay: [.inf]\n", ("grid.weight_decay: got inf", "a number >= 0")),
     ("checkpoint not boolean", "checkpoint: sometimes\n", ("checkpoint: got 'sometimes'",)),
@@ -102,14 +118,20 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
     ("target accuracy zero", "target: {train_accuracy: 0}\n", ("target: train_accuracy: got 0", "above 0")),
     ("target loss negative", "target: {test_loss: -0.1}\n", ("target: test_loss: got -0.1", "a loss above 0")),
     ("target threshold a word", "target: {test_loss: low}\n", ("target: test_loss: got 'low'",)),
-    ("stop_at_target not boolean", "target: {test_accuracy: 0.8}\nstop_at_target: yes please\n",
-     ("stop_at_target: got 'yes please'", "true or false")),
+    (
+        "stop_at_target not boolean",
+        "target: {test_accuracy: 0.8}\nstop_at_target: yes please\n",
+        ("stop_at_target: got 'yes please'", "true or false"),
+    ),
     ("stop_at_target without target", "stop_at_target: true\n", ("stop_at_target: true needs a target",)),
     ("misspelt repeats", "repeat: 3\n", ("repeat: unknown key", "did you mean 'repeats'")),
     # --- verdicts: repeats: auto, its cap and half-width, the quality margin (tests/test_best.py, test_repeats.py)
     ("repeats auto misspelt", "repeats: automatic\n", ("repeats: got 'automatic'", "or auto")),
-    ("max_repeats below the minimum", "repeats: auto\nmax_repeats: 1\n",
-     ("max_repeats: got 1", "integer >= 2", "judges from 2 runs a side")),
+    (
+        "max_repeats below the minimum",
+        "repeats: auto\nmax_repeats: 1\n",
+        ("max_repeats: got 1", "integer >= 2", "judges from 2 runs a side"),
+    ),
     ("max_repeats without auto", "repeats: 3\nmax_repeats: 5\n", ("max_repeats: only with repeats: auto",)),
     ("half_width of 1", "repeats: auto\nhalf_width: 1\n", ("half_width: got 1", "above 0 and below 1")),
     ("half_width zero", "repeats: auto\nhalf_width: 0\n", ("half_width: got 0", "above 0 and below 1")),
@@ -122,7 +144,10 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
 BAD_GRID_FILES: list[tuple[str, bytes | None, tuple[str, ...]]] = [
     ("grid file a folder", None, ("is a folder, not a grid file", "pass a YAML file")),
     ("grid file binary", bytes(range(256)) * 4, ("binary data", "not a YAML grid file")),
-    ("grid file not UTF-8", b"grid:\n  device: [\xe9t\xe9]\n",
-     ("not UTF-8 text (byte 0xe9 at line 2)", "save the file as UTF-8")),
+    (
+        "grid file not UTF-8",
+        b"grid:\n  device: [\xe9t\xe9]\n",
+        ("not UTF-8 text (byte 0xe9 at line 2)", "save the file as UTF-8"),
+    ),
     ("grid file huge", b"# " + b"x" * 1_000_000 + b"\n", ("more than 1000000 bytes", "is this the right file")),
 ]

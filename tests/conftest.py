@@ -34,9 +34,20 @@ REAL_DATA = Path("/usr/share/datasets/fashion-mnist")
 # files in collection order; a long file picked up last leaves the other worker idle at the end.
 # The longest go first, Ray's before the eight concurrent sweeps of test_postgres.py (Ray's
 # cluster crawls beside them on 2 cores); the rest keep their order.
-LONGEST_FIRST = ("test_ray.py", "test_reliability.py", "test_postgres.py", "test_faults.py", "test_interrupts.py",
-                 "test_outage.py", "test_cli.py", "test_registry.py", "test_compile.py", "test_ui.py", "test_docs.py",
-                 "test_train.py")
+LONGEST_FIRST = (
+    "test_ray.py",
+    "test_reliability.py",
+    "test_postgres.py",
+    "test_faults.py",
+    "test_interrupts.py",
+    "test_outage.py",
+    "test_cli.py",
+    "test_registry.py",
+    "test_compile.py",
+    "test_ui.py",
+    "test_docs.py",
+    "test_train.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,8 +57,16 @@ def pytest_collection_modifyitems(config, items):
 
 # The caller's MLflow and data settings, and what sets the width of the CLI's tables (tests that
 # read a table at a width set it themselves).
-ISOLATED_VARS = ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME",
-                 "PIPELINE_DATA_DIR", "COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")
+ISOLATED_VARS = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_EXPERIMENT_ID",
+    "MLFLOW_EXPERIMENT_NAME",
+    "PIPELINE_DATA_DIR",
+    "COLUMNS",
+    "FORCE_COLOR",
+    "TTY_COMPATIBLE",
+)
 
 
 @contextlib.contextmanager
@@ -128,8 +147,13 @@ def site(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("site")
     mkdocs = Path(sys.executable).with_name("mkdocs")
-    done = subprocess.run([str(mkdocs), "build", "--strict", "--quiet", "--site-dir", str(folder)], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--quiet", "--site-dir", str(folder)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr
     return folder
 
@@ -151,8 +175,9 @@ def start_service(args: list[str], **kwargs):
 
     log = tempfile.NamedTemporaryFile("w+", prefix="service-", suffix=".log", delete=False)  # noqa: SIM115
     guarded = [sys.executable, str(REPO / "tests" / "service_guard.py"), *args]  # dies with this process
-    process = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                               **kwargs)
+    process = subprocess.Popen(
+        guarded, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs
+    )
     process.log_path = log.name
     log.close()
     return process
@@ -277,8 +302,11 @@ def checksums(folder: Path, leave_out: Path | None = None) -> dict[str, str]:
     """Every file under `folder` (but `leave_out`), by its path there: its sha256."""
     import hashlib
 
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p != leave_out}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p != leave_out
+    }
 
 
 @pytest.fixture(scope="session")
@@ -345,8 +373,14 @@ def start_pipeline(args: list[str], **kwargs):
     import sys
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **kwargs.pop("env", {})}
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        **kwargs,
+    )
 
 
 def read_until(process, marker: str, seconds: float = 120) -> str:
@@ -404,15 +438,32 @@ def postgres():
         as_user = ["runuser", "-u", "postgres", "--"]
         shutil.chown(folder, "postgres")
         shutil.chown(password_file, "postgres")
-    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "mlflow", "--pwfile", str(password_file),
-                    "--auth", "scram-sha-256", "-E", "UTF8"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *as_user,
+            initdb,
+            "-D",
+            str(data),
+            "-U",
+            "mlflow",
+            "--pwfile",
+            str(password_file),
+            "--auth",
+            "scram-sha-256",
+            "-E",
+            "UTF8",
+        ],
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
     admin = f"postgresql://mlflow:{PG_PASSWORD}@127.0.0.1:{port}/postgres"
     state = {"uri": f"postgresql://mlflow:{PG_PASSWORD}@127.0.0.1:{port}/mlflow", "port": port}
 
     def start():
-        state["process"] = start_service([*as_user, server, "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
-                                          "-k", str(folder)])
+        state["process"] = start_service(
+            [*as_user, server, "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(folder)]
+        )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -450,9 +501,24 @@ def start_server(backend: str, folder: Path, port: int, auth: bool = False):
     if auth:
         (folder / "admin-password").write_text(ADMIN_PASSWORD + "\n")
         login = ["--auth", "--admin-password-file", str(folder / "admin-password")]
-    process = start_service([sys.executable, "-m", "pipeline", "server", *login, "--port", str(port),
-                             "--backend-store-uri", backend, "--artifacts-destination", str(folder / "artifacts"),
-                             "--workers", "1"], cwd=folder)
+    process = start_service(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "server",
+            *login,
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            backend,
+            "--artifacts-destination",
+            str(folder / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        cwd=folder,
+    )
     wait_for(f"http://127.0.0.1:{port}/health", process, seconds=120)  # the first start creates MLflow's tables
     return process
 

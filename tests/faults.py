@@ -72,15 +72,28 @@ class Result:
         return [line for line in self.output.strip().splitlines() if line.strip()]
 
 
-def pipeline(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = HANG_S,
-             stdin: int | None = subprocess.DEVNULL) -> Result:
+def pipeline(
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = HANG_S,
+    stdin: int | None = subprocess.DEVNULL,
+) -> Result:
     """`python -m pipeline ARGS` in its own process (its own signal handlers, logging and stderr),
     with the caller's MLflow settings removed; a hang fails the test instead of the suite."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     clean.update({"PYTHONUNBUFFERED": "1", "COLUMNS": "100", **(env or {})})
     try:
-        done = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=clean, stdin=stdin,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline", *args],
+            cwd=cwd,
+            env=clean,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"pipeline {' '.join(args)} hung ({timeout:g} s):\n{exc.output}") from None
     return Result(list(args), done.returncode, done.stdout)
@@ -103,15 +116,22 @@ class Command:
     def check(self, cwd: Path) -> Result:
         before = tree(*self.watched, owned=self.owned)
         result = pipeline(self.args, cwd, self.env)
-        assert_clean(result, self.exit_code, says=self.says, secrets=self.secrets, stores=self.stores,
-                     max_lines=self.max_lines)
+        assert_clean(
+            result, self.exit_code, says=self.says, secrets=self.secrets, stores=self.stores, max_lines=self.max_lines
+        )
         after = tree(*self.watched, owned=self.owned)
         assert after == before, f"{self.args} changed files it does not own: {changed(before, after)}"
         return result
 
 
-def assert_clean(result: Result, exit_code: int, says: Iterable[str] = (), secrets: Iterable[str] = (),
-                 stores: Iterable[str] = (), max_lines: int = MAX_LINES) -> None:
+def assert_clean(
+    result: Result,
+    exit_code: int,
+    says: Iterable[str] = (),
+    secrets: Iterable[str] = (),
+    stores: Iterable[str] = (),
+    max_lines: int = MAX_LINES,
+) -> None:
     shown = f"pipeline {' '.join(result.args)}: exit {result.exit_code}\n{result.output}"
     assert result.exit_code == exit_code, shown
     assert "Traceback" not in result.output, shown

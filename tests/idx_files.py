@@ -21,7 +21,7 @@ def synthetic(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     images = rng.integers(0, 60, (n, 28, 28)).astype(np.uint8)
     for i, c in enumerate(labels):
         r, col = 3 + (c // 5) * 12, 1 + (c % 5) * 5
-        images[i, r:r + 5, col:col + 5] = 250
+        images[i, r : r + 5, col : col + 5] = 250
     return images, labels
 
 
@@ -36,8 +36,9 @@ def write_idx(path: Path, array: np.ndarray, gz: bool = True) -> None:
         path.write_bytes(payload)
 
 
-def make_idx(folder: Path, n_train: int = 512, n_test: int = 256, gz: bool = True,
-             torchvision_layout: bool = False) -> Path:
+def make_idx(
+    folder: Path, n_train: int = 512, n_test: int = 256, gz: bool = True, torchvision_layout: bool = False
+) -> Path:
     """Write the four Fashion-MNIST-named IDX files; returns the folder to pass as --data-dir. The
     test split is `synthetic(n_test, SEEDS["test"])`."""
     target = folder / "FashionMNIST" / "raw" if torchvision_layout else folder

@@ -43,25 +43,52 @@ def write_sweep(tracking_uri: str, experiment: str, runs: list[Run], parent_tags
     client = mlflow.MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found else client.create_experiment(experiment)
-    parent = client.create_run(experiment_id, run_name=f"{experiment}-sweep",
-                               tags={names.TAG_ROLE: "sweep", **(parent_tags or {})})
+    parent = client.create_run(
+        experiment_id, run_name=f"{experiment}-sweep", tags={names.TAG_ROLE: "sweep", **(parent_tags or {})}
+    )
     for i, run in enumerate(runs):
         params = {**SETTINGS, "device": run.device.split(":")[0], **run.params}
         params["epochs"] = str(len(run.epochs))
         hardware = run.hardware or ("Test CPU" if run.device == "cpu" else "Test GPU")
-        child = client.create_run(experiment_id, run_name=f"point{i} {run.device}", tags={
-            "mlflow.parentRunId": parent.info.run_id, names.TAG_ROLE: "point", names.TAG_DEVICE: run.device,
-            names.TAG_HARDWARE: hardware, names.TAG_HOST: run.host, **run.tags})
-        metrics = [Metric(name, value, 0, epoch) for epoch, seconds in enumerate(run.epochs, start=1)
-                   for name, value in (("epoch_duration_s", seconds), ("images_per_s", 1000 / seconds),
-                                       ("test_accuracy", 0.7 + 0.02 * epoch))]
-        metrics += [Metric(name, value, 0, epoch) for name, values in run.histories.items()
-                    for epoch, value in enumerate(values, start=1)]
-        metrics += [Metric(name, value, 0, 0) for name, value in
-                    {"run_duration_s": sum(run.epochs), "train_loss": 0.5, "train_accuracy": 0.8,
-                     "test_loss": 0.6, **run.metrics}.items()]
-        client.log_batch(child.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
-                         tags=[RunTag("x", "y")])
+        child = client.create_run(
+            experiment_id,
+            run_name=f"point{i} {run.device}",
+            tags={
+                "mlflow.parentRunId": parent.info.run_id,
+                names.TAG_ROLE: "point",
+                names.TAG_DEVICE: run.device,
+                names.TAG_HARDWARE: hardware,
+                names.TAG_HOST: run.host,
+                **run.tags,
+            },
+        )
+        metrics = [
+            Metric(name, value, 0, epoch)
+            for epoch, seconds in enumerate(run.epochs, start=1)
+            for name, value in (
+                ("epoch_duration_s", seconds),
+                ("images_per_s", 1000 / seconds),
+                ("test_accuracy", 0.7 + 0.02 * epoch),
+            )
+        ]
+        metrics += [
+            Metric(name, value, 0, epoch)
+            for name, values in run.histories.items()
+            for epoch, value in enumerate(values, start=1)
+        ]
+        metrics += [
+            Metric(name, value, 0, 0)
+            for name, value in {
+                "run_duration_s": sum(run.epochs),
+                "train_loss": 0.5,
+                "train_accuracy": 0.8,
+                "test_loss": 0.6,
+                **run.metrics,
+            }.items()
+        ]
+        client.log_batch(
+            child.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()], tags=[RunTag("x", "y")]
+        )
         client.set_terminated(child.info.run_id, names.FINISHED)
     client.set_terminated(parent.info.run_id, names.FINISHED)
     return parent.info.run_id

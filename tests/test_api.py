@@ -67,19 +67,29 @@ def test_a_file_grid_with_overrides_and_done_points(tracking_uri, data_dir, writ
     assert len(api.compare(parent_run=first.parent_run_id, tracking_uri=tracking_uri)) == 1
 
 
-@pytest.mark.parametrize("grid, overrides", [
-    ({"grid": {"batch_size": [0]}}, ()),
-    ({"grid": {"bacth_size": [10]}}, ()),
-    ({"grid": {"device": ["cpu"]}}, ("epochs=0",)),
-])
+@pytest.mark.parametrize(
+    "grid, overrides",
+    [
+        ({"grid": {"batch_size": [0]}}, ()),
+        ({"grid": {"bacth_size": [10]}}, ()),
+        ({"grid": {"device": ["cpu"]}}, ("epochs=0",)),
+    ],
+)
 def test_a_bad_grid_raises_the_message_the_cli_prints(grid, overrides, tracking_uri, data_dir, write_grid):
     import yaml
 
     with pytest.raises(UserError) as raised:
         api.run(grid, overrides=overrides, tracking_uri=tracking_uri, data_dir=str(data_dir))
     path = write_grid(yaml.safe_dump(grid))
-    out = invoke("run", str(path), *(a for item in overrides for a in ("--set", item)), "--tracking-uri", tracking_uri,
-                 "--data-dir", str(data_dir))
+    out = invoke(
+        "run",
+        str(path),
+        *(a for item in overrides for a in ("--set", item)),
+        "--tracking-uri",
+        tracking_uri,
+        "--data-dir",
+        str(data_dir),
+    )
     assert out.exit_code == 2
     message = str(raised.value)
     assert "\n" not in message
@@ -90,21 +100,34 @@ def test_a_bad_grid_raises_the_message_the_cli_prints(grid, overrides, tracking_
     assert [e.name for e in mlflow.MlflowClient(tracking_uri).search_experiments()] == ["Default"]
 
 
-
 def test_numpy_values_run_and_log_as_python_values(tracking_uri, data_dir):
     """np.int64(256), np.float32(0.01), np.bool_ and a numpy repeats count run as 256, 0.01, true
     and 1: the params and the run name are those of the CLI's grid (np.int64 was refused)."""
     np = pytest.importorskip("numpy")
     import mlflow
 
-    grid = {"grid": {"batch_size": [np.int64(256)], "lr": [np.float32(0.01)], "shuffle": np.bool_(False),
-                     "epochs": list(np.arange(1, 2)), "device": ["cpu"]}}
+    grid = {
+        "grid": {
+            "batch_size": [np.int64(256)],
+            "lr": [np.float32(0.01)],
+            "shuffle": np.bool_(False),
+            "epochs": list(np.arange(1, 2)),
+            "device": ["cpu"],
+        }
+    }
     sweep = api.run(grid, tracking_uri=tracking_uri, experiment="numpy", data_dir=str(data_dir), repeats=np.int64(1))
     assert [o.status for o in sweep.outcomes] == ["FINISHED"]
-    (run,) = [r for r in mlflow.MlflowClient(tracking_uri).search_runs([sweep.experiment_id])
-              if "mlflow.parentRunId" in r.data.tags]
-    assert {k: run.data.params[k] for k in ("batch_size", "lr", "shuffle", "epochs")} == \
-        {"batch_size": "256", "lr": "0.01", "shuffle": "false", "epochs": "1"}
+    (run,) = [
+        r
+        for r in mlflow.MlflowClient(tracking_uri).search_runs([sweep.experiment_id])
+        if "mlflow.parentRunId" in r.data.tags
+    ]
+    assert {k: run.data.params[k] for k in ("batch_size", "lr", "shuffle", "epochs")} == {
+        "batch_size": "256",
+        "lr": "0.01",
+        "shuffle": "false",
+        "epochs": "1",
+    }
 
 
 def test_overrides_as_a_string_is_refused_before_the_store_is_touched(tracking_uri, data_dir):

@@ -26,7 +26,7 @@ def test_the_harness_reports_loops_and_per_epoch_times(data_dir, tmp_path):
     assert failures == []
     lines = text.splitlines()
     epochs_header = next(i for i, line in enumerate(lines) if line.startswith("| device | batch | workers | warm-up"))
-    rows = [line.split(" | ") for line in lines[epochs_header + 2:] if line.startswith("| cpu")]
+    rows = [line.split(" | ") for line in lines[epochs_header + 2 :] if line.startswith("| cpu")]
     assert len(rows) == 1  # cuda is skipped on this machine, and the variants are cuda's
     epoch_times = [float(t) for t in rows[0][4].split(", ")]
     assert len(epoch_times) == 2 and float(rows[0][5]) == epoch_times[1]  # steady state: epoch 2
@@ -35,9 +35,21 @@ def test_the_harness_reports_loops_and_per_epoch_times(data_dir, tmp_path):
 
 
 def _args(**overrides):
-    values = dict(device=["cpu"], batch_size=[100], workers=[0], rounds=1, data_dir=None, synthetic=False,
-                  accuracy_epochs=0, epochs=2, cuda_variants=True, overhead=False, no_loops=True, out=None,
-                  precision=["fp32"])
+    values = dict(
+        device=["cpu"],
+        batch_size=[100],
+        workers=[0],
+        rounds=1,
+        data_dir=None,
+        synthetic=False,
+        accuracy_epochs=0,
+        epochs=2,
+        cuda_variants=True,
+        overhead=False,
+        no_loops=True,
+        out=None,
+        precision=["fp32"],
+    )
     return argparse.Namespace(**{**values, **overrides})
 
 
@@ -83,17 +95,27 @@ def test_the_tracked_device_sweep_records_and_compares_its_cpu_half(data_dir, tm
     tracked = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tracked)
     grid = tmp_path / "devices.yaml"
-    grid.write_text("experiment: devices\ndata: {train_size: 200, test_size: 100}\n"
-                    "grid:\n  batch_size: [50, 100]\n  device: [cuda, cpu]\n  epochs: [2]\n")
+    grid.write_text(
+        "experiment: devices\ndata: {train_size: 200, test_size: 100}\n"
+        "grid:\n  batch_size: [50, 100]\n  device: [cuda, cpu]\n  epochs: [2]\n"
+    )
     out, store = tmp_path / "out", tmp_path / "store"
-    assert tracked.main([str(out), "--grid", str(grid), "--repeats", "2", "--data-dir", str(data_dir),
-                         "--store", str(store)]) == 0
+    assert (
+        tracked.main(
+            [str(out), "--grid", str(grid), "--repeats", "2", "--data-dir", str(data_dir), "--store", str(store)]
+        )
+        == 0
+    )
     client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name == "devices"]
     children = client.search_runs([experiment.experiment_id], "tags.`pipeline.role` = 'point'")
     assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
     assert sorted((r.data.params["batch_size"], r.data.params["repeat"]) for r in children) == [
-        ("100", "1"), ("100", "2"), ("50", "1"), ("50", "2")]
+        ("100", "1"),
+        ("100", "2"),
+        ("50", "1"),
+        ("50", "2"),
+    ]
     assert {r.data.tags["pipeline.device"] for r in children} == {"cpu"}
     assert (out / "devices-epoch-duration.png").stat().st_size > 0
     assert all(0 < r.data.metrics["mfu"] <= 1 for r in children)

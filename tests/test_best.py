@@ -27,8 +27,9 @@ def invoke(*args: str):
     return invoke_cli(*args, columns=200)
 
 
-def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one_run(write_grid, data_dir,
-                                                                                      tracking_uri):
+def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one_run(
+    write_grid, data_dir, tracking_uri
+):
     out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 0, out.output
     client = mlflow.MlflowClient(tracking_uri)
@@ -54,32 +55,40 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     assert version.tags["pipeline.sweep"] == parent.info.run_id
     # Its description names the setting and its figures, as compare gives them.
     setting = version.tags["pipeline.setting"]
-    row = next(r for r in json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--format", "json").stdout)
-               if best in r["run_ids"].split(","))
-    assert version.description.startswith(f"Setting {setting}: {row['steady_epoch_s']:.3f} s/epoch, "
-                                          f"test acc {row['final_test_accuracy']:.4f}"), version.description
+    row = next(
+        r
+        for r in json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--format", "json").stdout)
+        if best in r["run_ids"].split(",")
+    )
+    assert version.description.startswith(
+        f"Setting {setting}: {row['steady_epoch_s']:.3f} s/epoch, test acc {row['final_test_accuracy']:.4f}"
+    ), version.description
     assert f"Model of run {best}" in version.description
 
     # The view's first row: its filter and sort, as the UI asks the store.
-    state = view.read_envelope(client.get_experiment(experiment_id).tags[
-        f"mlflow.sharedViewState.sweep-{parent.info.run_id}"])
+    state = view.read_envelope(
+        client.get_experiment(experiment_id).tags[f"mlflow.sharedViewState.sweep-{parent.info.run_id}"]
+    )
     key = state["orderByKey"].replace("metrics.`", "metrics.").rstrip("`")
-    ordered = client.search_runs([experiment_id], state["searchFilter"],
-                                 order_by=[f"{key} {'ASC' if state['orderByAsc'] else 'DESC'}"])
+    ordered = client.search_runs(
+        [experiment_id], state["searchFilter"], order_by=[f"{key} {'ASC' if state['orderByAsc'] else 'DESC'}"]
+    )
     assert len(ordered) == 8 and ordered[0].info.run_id == best
     assert sorted(r.data.metrics["rank"] for r in ordered) == list(range(1, 9))
 
     # --by speed names the fastest setting's run; it is the best only where it is accurate enough.
-    fastest = invoke("register", "--experiment", "best", "--name", "fast-cnn", "--by", "speed",
-                     "--tracking-uri", tracking_uri)
+    fastest = invoke(
+        "register", "--experiment", "best", "--name", "fast-cnn", "--by", "speed", "--tracking-uri", tracking_uri
+    )
     assert fastest.exit_code == 0 and "by speed (the fastest setting)" in fastest.output, fastest.output
 
     # Where every run was contended (as the contention check tags them on a busy machine), no speed
     # counts: --by accuracy still registers, and says the speed is withheld rather than "nan".
     for run in client.search_runs([experiment_id], "tags.`pipeline.role` = 'point'"):
         client.set_tag(run.info.run_id, names.TAG_CONTENDED, "other processes took 90% of 2 cores")
-    accurate = invoke("register", "--experiment", "best", "--name", "accurate-cnn", "--by", "accuracy",
-                      "--tracking-uri", tracking_uri)
+    accurate = invoke(
+        "register", "--experiment", "best", "--name", "accurate-cnn", "--by", "accuracy", "--tracking-uri", tracking_uri
+    )
     assert accurate.exit_code == 0, accurate.output
     assert "(speed withheld, test acc " in accurate.output and "0 of 2 runs timed" in accurate.output, accurate.output
     assert "nan" not in accurate.output, accurate.output
@@ -89,14 +98,23 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     # Counting them is one choice everywhere: a verdict published with --include-contended names the
     # same run as its parent's tag and as `register --include-contended`; published without, there is
     # no best, no tag, and register says how to count them.
-    published = invoke("compare", "--experiment", "best", "--include-contended", "--publish",
-                       "--tracking-uri", tracking_uri)
+    published = invoke(
+        "compare", "--experiment", "best", "--include-contended", "--publish", "--tracking-uri", tracking_uri
+    )
     assert published.exit_code == 0, published.output
     named = client.get_run(parent.info.run_id).data.tags["pipeline.best_run"]
     first = next(line for line in published.output.splitlines() if line.startswith("Best: "))
     assert f"model from run {named[:8]})" in first, first
-    counted = invoke("register", "--experiment", "best", "--name", "counted-cnn", "--include-contended",
-                     "--tracking-uri", tracking_uri)
+    counted = invoke(
+        "register",
+        "--experiment",
+        "best",
+        "--name",
+        "counted-cnn",
+        "--include-contended",
+        "--tracking-uri",
+        tracking_uri,
+    )
     assert counted.exit_code == 0, counted.output
     assert client.get_model_version_by_alias("counted-cnn", "champion").run_id == named
     assert invoke("compare", "--experiment", "best", "--publish", "--tracking-uri", tracking_uri).exit_code == 0

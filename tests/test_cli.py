@@ -32,8 +32,9 @@ def test_validate_prints_the_expanded_grid(cli):
     assert "12 grid points" in words and "cpu bs20000 w1" in words
 
 
-@pytest.mark.parametrize("text, fragments", [(text, fragments) for _, text, fragments in BAD_GRIDS],
-                         ids=[name for name, _, _ in BAD_GRIDS])
+@pytest.mark.parametrize(
+    "text, fragments", [(text, fragments) for _, text, fragments in BAD_GRIDS], ids=[name for name, _, _ in BAD_GRIDS]
+)
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_bad_grid_exits_2_with_one_line_and_no_mlflow_state(cli, write_grid, tmp_path, text, fragments, command):
     result = cli(command, str(write_grid(text)))
@@ -99,15 +100,31 @@ def test_dry_run_trains_nothing(cli, write_grid, data_dir, tmp_path):
 
 def test_a_dry_run_says_how_much_data_it_would_train_on(cli, write_grid, data_dir):
     """An override of the data's size shows in the plan, so a dry run confirms it took."""
-    result = cli("run", str(write_grid(SMALL)), "--data-dir", str(data_dir), "--dry-run",
-                 "--set", "data.train_size=300")
+    result = cli(
+        "run", str(write_grid(SMALL)), "--data-dir", str(data_dir), "--dry-run", "--set", "data.train_size=300"
+    )
     words = " ".join(result.output.split())
     assert result.exit_code == 0 and "(first 300 train, all test images)" in words, result.output
 
 
 def test_train_one_run(cli, data_dir, tracking_uri):
-    result = cli("train", "--device", "cpu", "--batch-size", "128", "--epochs", "2", "--lr", "0.01",
-                 "--data-dir", str(data_dir), "--tracking-uri", tracking_uri, "--experiment", "single")
+    result = cli(
+        "train",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "128",
+        "--epochs",
+        "2",
+        "--lr",
+        "0.01",
+        "--data-dir",
+        str(data_dir),
+        "--tracking-uri",
+        tracking_uri,
+        "--experiment",
+        "single",
+    )
     assert result.exit_code == 0, result.output
     client = mlflow.MlflowClient(tracking_uri)
     (run,) = client.search_runs([client.get_experiment_by_name("single").experiment_id])
@@ -153,8 +170,11 @@ def _exit_and_heavy(cwd: Path, args: list[str]) -> tuple[int, str]:
     return int(out.stdout.rsplit("EXIT ", 1)[-1].split()[0]), out.stdout.rsplit("HEAVY ", 1)[-1].strip()
 
 
-@pytest.mark.parametrize("args", [["--help"], ["validate", str(REPO / "experiments" / "quickstart.yaml")],
-                                  ["schema"], ["init", "experiments"]], ids=lambda args: args[0])
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["validate", str(REPO / "experiments" / "quickstart.yaml")], ["schema"], ["init", "experiments"]],
+    ids=lambda args: args[0],
+)
 def test_quick_commands_import_no_heavy_library(tmp_path, args):
     """The commands a user runs first answer at once: none imports any of HEAVY (the package's modules
     that need one import it inside a function)."""
@@ -163,8 +183,9 @@ def test_quick_commands_import_no_heavy_library(tmp_path, args):
     assert heavy == "[]", f"pipeline {args[0]} imported {heavy}"
 
 
-@pytest.mark.parametrize("args", [["run", str(REPO / "experiments" / "quickstart.yaml")], ["train"]],
-                         ids=lambda args: args[0])
+@pytest.mark.parametrize(
+    "args", [["run", str(REPO / "experiments" / "quickstart.yaml")], ["train"]], ids=lambda args: args[0]
+)
 def test_a_store_that_cannot_be_used_fails_before_torch_and_pandas(tmp_path, args):
     """Bad input is one line at once: the store is checked before the sweep imports torch or pandas."""
     code, heavy = _exit_and_heavy(tmp_path, [*args, "--tracking-uri", f"sqlite:///{tmp_path}/missing/mlflow.db"])
@@ -209,11 +230,16 @@ def test_declared_ranges_end_at_the_newest_tested_release():
 
     from test_dependencies import pins
 
-    declared = {r.name: r.specifier for r in map(Requirement, tomllib.loads(
-        (REPO / "pyproject.toml").read_text())["project"]["dependencies"])}
+    declared = {
+        r.name: r.specifier
+        for r in map(Requirement, tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+    }
     newest = pins()
-    for name, floor, untested in (("torch", "2.13.0", "2.15.0"), ("torchvision", "0.28.0", "0.30.0"),
-                                  ("mlflow", "3.9.0", "3.18.0")):
+    for name, floor, untested in (
+        ("torch", "2.13.0", "2.15.0"),
+        ("torchvision", "0.28.0", "0.30.0"),
+        ("mlflow", "3.9.0", "3.18.0"),
+    ):
         assert declared[name].contains(newest[name]), (name, declared[name])
         assert declared[name].contains(floor), (name, declared[name])
         assert not declared[name].contains(untested), (name, declared[name])
@@ -224,12 +250,31 @@ def test_mlflow_run_makes_the_project_run_the_parent(tmp_path, data_dir):
     grid = tmp_path / "e2e.yaml"
     grid.write_text("grid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
     store = f"sqlite:///{tmp_path / 'e2e.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     out = subprocess.run(
-        [sys.executable, "-m", "mlflow", "run", str(REPO), "--env-manager", "local", "--experiment-name", "e2e",
-         "-P", f"grid={grid}", "-P", f"data_dir={data_dir}"],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "run",
+            str(REPO),
+            "--env-manager",
+            "local",
+            "--experiment-name",
+            "e2e",
+            "-P",
+            f"grid={grid}",
+            "-P",
+            f"data_dir={data_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     client = mlflow.MlflowClient(store)
@@ -249,13 +294,18 @@ def test_mlflow_run_honours_the_experiment_parameter_of_each_entry_point(tmp_pat
     """`mlflow run . -P experiment=foo`, with no --experiment-name (the project runs are in Default):
     the main and train entry points train into foo, and the register entry point registers foo's best."""
     store = f"sqlite:///{tmp_path / 'p.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     grid = tmp_path / "g.yaml"
     grid.write_text("grid:\n  batch_size: [128]\n  device: [cpu]\n")
-    for entry, parameters in (("main", [f"grid={grid}", f"data_dir={data_dir}"]),
-                              ("train", ["device=cpu", "epochs=1", f"data_dir={data_dir}"]),
-                              ("register", ["name=foo-cnn"])):
+    for entry, parameters in (
+        ("main", [f"grid={grid}", f"data_dir={data_dir}"]),
+        ("train", ["device=cpu", "epochs=1", f"data_dir={data_dir}"]),
+        ("register", ["name=foo-cnn"]),
+    ):
         command = [sys.executable, "-m", "mlflow", "run", str(REPO), "--env-manager", "local", "-e", entry]
         for parameter in [*parameters, "experiment=foo"]:
             command += ["-P", parameter]
@@ -270,10 +320,13 @@ def test_mlflow_run_honours_the_experiment_parameter_of_each_entry_point(tmp_pat
     assert version.run_id in {r.info.run_id for r in runs}
 
 
-@pytest.mark.parametrize("scheme, expected", [
-    ("postgresql", "cannot connect (OperationalError"),  # psycopg (the server extra) finds nothing listening
-    ("mysql", "no driver for it (No module named 'MySQLdb'); install its driver"),
-])
+@pytest.mark.parametrize(
+    "scheme, expected",
+    [
+        ("postgresql", "cannot connect (OperationalError"),  # psycopg (the server extra) finds nothing listening
+        ("mysql", "no driver for it (No module named 'MySQLdb'); install its driver"),
+    ],
+)
 def test_server_refuses_a_database_it_cannot_use_in_one_line(scheme, expected):
     """Before becoming mlflow server: exit 2, one line, the password masked, nothing started."""
     from conftest import free_port
@@ -289,10 +342,16 @@ def test_make_run_with_a_missing_grid_file_stops_before_mlflow_starts(tmp_path):
     """`make run GRID=typo.yaml` once left an experiment and a RUNNING project run behind: MLflow
     makes both before it checks the file. The Makefile checks it first, sets nothing up, starts nothing."""
     missing = tmp_path / "typo.yaml"
-    done = subprocess.run(["make", "-C", str(REPO), "run", f"GRID={missing}", "EXPERIMENT=typo"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "-C", str(REPO), "run", f"GRID={missing}", "EXPERIMENT=typo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: GRID={missing}: no such grid file; pick one of experiments/*.yaml, "
-                      "e.g. make run GRID=experiments/quickstart.yaml"], done.stderr
+    assert errors == [
+        f"error: GRID={missing}: no such grid file; pick one of experiments/*.yaml, "
+        "e.g. make run GRID=experiments/quickstart.yaml"
+    ], done.stderr
     assert "mlflow" not in done.stdout

@@ -108,7 +108,7 @@ def first_sentence(help_text: str) -> str:
     by when it has no short_help (and all it has room for)."""
     paragraph = " ".join(inspect.cleandoc(help_text).split("\n\n")[0].replace("\b", "").split())
     end = re.search(r"\.(\s|$)", paragraph)
-    return paragraph[:end.start() + 1] if end else paragraph
+    return paragraph[: end.start() + 1] if end else paragraph
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +154,12 @@ def test_each_option_row_says_what_its_help_line_says(reference):
 
 
 def test_options_that_declare_a_metavar_show_it(reference):
-    declared = [(anchor, ctx, option) for anchor, ctx in commands() for option in ctx.command.params
-                if isinstance(option, click.Option) and option.metavar and not option.hidden]
+    declared = [
+        (anchor, ctx, option)
+        for anchor, ctx in commands()
+        for option in ctx.command.params
+        if isinstance(option, click.Option) and option.metavar and not option.hidden
+    ]
     missing = []
     for anchor, ctx, option in declared:
         shown = f"{option.opts[-1]} {option.metavar}"  # as --help writes it: `--tracking-uri URI`
@@ -192,8 +196,9 @@ def test_each_command_shows_its_whole_help_and_its_usage(reference):
 
 def test_server_workers_default_is_a_rule_not_the_build_machines_core_count(reference):
     # The value is min(4, cores) where the docs were built: a number there is this machine's.
-    [default] = [row[1] for left, row in reference.table("pipeline-server", "Option").items()
-                 if left.startswith("--workers ")]
+    [default] = [
+        row[1] for left, row in reference.table("pipeline-server", "Option").items() if left.startswith("--workers ")
+    ]
     assert not re.search(r"^\(?\d+\)?$", default), default
     assert "cores" in default
 
@@ -203,7 +208,11 @@ def test_pipeline_help_shows_each_summary_whole_in_80_columns():
     '...' in `pipeline --help`, mid-sentence."""
     output = CliRunner().invoke(main, ["--help"], terminal_width=80).output
     root = click.Context(main, info_name="pipeline")
-    cut = [name for name in main.list_commands(root)
-           if not re.search(rf"^  {name} +{re.escape(main.commands[name].get_short_help_str(limit=10**6))}$",
-                            output, re.MULTILINE)]
+    cut = [
+        name
+        for name in main.list_commands(root)
+        if not re.search(
+            rf"^  {name} +{re.escape(main.commands[name].get_short_help_str(limit=10**6))}$", output, re.MULTILINE
+        )
+    ]
     assert cut == []

@@ -49,8 +49,11 @@ def _sweep_store(folder, data_dir, tracking_uri):
     result = run_grid(load_grid(folder / "grid.yaml"), Reporter(), options)
     client = mlflow.MlflowClient(tracking_uri)
     cpu = next(r for r in client.search_runs([result.experiment_id], "params.batch_size = '128'"))
-    twin = client.create_run(result.experiment_id, run_name="batch_size=128 device=cuda", tags={
-        "mlflow.parentRunId": result.parent_run_id, names.TAG_DEVICE: "cuda:0", names.TAG_HARDWARE: "Fake GPU"})
+    twin = client.create_run(
+        result.experiment_id,
+        run_name="batch_size=128 device=cuda",
+        tags={"mlflow.parentRunId": result.parent_run_id, names.TAG_DEVICE: "cuda:0", names.TAG_HARDWARE: "Fake GPU"},
+    )
     params = {**cpu.data.params, "device": "cuda"}
     metrics = []
     for name in HISTORIES + CHART_HISTORIES + ("train_loss", "train_accuracy", "test_loss"):
@@ -60,8 +63,9 @@ def _sweep_store(folder, data_dir, tracking_uri):
                 value *= 10 if m.step == 1 else 1 / 4
             metrics.append(Metric(name, value, m.timestamp, m.step))
     metrics.append(Metric("run_duration_s", 1.0, 0, 0))
-    client.log_batch(twin.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()],
-                     tags=[RunTag("x", "y")])
+    client.log_batch(
+        twin.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()], tags=[RunTag("x", "y")]
+    )
     client.set_terminated(twin.info.run_id, "FINISHED")
     return result, client, cpu
 
@@ -102,8 +106,9 @@ def test_the_histories_a_sweep_keeps_are_the_ones_its_store_holds(sweep_store):
     --out` reads them back: the same numbers, the same order, the same gaps (energy where none was told)."""
     result, client, _ = sweep_store
     every = HISTORIES + CHART_HISTORIES
-    stored = {r.run_id: r.histories for r in read_sweep(client, parent_run_id=result.parent_run_id,
-                                                        charted=every).children}
+    stored = {
+        r.run_id: r.histories for r in read_sweep(client, parent_run_id=result.parent_run_id, charted=every).children
+    }
     finished = [o for o in result.outcomes if o.status == "FINISHED"]
     assert len(finished) == 2
     for outcome in finished:
@@ -119,8 +124,20 @@ def test_formats_and_sort(sweep_store):
     assert list(build(sweep, CompareOptions(sort="speedup")).table["device"])[0] == "cuda:0"  # higher first
     rows = list(csv.DictReader(io.StringIO(render(comparison, "csv"))))
     assert len(rows) == 3
-    assert {"device", "batch_size", "num_workers", "lr", "epochs", "train_loss", "test_accuracy",
-            "epoch_duration_s", "images_per_s", "run_duration_s", "data_share", "speedup"} <= set(rows[0])
+    assert {
+        "device",
+        "batch_size",
+        "num_workers",
+        "lr",
+        "epochs",
+        "train_loss",
+        "test_accuracy",
+        "epoch_duration_s",
+        "images_per_s",
+        "run_duration_s",
+        "data_share",
+        "speedup",
+    } <= set(rows[0])
     records = json.loads(render(comparison, "json"))
     assert [r["device"] for r in records] == list(comparison.table["device"])
     lines = render(comparison, "markdown").splitlines()
@@ -177,16 +194,22 @@ def test_a_sweep_draws_its_charts_beside_a_notebooks_plots(write_grid, data_dir,
     options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir))
     result = run_grid(load_grid(write_grid(GRID)), Reporter(), options)
     logged = {a.path for a in mlflow.MlflowClient(tracking_uri).list_artifacts(result.parent_run_id, "comparison")}
-    assert {f"comparison/{name}" for name in (charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG,
-                                              charts.TIME_BREAKDOWN_PNG)} <= logged
+    assert {
+        f"comparison/{name}"
+        for name in (charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG, charts.TIME_BREAKDOWN_PNG)
+    } <= logged
     assert matplotlib.get_backend() == backend and matplotlib.pyplot.get_fignums() == figures
 
 
 def test_sweep_logs_comparison_and_network_artifacts(sweep_store):
     result, client, cpu = sweep_store
     logged = {a.path for a in client.list_artifacts(result.parent_run_id, "comparison")}
-    assert {"comparison/epoch_duration.png", "comparison/test_accuracy.png", "comparison/results.csv",
-            "comparison/results.md"} <= logged
+    assert {
+        "comparison/epoch_duration.png",
+        "comparison/test_accuracy.png",
+        "comparison/results.csv",
+        "comparison/results.md",
+    } <= logged
     assert {a.path for a in client.list_artifacts(cpu.info.run_id, "inputs")} == {names.ARTIFACT_BATCH}
     with Image.open(client.download_artifacts(cpu.info.run_id, names.ARTIFACT_BATCH)) as batch:
         assert batch.format == "PNG" and batch.size == (8 * 30 + 2, 8 * 30 + 2)  # 64 images, 8 wide, 2 px apart
@@ -212,8 +235,9 @@ def test_system_metrics(write_grid, data_dir, tracking_uri, monkeypatch):
     the run, which lasts about a second; the pipeline's own 2 s would give none)."""
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     grid = write_grid("grid:\n  batch_size: [16]\n  device: [cpu]\n  epochs: [2]\n")
-    result = run_grid(load_grid(grid), Reporter(),
-                      Options(tracking_uri=tracking_uri, data_dir=str(data_dir), system_metrics=True))
+    result = run_grid(
+        load_grid(grid), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir), system_metrics=True)
+    )
     run = mlflow.MlflowClient(tracking_uri).get_run(result.outcomes[0].run_id)
     assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics), run.data.metrics.keys()
     assert __import__("os").environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] == "0.2"  # the user's, kept
@@ -256,12 +280,20 @@ def test_an_energy_counter_that_did_not_advance_is_unknown_not_free():
     from pipeline.records import RunRecord, SweepRecord
 
     def run(run_id, joules, batch_size):
-        return RunRecord(run_id, run_id, {"batch_size": batch_size, "train_size": "60000"}, {"test_accuracy": 0.8},
-                         {"pipeline.device": "cuda:0", "pipeline.energy": "NVML total energy of the whole GPU"},
-                         histories={"epoch_duration_s": [0.2, 0.03, 0.03], "energy_j": joules})
+        return RunRecord(
+            run_id,
+            run_id,
+            {"batch_size": batch_size, "train_size": "60000"},
+            {"test_accuracy": 0.8},
+            {"pipeline.device": "cuda:0", "pipeline.energy": "NVML total energy of the whole GPU"},
+            histories={"epoch_duration_s": [0.2, 0.03, 0.03], "energy_j": joules},
+        )
 
-    comparison = build(SweepRecord("p", "p", "1", "x", [run("brief", [15.0, 0.0, 0.0], "1000"),
-                                                        run("some", [15.0, 0.0, 41.0], "2000")]))
+    comparison = build(
+        SweepRecord(
+            "p", "p", "1", "x", [run("brief", [15.0, 0.0, 0.0], "1000"), run("some", [15.0, 0.0, 41.0], "2000")]
+        )
+    )
     rows = comparison.table.set_index("run_ids")
     assert math.isnan(rows.loc["brief", "energy_j"]) and math.isnan(rows.loc["brief", "images_per_j"])
     assert rows.loc["some", "energy_j"] == 20.5 and rows.loc["some", "images_per_j"] == pytest.approx(60000 / 20.5)
@@ -277,12 +309,21 @@ def test_repeats_are_one_row_with_the_median_and_iqr_of_their_steady_epochs():
     from pipeline.records import RunRecord, SweepRecord
 
     def run(run_id, repeat, seconds, accuracy, seed="0"):
-        return RunRecord(run_id, run_id, {"batch_size": "64", "seed": seed, names.REPEAT: str(repeat)},
-                         {"test_accuracy": accuracy}, {"pipeline.device": "cpu"},
-                         histories={"epoch_duration_s": [99.0, *seconds]})
+        return RunRecord(
+            run_id,
+            run_id,
+            {"batch_size": "64", "seed": seed, names.REPEAT: str(repeat)},
+            {"test_accuracy": accuracy},
+            {"pipeline.device": "cpu"},
+            histories={"epoch_duration_s": [99.0, *seconds]},
+        )
 
-    runs = [run("r1", 1, [4.0, 5.0], 0.80), run("r2", 2, [6.0, 7.0], 0.82), run("r3", 3, [5.0, 5.0], 0.84),
-            run("other-seed", 1, [1.0, 1.0], 0.5, seed="1")]
+    runs = [
+        run("r1", 1, [4.0, 5.0], 0.80),
+        run("r2", 2, [6.0, 7.0], 0.82),
+        run("r3", 3, [5.0, 5.0], 0.84),
+        run("other-seed", 1, [1.0, 1.0], 0.5, seed="1"),
+    ]
     table = build(SweepRecord("p", "p", "1", "x", runs)).table.set_index("seed")
     assert table.loc[0, "n"] == 3 and table.loc[0, "run_ids"] == "r1,r2,r3" and table.loc[1, "n"] == 1
     assert table.loc[0, "epoch_duration_s"] == 5.0  # the runs' 4.5, 6.5 and 5.0
@@ -299,8 +340,9 @@ def _compare(uri, *args):
 
 
 def _repeats(device, seconds, count, rng, seed="0", **run):
-    return [Run(jittered(seconds, 4, rng), device, {"seed": seed, names.REPEAT: str(r)}, **run)
-            for r in range(1, count + 1)]
+    return [
+        Run(jittered(seconds, 4, rng), device, {"seed": seed, names.REPEAT: str(r)}, **run) for r in range(1, count + 1)
+    ]
 
 
 def test_a_2x_difference_over_4_repeats_is_significant(tracking_uri):
@@ -350,15 +392,21 @@ def test_slower_is_said_in_words_with_the_interval_inverted(tracking_uri):
     assert "x0." not in markdown
 
 
-@pytest.mark.parametrize("versus, message", [
-    ("seed", "--versus seed: give KEY=VALUE"),
-    ("speed=1", "speed is not a grid key; grid keys: device, lr, batch_size"),
-    ("num_workers=0", "num_workers does not vary in this sweep (every run has num_workers=0)"),
-    ("batch_size=999", "no run has batch_size=999; values in this sweep: 128, 256"),
-])
+@pytest.mark.parametrize(
+    "versus, message",
+    [
+        ("seed", "--versus seed: give KEY=VALUE"),
+        ("speed=1", "speed is not a grid key; grid keys: device, lr, batch_size"),
+        ("num_workers=0", "num_workers does not vary in this sweep (every run has num_workers=0)"),
+        ("batch_size=999", "no run has batch_size=999; values in this sweep: 128, 256"),
+    ],
+)
 def test_versus_refuses_what_the_sweep_cannot_answer(tracking_uri, versus, message):
-    write_sweep(tracking_uri, "bs", [Run([1.0, 1.0], params={"batch_size": "128"}),
-                                     Run([1.0, 0.5], params={"batch_size": "256"})])
+    write_sweep(
+        tracking_uri,
+        "bs",
+        [Run([1.0, 1.0], params={"batch_size": "128"}), Run([1.0, 0.5], params={"batch_size": "256"})],
+    )
     out = _compare(tracking_uri, "--versus", versus)
     assert out.exit_code == 2 and message in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1
@@ -371,12 +419,18 @@ def test_time_to_target_ranks_rows_and_names_untargeted_runs(tracking_uri):
     it, the rest follow by epoch time; the device speedup on it sits beside the epoch one; runs
     trained before the target show "-" and one note."""
     target = {names.TAG_TARGET: "test_accuracy >= 0.85"}
-    runs = [Run([2.0, 1.0], "cpu", {names.REPEAT: str(r)}, tags=target, metrics={names.TIME_TO_TARGET: t})
-            for r, t in ((1, 3.0), (2, 3.2), (3, 3.4))]
-    runs += [Run([2.0, 0.5], "cuda:0", {names.REPEAT: str(r)}, tags=target, metrics={names.TIME_TO_TARGET: t})
-             for r, t in ((1, 1.0), (2, 1.1), (3, 1.2))]
-    runs += [Run([2.0, 0.9], "cpu", {"batch_size": "256"}, tags=target),  # not reached
-             Run([2.0, 0.8], "cpu", {"batch_size": "512"})]  # trained before the target was set
+    runs = [
+        Run([2.0, 1.0], "cpu", {names.REPEAT: str(r)}, tags=target, metrics={names.TIME_TO_TARGET: t})
+        for r, t in ((1, 3.0), (2, 3.2), (3, 3.4))
+    ]
+    runs += [
+        Run([2.0, 0.5], "cuda:0", {names.REPEAT: str(r)}, tags=target, metrics={names.TIME_TO_TARGET: t})
+        for r, t in ((1, 1.0), (2, 1.1), (3, 1.2))
+    ]
+    runs += [
+        Run([2.0, 0.9], "cpu", {"batch_size": "256"}, tags=target),  # not reached
+        Run([2.0, 0.8], "cpu", {"batch_size": "512"}),
+    ]  # trained before the target was set
     write_sweep(tracking_uri, "target", runs, parent_tags=target)
     rows = json.loads(_compare(tracking_uri, "--format", "json").stdout)
     assert [(r["device"], r["batch_size"]) for r in rows] == [("cuda:0", 128), ("cpu", 128), ("cpu", 512), ("cpu", 256)]
@@ -402,8 +456,9 @@ def test_contended_runs_are_counted_and_left_out_of_speedups(tracking_uri):
     rows = {r["device"]: r for r in json.loads(_compare(tracking_uri, "--format", "json").stdout)}
     assert rows["cuda:0"]["contended"] == 1 and rows["cuda:0"]["n"] == 2
     assert rows["cuda:0"]["speedup"] == pytest.approx(2.0, rel=0.1)
-    included = {r["device"]: r for r in json.loads(_compare(tracking_uri, "--format", "json",
-                                                            "--include-contended").stdout)}
+    included = {
+        r["device"]: r for r in json.loads(_compare(tracking_uri, "--format", "json", "--include-contended").stdout)
+    }
     assert included["cuda:0"]["speedup"] < 1.5
     table = _compare(tracking_uri).output
     assert "1 of 5 runs contended (other processes took the cores), left out of every speed figure" in table
@@ -438,8 +493,16 @@ def _eight(tracking_uri, repeats=2, target=False):
                 seconds = base * factor * (0.8 if batch_size == "256" else 1.0)
                 metrics = {names.TIME_TO_TARGET: 3 * seconds} if target else {}
                 params = {"batch_size": batch_size, "precision": precision}
-                runs += [Run(jittered(seconds, 4, rng), device, {**params, names.REPEAT: str(r)}, tags=dict(tags),
-                             metrics=metrics) for r in range(1, repeats + 1)]
+                runs += [
+                    Run(
+                        jittered(seconds, 4, rng),
+                        device,
+                        {**params, names.REPEAT: str(r)},
+                        tags=dict(tags),
+                        metrics=metrics,
+                    )
+                    for r in range(1, repeats + 1)
+                ]
     return write_sweep(tracking_uri, "eight", runs, parent_tags=tags)
 
 
@@ -454,14 +517,16 @@ def eight(tmp_path_factory, _store_template):
     with isolated(folder):
         uri = new_store(folder, _store_template)
         _eight(uri, target=True)
-        comparison = build(read_sweep(mlflow.MlflowClient(uri), histories=HISTORIES),
-                           CompareOptions(target=EIGHT_TARGET))
+        comparison = build(
+            read_sweep(mlflow.MlflowClient(uri), histories=HISTORIES), CompareOptions(target=EIGHT_TARGET)
+        )
     return uri, comparison
 
 
 def _table_words(text: str) -> tuple[set[str], set[str]]:
     """The words of the tables in `text`: in their header rows, and in any of their rows (not the
     verdict's or the speedup lines around them, which could hold a number a table split)."""
+
     def words(lines):
         return {word for line in lines for word in re.sub("[│┃]", " ", line).split()}
 
@@ -511,8 +576,19 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
     assert "epochs 2-4" in " ".join(text.split("┏")[0].split())  # the title says which epochs were timed
     if wide:
         return
-    assert list(frame.columns) == ["device", "batch_size", "precision", "n", "epoch_s", "to target s", "speedup",
-                                   "precision speedup", "target speedup", "test acc", "img/s"]
+    assert list(frame.columns) == [
+        "device",
+        "batch_size",
+        "precision",
+        "n",
+        "epoch_s",
+        "to target s",
+        "speedup",
+        "precision speedup",
+        "target speedup",
+        "test acc",
+        "img/s",
+    ]
     assert {"n", "epoch s", "to target s", "test acc", "img/s"} <= set(headers[0]), headers
     assert len(tables) == (2 if width == 80 else 1) and "train" not in text
 
@@ -541,11 +617,16 @@ def test_the_verdict_comes_first_in_plain_words(tracking_uri):
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     # The best: the fastest setting within the quality margin of the most accurate; here only cuda:0 is.
-    assert re.fullmatch(r"Best: cuda:0 \(2\.\d{3} s/epoch, test acc 0\.9000, 3 runs; model from run [0-9a-f]{8}\): "
-                        r"the most accurate \(every faster setting is less accurate by more than the margin\)",
-                        lines[0]), lines
-    assert re.fullmatch(r"Fastest: cpu \(\d\.\d{3} s/epoch, test acc 0\.7800\), but less accurate than the most "
-                        r"accurate by more than 0\.005", lines[1]), lines
+    assert re.fullmatch(
+        r"Best: cuda:0 \(2\.\d{3} s/epoch, test acc 0\.9000, 3 runs; model from run [0-9a-f]{8}\): "
+        r"the most accurate \(every faster setting is less accurate by more than the margin\)",
+        lines[0],
+    ), lines
+    assert re.fullmatch(
+        r"Fastest: cpu \(\d\.\d{3} s/epoch, test acc 0\.7800\), but less accurate than the most "
+        r"accurate by more than 0\.005",
+        lines[1],
+    ), lines
     verdict = r"cuda:0 vs cpu, epoch time: 2\.\d\dx slower \[\d\.\d\d-\d\.\d\d\] \(significant\)"
     assert re.fullmatch(verdict, lines[2]), lines[2]
     assert "x0." not in out.output
@@ -559,11 +640,16 @@ def test_a_setting_of_one_run_shows_its_runs_figures():
 
     history = {"epoch_duration_s": [2.0, 0.12345, 0.12361, 0.5], "images_per_s": [10.0, 1000.4, 1001.6, 250.0]}
     # As logged (the run's own figures, from its in-memory epochs), told apart from the history's.
-    logged = {"test_accuracy": 0.812345, names.STEADY_EPOCH: 0.125, names.STEADY_IMAGES: 999.0,
-              names.FINAL_ACCURACY: 0.8124}
+    logged = {
+        "test_accuracy": 0.812345,
+        names.STEADY_EPOCH: 0.125,
+        names.STEADY_IMAGES: 999.0,
+        names.FINAL_ACCURACY: 0.8124,
+    }
     new = RunRecord("new", "new", {"batch_size": "64"}, logged, {"pipeline.device": "cpu"}, histories=history)
-    old = RunRecord("old", "old", {"batch_size": "128"}, {"test_accuracy": 0.812345}, {"pipeline.device": "cpu"},
-                    histories=history)
+    old = RunRecord(
+        "old", "old", {"batch_size": "128"}, {"test_accuracy": 0.812345}, {"pipeline.device": "cpu"}, histories=history
+    )
     table = build(SweepRecord("p", "p", "1", "x", [new, old])).table.set_index("run_ids")
     expected = summary(history["epoch_duration_s"], history["images_per_s"], 0.812345)
     assert expected == {names.STEADY_EPOCH: 0.1236, names.STEADY_IMAGES: 1000.0, names.FINAL_ACCURACY: 0.8123}
@@ -573,8 +659,9 @@ def test_a_setting_of_one_run_shows_its_runs_figures():
 
 def test_speed_against_accuracy_comes_first_with_its_best_trade_offs(sweep_store, tmp_path):
     result, client, _ = sweep_store
-    comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES,
-                                  charted=CHART_HISTORIES))  # as `compare --out` reads it
+    comparison = build(
+        read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES, charted=CHART_HISTORIES)
+    )  # as `compare --out` reads it
     planned = charts.plan(comparison)
     assert list(planned)[0] == charts.TRADEOFF_PNG == sorted(list(planned) + ["results.csv", "results.md"])[0]
     chart = planned[charts.TRADEOFF_PNG]
@@ -599,18 +686,33 @@ def _hide_nothing(tracking_uri):
     rng = np.random.default_rng(34)
     target = {names.TAG_TARGET: "test_accuracy >= 0.85"}
     busy = {names.TAG_CONTENDED: "other processes took 60% of 2 cores"}
-    settings = [("cuda:0", "128", 0.4, 1.2, 0.88), ("cuda:0", "256", 0.32, 1.0, 0.86), ("cpu", "128", 1.0, 3.0, 0.89),
-                ("cpu", "256", 0.8, None, 0.80), ("cpu", "512", 0.7, None, 0.84)]
+    settings = [
+        ("cuda:0", "128", 0.4, 1.2, 0.88),
+        ("cuda:0", "256", 0.32, 1.0, 0.86),
+        ("cpu", "128", 1.0, 3.0, 0.89),
+        ("cpu", "256", 0.8, None, 0.80),
+        ("cpu", "512", 0.7, None, 0.84),
+    ]
     runs = []
     for device, batch_size, seconds, to_target, accuracy in settings:
         for r in (1, 2):
             epochs = jittered(seconds, 4, rng)
-            buckets = {"data_time_s": [0.1 * e for e in epochs], "transfer_time_s": [0.0] * 4,
-                       "compute_time_s": [0.9 * e for e in epochs]}
+            buckets = {
+                "data_time_s": [0.1 * e for e in epochs],
+                "transfer_time_s": [0.0] * 4,
+                "compute_time_s": [0.9 * e for e in epochs],
+            }
             metrics = {names.FINAL_ACCURACY: accuracy, **({names.TIME_TO_TARGET: to_target} if to_target else {})}
-            runs.append(Run(epochs, device, {"batch_size": batch_size, names.REPEAT: str(r)},
-                            tags={**target, **(busy if batch_size == "512" else {})}, metrics=metrics,
-                            histories=buckets))
+            runs.append(
+                Run(
+                    epochs,
+                    device,
+                    {"batch_size": batch_size, names.REPEAT: str(r)},
+                    tags={**target, **(busy if batch_size == "512" else {})},
+                    metrics=metrics,
+                    histories=buckets,
+                )
+            )
     parent = write_sweep(tracking_uri, "hide-nothing", runs, parent_tags=target)
     client = mlflow.MlflowClient(tracking_uri)
     return build(read_sweep(client, parent_run_id=parent, histories=HISTORIES, charted=CHART_HISTORIES))
@@ -632,12 +734,21 @@ def test_every_setting_is_on_every_chart_in_its_one_colour(tracking_uri):
     colour = dict(zip(labels, colours(comparison)))
     assert sorted(colour) == ["cpu bs128", "cpu bs256", "cpu bs512", "cuda:0 bs128", "cuda:0 bs256"]
     planned = charts.plan(comparison)
-    tradeoff, epochs, accuracy, breakdown = (planned[name] for name in (
-        charts.TRADEOFF_PNG, charts.EPOCH_DURATION_PNG, charts.TEST_ACCURACY_PNG, charts.TIME_BREAKDOWN_PNG))
-    drawn = {"tradeoff": {point["label"].split(" (")[0]: point["colour"] for point in tradeoff["points"]},
-             "epochs": {bar["label"]: bar["colour"] for bar in epochs["bars"]},
-             "accuracy": {setting["label"]: setting["colour"] for setting in accuracy["settings"]},
-             "breakdown": {label.split(" (")[0]: c for label, c in zip(breakdown["labels"], breakdown["colours"])}}
+    tradeoff, epochs, accuracy, breakdown = (
+        planned[name]
+        for name in (
+            charts.TRADEOFF_PNG,
+            charts.EPOCH_DURATION_PNG,
+            charts.TEST_ACCURACY_PNG,
+            charts.TIME_BREAKDOWN_PNG,
+        )
+    )
+    drawn = {
+        "tradeoff": {point["label"].split(" (")[0]: point["colour"] for point in tradeoff["points"]},
+        "epochs": {bar["label"]: bar["colour"] for bar in epochs["bars"]},
+        "accuracy": {setting["label"]: setting["colour"] for setting in accuracy["settings"]},
+        "breakdown": {label.split(" (")[0]: c for label, c in zip(breakdown["labels"], breakdown["colours"])},
+    }
     contended = "cpu bs512 (every run contended)"
     for name, chart in zip(drawn, (tradeoff, epochs, accuracy, breakdown)):
         timed = name != "accuracy"  # what was learnt counts every run, contended or not
@@ -647,8 +758,11 @@ def test_every_setting_is_on_every_chart_in_its_one_colour(tracking_uri):
     # Trade-off: at the time to the target where it counts, at the training time where it was missed.
     row = comparison.table.iloc[labels.index("cpu bs256")]
     assert {point["label"]: (point["x"], point["y"], point["missed"]) for point in tradeoff["points"]} == {
-        "cuda:0 bs256": (1.0, 0.86, False), "cuda:0 bs128": (1.2, 0.88, False), "cpu bs128": (3.0, 0.89, False),
-        "cpu bs256 (reached in 0/2 runs)": (round(row["run_duration_s"], 3), 0.8, True)}
+        "cuda:0 bs256": (1.0, 0.86, False),
+        "cuda:0 bs128": (1.2, 0.88, False),
+        "cpu bs128": (3.0, 0.89, False),
+        "cpu bs256 (reached in 0/2 runs)": (round(row["run_duration_s"], 3), 0.8, True),
+    }
     assert row["run_duration_s"] > 3.0  # the whole of training: slower than any time to the target
     assert {(point["low"], point["high"]) for point in tradeoff["points"]} == {(None, None)}  # no epoch whiskers
     assert [tradeoff["points"][i]["label"] for i in tradeoff["front"]] == ["cuda:0 bs256", "cuda:0 bs128", "cpu bs128"]
@@ -664,8 +778,9 @@ def test_every_setting_is_on_every_chart_in_its_one_colour(tracking_uri):
     # Test accuracy: a line per run, an entry per setting, the runs of a setting in its colour.
     ax = charts.figure(accuracy).axes[0]
     assert [text.get_text() for text in ax.get_legend().get_texts()] == list(drawn["accuracy"])
-    assert [to_hex(line.get_color()) for line in ax.get_lines()] == [colour[label] for label in drawn["accuracy"]
-                                                                     for _ in range(2)]
+    assert [to_hex(line.get_color()) for line in ax.get_lines()] == [
+        colour[label] for label in drawn["accuracy"] for _ in range(2)
+    ]
     assert ax.get_ylim()[0] >= 0.0 and ax.get_ylim()[1] <= 1.0
 
     # Epoch duration: a bar per setting in its colour, named in the legend, whiskers said in words.
@@ -676,7 +791,8 @@ def test_every_setting_is_on_every_chart_in_its_one_colour(tracking_uri):
     quartiles = ("epoch_duration_s_q1", "epoch_duration_s", "epoch_duration_s_q3")
     assert [(bar["low"], bar["value"], bar["high"]) for bar in epochs["bars"]] == [
         tuple(round(comparison.table.iloc[labels.index(bar["label"])][q], 3) for q in quartiles)
-        for bar in epochs["bars"]]
+        for bar in epochs["bars"]
+    ]
 
     # Time breakdown: bars in the shares' colours, each setting's name in its own.
     ax = charts.figure(breakdown).axes[0]
@@ -691,9 +807,16 @@ def test_the_trade_off_axes_stay_within_what_can_be_and_one_best_trade_off_is_ri
     (cuda is both faster and more accurate), ringed, and no line drawn or promised. Every number
     shown is rounded: 3 decimals for seconds, 4 for accuracy."""
     rng = np.random.default_rng(35)
-    runs = [Run(jittered(seconds, 4, rng, spread=0.1), device, {names.REPEAT: str(r)},
-                metrics={names.FINAL_ACCURACY: accuracy + 0.001 * r})
-            for device, seconds, accuracy in (("cuda:0", 0.05, 0.995), ("cpu", 2.0, 0.97)) for r in (1, 2, 3)]
+    runs = [
+        Run(
+            jittered(seconds, 4, rng, spread=0.1),
+            device,
+            {names.REPEAT: str(r)},
+            metrics={names.FINAL_ACCURACY: accuracy + 0.001 * r},
+        )
+        for device, seconds, accuracy in (("cuda:0", 0.05, 0.995), ("cpu", 2.0, 0.97))
+        for r in (1, 2, 3)
+    ]
     write_sweep(tracking_uri, "near-edges", runs)
     client = mlflow.MlflowClient(tracking_uri)
     comparison = build(read_sweep(client, experiment="near-edges", histories=HISTORIES, charted=CHART_HISTORIES))
@@ -728,9 +851,15 @@ def test_the_docs_table_sample_is_what_compare_prints(tracking_uri):
             for r in range(1, 5):
                 contended = device == "cuda:0" and batch_size == "256" and r == 4
                 accuracy = 0.784 if batch_size == "128" else 0.78
-                runs.append(Run(jittered(base * factor, 4, rng), device, {"batch_size": batch_size,
-                                                                          names.REPEAT: str(r)},
-                                tags=busy if contended else {}, metrics={names.FINAL_ACCURACY: accuracy}))
+                runs.append(
+                    Run(
+                        jittered(base * factor, 4, rng),
+                        device,
+                        {"batch_size": batch_size, names.REPEAT: str(r)},
+                        tags=busy if contended else {},
+                        metrics={names.FINAL_ACCURACY: accuracy},
+                    )
+                )
     write_sweep(tracking_uri, "smoke", runs)
     out = CliRunner(env={"COLUMNS": "120"}).invoke(main, ["compare", "--tracking-uri", tracking_uri])
     assert out.exit_code == 0, out.output
@@ -745,10 +874,26 @@ def test_a_setting_that_rarely_reaches_the_target_ranks_below_one_that_always_do
     the other shows "not reached (1/4)" and is named as such."""
     target = {names.TAG_TARGET: "test_accuracy >= 0.85"}
     rng = np.random.default_rng(21)
-    runs = [Run(jittered(1.0, 4, rng), "cpu", {"batch_size": "256", names.REPEAT: str(r)}, tags=target,
-                metrics={names.TIME_TO_TARGET: 8.0} if r == 1 else {}) for r in range(1, 5)]
-    runs += [Run(jittered(1.2, 4, rng), "cpu", {"batch_size": "128", names.REPEAT: str(r)}, tags=target,
-                 metrics={names.TIME_TO_TARGET: 10.0 + 0.1 * r}) for r in range(1, 5)]
+    runs = [
+        Run(
+            jittered(1.0, 4, rng),
+            "cpu",
+            {"batch_size": "256", names.REPEAT: str(r)},
+            tags=target,
+            metrics={names.TIME_TO_TARGET: 8.0} if r == 1 else {},
+        )
+        for r in range(1, 5)
+    ]
+    runs += [
+        Run(
+            jittered(1.2, 4, rng),
+            "cpu",
+            {"batch_size": "128", names.REPEAT: str(r)},
+            tags=target,
+            metrics={names.TIME_TO_TARGET: 10.0 + 0.1 * r},
+        )
+        for r in range(1, 5)
+    ]
     write_sweep(tracking_uri, "rare", runs, parent_tags=target)
     rows = json.loads(_compare(tracking_uri, "--format", "json").stdout)
     assert [(r["batch_size"], r["target_reached"]) for r in rows] == [(128, 4), (256, 1)]
@@ -766,28 +911,43 @@ def test_when_every_run_is_contended_the_verdict_is_withheld_and_says_why(tracki
 
     rng = np.random.default_rng(22)
     busy = {names.TAG_CONTENDED: "other processes took 43% of 2 cores"}
-    runs = [Run(jittered(seconds, 4, rng), device, {"batch_size": bs, names.REPEAT: str(r)}, tags=busy,
-                metrics={names.OTHERS_CPU_SHARE: 0.43})
-            for device, seconds in (("cpu", 1.0), ("cuda:0", 0.5)) for bs in ("128", "256") for r in range(1, 5)]
+    runs = [
+        Run(
+            jittered(seconds, 4, rng),
+            device,
+            {"batch_size": bs, names.REPEAT: str(r)},
+            tags=busy,
+            metrics={names.OTHERS_CPU_SHARE: 0.43},
+        )
+        for device, seconds in (("cpu", 1.0), ("cuda:0", 0.5))
+        for bs in ("128", "256")
+        for r in range(1, 5)
+    ]
     write_sweep(tracking_uri, "busy16", runs)
     out = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "--tracking-uri", tracking_uri])
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
-    assert lines[:2] == ["Speed withheld: 16 of 16 runs contended (others took 43% of the cores)",
-                         "Rerun on a quiet machine, or pass --include-contended to count them"], lines[:3]
+    assert lines[:2] == [
+        "Speed withheld: 16 of 16 runs contended (others took 43% of the cores)",
+        "Rerun on a quiet machine, or pass --include-contended to count them",
+    ], lines[:3]
     assert not [line for line in lines if line.startswith(("Best: ", "Fastest: "))]
     page = (Path(__file__).resolve().parents[1] / "docs" / "comparing.md").read_text(encoding="utf-8")
     assert "\n".join(lines[:2]) in page
-    counted = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["compare", "--tracking-uri", tracking_uri,
-                                                              "--include-contended"]).output
+    counted = (
+        CliRunner(env={"COLUMNS": "200"})
+        .invoke(main, ["compare", "--tracking-uri", tracking_uri, "--include-contended"])
+        .output
+    )
     assert counted.startswith("Best: cuda:0") and "Speed withheld" not in counted
     # The speed charts have nothing to draw: only test accuracy is, and the view is still published.
     report = tmp_path / "report"
     drawn = CliRunner().invoke(main, ["compare", "--tracking-uri", tracking_uri, "--out", str(report), "--publish"])
     assert drawn.exit_code == 0 and "viewStateShareKey=" in drawn.output, drawn.output
     assert sorted(p.name for p in report.glob("*.png")) == ["test_accuracy.png"]
-    register = CliRunner().invoke(main, ["register", "--experiment", "busy16", "--name", "m",
-                                         "--tracking-uri", tracking_uri])
+    register = CliRunner().invoke(
+        main, ["register", "--experiment", "busy16", "--name", "m", "--tracking-uri", tracking_uri]
+    )
     assert register.exit_code == 2 and "every run is contended" in register.output, register.output
 
 
@@ -797,14 +957,19 @@ def test_a_faster_but_less_accurate_setting_is_no_win(tracking_uri, margin, wors
     the speedup reads "but less accurate by 0.0200 [...]" and is no win; within --quality-margin 0.05
     it is a win."""
     rng = np.random.default_rng(23)
-    runs = [Run(jittered(1.0, 4, rng), "cpu", {names.REPEAT: str(r)}, metrics={names.FINAL_ACCURACY: 0.80 + 0.001 * r})
-            for r in range(1, 4)]
-    runs += [Run(jittered(0.5, 4, rng), "cuda:0", {names.REPEAT: str(r)},
-                 metrics={names.FINAL_ACCURACY: 0.78 + 0.001 * r}) for r in range(1, 4)]
+    runs = [
+        Run(jittered(1.0, 4, rng), "cpu", {names.REPEAT: str(r)}, metrics={names.FINAL_ACCURACY: 0.80 + 0.001 * r})
+        for r in range(1, 4)
+    ]
+    runs += [
+        Run(jittered(0.5, 4, rng), "cuda:0", {names.REPEAT: str(r)}, metrics={names.FINAL_ACCURACY: 0.78 + 0.001 * r})
+        for r in range(1, 4)
+    ]
     write_sweep(tracking_uri, "quality", runs)
     args = ["--quality-margin", margin] if margin else []
-    gpu = next(r for r in json.loads(_compare(tracking_uri, "--format", "json", *args).stdout)
-               if r["device"] == "cuda:0")
+    gpu = next(
+        r for r in json.loads(_compare(tracking_uri, "--format", "json", *args).stdout) if r["device"] == "cuda:0"
+    )
     assert gpu["speedup_significant"] is True and gpu["speedup_accuracy_change"] == pytest.approx(-0.02)
     assert gpu["speedup_win"] is (not worse)
     markdown = _compare(tracking_uri, "--format", "markdown", *args).stdout

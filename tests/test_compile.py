@@ -46,8 +46,9 @@ def test_compiling_happens_before_epoch_1_at_every_shape_the_run_uses(small):
 
     config = RunConfig(batch_size=100, epochs=2, device="cpu")
     try:
-        compiled = fit(dataclasses.replace(config, compile=True), dataset, torch.device("cpu"),
-                       NoCompilingInTheEpochs())
+        compiled = fit(
+            dataclasses.replace(config, compile=True), dataset, torch.device("cpu"), NoCompilingInTheEpochs()
+        )
     finally:
         torch.compiler.set_stance("default")
     assert stances == ["fail_on_recompile"]  # the epochs ran under it
@@ -78,8 +79,12 @@ def test_a_compile_sweep_reports_compile_time_apart_and_compares_with_eager(writ
     out = invoke("run", str(write_grid(GRID)), "--tracking-uri", tracking_uri, "--data-dir", str(small))
     assert out.exit_code == 0, out.output
     client = mlflow.MlflowClient(tracking_uri)
-    runs = {r.info.run_name: r for r in client.search_runs(
-        [client.get_experiment_by_name("compiled").experiment_id], "tags.`pipeline.role` = 'point'")}
+    runs = {
+        r.info.run_name: r
+        for r in client.search_runs(
+            [client.get_experiment_by_name("compiled").experiment_id], "tags.`pipeline.role` = 'point'"
+        )
+    }
     assert sorted(runs) == ["cpu compiled", "cpu eager"]
     compiled, eager = runs["cpu compiled"].data, runs["cpu eager"].data
     assert compiled.params["compile"] == "true" and compiled.metrics["compile_s"] > 0
@@ -106,20 +111,41 @@ def test_a_compile_failure_fails_that_run_only(write_grid, small, tracking_uri, 
     import sys
 
     fake = tmp_path / "broken-c++"
-    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && exec g++ --version\n'
-                    'echo "fatal error: Python.h: No such file or directory" >&2\nexit 1\n')
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && exec g++ --version\n'
+        'echo "fatal error: Python.h: No such file or directory" >&2\nexit 1\n'
+    )
     fake.chmod(0o755)
     grid = GRID.replace("[false, true]", "[true, false]").replace("[2]", "[1]")
     env = {**os.environ, "CXX": str(fake), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
-    out = subprocess.run([sys.executable, "-m", "pipeline", "run", str(write_grid(grid)), "--tracking-uri",
-                          tracking_uri, "--data-dir", str(small)], env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run",
+            str(write_grid(grid)),
+            "--tracking-uri",
+            tracking_uri,
+            "--data-dir",
+            str(small),
+        ],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=600,
+    )
     assert out.returncode == 1, out.stdout
     text = " ".join(out.stdout.split())
     assert "torch.compile failed" in text and "set compile: false" in text
     client = mlflow.MlflowClient(tracking_uri)
-    runs = {r.info.run_name: r.info.status for r in client.search_runs(
-        [client.get_experiment_by_name("compiled").experiment_id], "tags.`pipeline.role` = 'point'")}
+    runs = {
+        r.info.run_name: r.info.status
+        for r in client.search_runs(
+            [client.get_experiment_by_name("compiled").experiment_id], "tags.`pipeline.role` = 'point'"
+        )
+    }
     assert runs == {"cpu compiled": "FAILED", "cpu eager": "FINISHED"}
 
 
@@ -143,11 +169,22 @@ def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged
     from pipeline.tables import display_frame
 
     def run(run_id, seconds, **params):
-        return RunRecord(run_id, run_id, {"batch_size": "64", **params}, {"test_accuracy": 0.8},
-                         {"pipeline.device": "cpu"}, histories={"epoch_duration_s": [9.0, seconds]})
+        return RunRecord(
+            run_id,
+            run_id,
+            {"batch_size": "64", **params},
+            {"test_accuracy": 0.8},
+            {"pipeline.device": "cpu"},
+            histories={"epoch_duration_s": [9.0, seconds]},
+        )
 
-    sweep = SweepRecord("p", "p", "1", "x", [run("old", 3.0), run("new", 1.5, compile="true"),
-                                             run("upload", 2.0, data_on_device="true")])
+    sweep = SweepRecord(
+        "p",
+        "p",
+        "1",
+        "x",
+        [run("old", 3.0), run("new", 1.5, compile="true"), run("upload", 2.0, data_on_device="true")],
+    )
     comparison = build(sweep)
     table = comparison.table.set_index("run_ids")
     assert table.loc["old", "compile"] == "false" and table.loc["new", "compile_speedup"] == 2.0

@@ -40,7 +40,11 @@ def test_tutorial_grid_expands_in_file_key_order(write_grid):
 def test_order_follows_the_file_not_the_alphabet(write_grid):
     spec = load_grid(write_grid("grid:\n  device: [cpu, auto]\n  batch_size: [10, 20]\n"))
     assert [(p.config.device, p.config.batch_size) for p in expand(spec)] == [
-        ("cpu", 10), ("cpu", 20), ("auto", 10), ("auto", 20)]
+        ("cpu", 10),
+        ("cpu", 20),
+        ("auto", 10),
+        ("auto", 20),
+    ]
 
 
 def test_scalars_numbers_and_defaults(write_grid):
@@ -66,8 +70,9 @@ def test_data_section(write_grid, tmp_path):
     assert spec.data.root == str(tmp_path / "fashion")
 
 
-@pytest.mark.parametrize("text, expected", [(text, fragments) for _, text, fragments in BAD_GRIDS],
-                         ids=[name for name, _, _ in BAD_GRIDS])
+@pytest.mark.parametrize(
+    "text, expected", [(text, fragments) for _, text, fragments in BAD_GRIDS], ids=[name for name, _, _ in BAD_GRIDS]
+)
 def test_bad_grids_name_file_key_and_fix(write_grid, text, expected):
     path = write_grid(text)
     with pytest.raises(UserError) as info:
@@ -79,8 +84,11 @@ def test_bad_grids_name_file_key_and_fix(write_grid, text, expected):
         assert fragment in message, message
 
 
-@pytest.mark.parametrize("content, expected", [(content, fragments) for _, content, fragments in BAD_GRID_FILES],
-                         ids=[name for name, _, _ in BAD_GRID_FILES])
+@pytest.mark.parametrize(
+    "content, expected",
+    [(content, fragments) for _, content, fragments in BAD_GRID_FILES],
+    ids=[name for name, _, _ in BAD_GRID_FILES],
+)
 def test_files_that_are_no_grid_text_name_the_file_and_fix(tmp_path, content, expected):
     path = tmp_path / "grid.yaml"
     if content is None:
@@ -113,14 +121,17 @@ def test_a_grid_of_a_million_points_is_counted_and_its_first_points_listed_witho
     assert time.perf_counter() - started < 2  # expanding a million points takes tens of seconds
     with pytest.raises(UserError) as info:
         check_size(spec)
-    assert str(info.value).startswith(f"{spec.path}: 1000000 grid points is more than --max-points 10000; "
-                                      "pass --max-points 1000000")
+    assert str(info.value).startswith(
+        f"{spec.path}: 1000000 grid points is more than --max-points 10000; pass --max-points 1000000"
+    )
     assert check_size(spec, max_points=1_000_000) == 1_000_000
 
 
-MILLION = ("grid:\n  lr: [" + ", ".join(f"0.{i + 1:03d}" for i in range(100)) + "]\n"
-           "  seed: [" + ", ".join(str(i) for i in range(100)) + "]\n"
-           "  batch_size: [" + ", ".join(str(i + 1) for i in range(100)) + "]\n  device: [cpu]\n")
+MILLION = (
+    "grid:\n  lr: [" + ", ".join(f"0.{i + 1:03d}" for i in range(100)) + "]\n"
+    "  seed: [" + ", ".join(str(i) for i in range(100)) + "]\n"
+    "  batch_size: [" + ", ".join(str(i + 1) for i in range(100)) + "]\n  device: [cpu]\n"
+)
 
 
 def test_missing_file(tmp_path):
@@ -151,7 +162,8 @@ def test_shipped_grids_are_valid():
     assert sizes["devices"] == 12 and sizes["quickstart"] >= 2 and len(sizes) >= 3
     devices = expand(load_grid(REPO / "experiments" / "devices.yaml"))
     assert {(p.config.lr, p.config.batch_size, p.config.num_workers, p.config.device) for p in devices} == {
-        (0.01, b, w, d) for b in (1000, 10000, 20000) for w in (0, 1) for d in ("cuda", "cpu")}
+        (0.01, b, w, d) for b in (1000, 10000, 20000) for w in (0, 1) for d in ("cuda", "cpu")
+    }
 
 
 def test_a_cuda_graph_point_needs_a_cuda_device():
@@ -168,11 +180,13 @@ def test_a_prefetch_point_needs_a_cuda_device_and_the_host_data_path():
 
     spec = GridSpec(Path("g.yaml"), "g", axes=(("prefetch", (True, False)), ("device", ("cpu",))))
     prefetch, plain = plan(expand(spec))
-    assert prefetch.device is None and prefetch.reason == ("prefetch copies batches ahead on a CUDA stream, "
-                                                           "and this point runs on cpu")
+    assert prefetch.device is None and prefetch.reason == (
+        "prefetch copies batches ahead on a CUDA stream, and this point runs on cpu"
+    )
     assert plain.device is not None and prefetch.point.name == "cpu prefetch"
-    both = GridSpec(Path("g.yaml"), "g", axes=(("prefetch", (True,)), ("data_on_device", (True,)),
-                                                ("device", ("cpu",))))
+    both = GridSpec(
+        Path("g.yaml"), "g", axes=(("prefetch", (True,)), ("data_on_device", (True,)), ("device", ("cpu",)))
+    )
     assert "prefetch" in plan(expand(both))[0].reason  # skipped, whichever reason comes first
 
 
@@ -208,12 +222,26 @@ def test_numpy_scalars_are_their_python_values():
     """The Python API is handed numpy scalars (a DataFrame's column, np.arange, np.logspace): each is
     taken as the Python value it holds, so the point, its name and its run key are the plain grid's."""
     np = pytest.importorskip("numpy")
-    plain = load_grid({"grid": {"batch_size": [100, 1000], "lr": 0.01, "shuffle": False, "epochs": [2],
-                                "device": ["cpu"]}, "repeats": 3})
-    numpy = load_grid({"grid": {"batch_size": list(np.array([100, 1000])), "lr": np.float32(0.01),
-                                "shuffle": np.bool_(False), "epochs": [np.uint8(2)], "device": [np.str_("cpu")]},
-                       "repeats": np.int64(3)})
+    plain = load_grid(
+        {
+            "grid": {"batch_size": [100, 1000], "lr": 0.01, "shuffle": False, "epochs": [2], "device": ["cpu"]},
+            "repeats": 3,
+        }
+    )
+    numpy = load_grid(
+        {
+            "grid": {
+                "batch_size": list(np.array([100, 1000])),
+                "lr": np.float32(0.01),
+                "shuffle": np.bool_(False),
+                "epochs": [np.uint8(2)],
+                "device": [np.str_("cpu")],
+            },
+            "repeats": np.int64(3),
+        }
+    )
     assert numpy.axes == plain.axes and numpy.repeats == 3
+
     def value_types(grid):
         return [type(v) for _, values in grid.axes for v in values]
 
@@ -222,13 +250,16 @@ def test_numpy_scalars_are_their_python_values():
     assert [p.name for p in expand(numpy)] == [p.name for p in expand(plain)]
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("batch_size", "np.float64(1.5)", "batch_size: got np.float64(1.5); expected a positive integer"),
-    ("batch_size", "np.int64(0)", "batch_size: got np.int64(0); expected a positive integer"),
-    ("batch_size", "np.bool_(True)", "batch_size: got np.True_; expected a positive integer"),
-    ("shuffle", "np.int64(1)", "shuffle: got np.int64(1); expected true or false"),
-    ("lr", "np.float32('nan')", "lr: got np.float32(nan); expected a positive number"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("batch_size", "np.float64(1.5)", "batch_size: got np.float64(1.5); expected a positive integer"),
+        ("batch_size", "np.int64(0)", "batch_size: got np.int64(0); expected a positive integer"),
+        ("batch_size", "np.bool_(True)", "batch_size: got np.True_; expected a positive integer"),
+        ("shuffle", "np.int64(1)", "shuffle: got np.int64(1); expected true or false"),
+        ("lr", "np.float32('nan')", "lr: got np.float32(nan); expected a positive number"),
+    ],
+)
 def test_numpy_scalars_are_checked_like_their_python_values(key, value, expected):
     np = pytest.importorskip("numpy")
     with pytest.raises(UserError) as raised:
@@ -241,6 +272,8 @@ def test_config_takes_numpy_values_without_importing_numpy():
     import subprocess
     import sys
 
-    code = ("import sys; import pipeline.config, pipeline.grid; "
-            "assert 'numpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    code = (
+        "import sys; import pipeline.config, pipeline.grid; "
+        "assert 'numpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -52,8 +52,9 @@ def _spin(seconds: float) -> str:
 
 # Burns CHILD_CPU_S of its own CPU time (not wall time: a loaded machine stretches that, not this),
 # says so, and waits alive until its stdin closes.
-_BURN_THEN_WAIT = ("import sys, time\nwhile time.process_time() < {seconds}: pass\n"
-                   "print('burnt', flush=True)\nsys.stdin.read()\n")
+_BURN_THEN_WAIT = (
+    "import sys, time\nwhile time.process_time() < {seconds}: pass\nprint('burnt', flush=True)\nsys.stdin.read()\n"
+)
 CHILD_CPU_S = 0.4
 
 
@@ -63,8 +64,12 @@ def test_cpu_time_of_our_children_is_our_own():
     Synchronised on what the child reports (its own CPU time spent), never on a sleep: a busy machine
     makes it slower, not wrong (it failed under load when it slept 0.4 s and hoped)."""
     before = contention.sample()
-    child = subprocess.Popen([sys.executable, "-c", _BURN_THEN_WAIT.format(seconds=CHILD_CPU_S)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BURN_THEN_WAIT.format(seconds=CHILD_CPU_S)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "burnt"  # blocks until the child has burnt its seconds
         during = contention.sample()  # the child alive: counted through children(recursive=True)
@@ -82,15 +87,18 @@ def _start_spinners(count: int) -> list[int]:
     """`count` CPU-bound processes that are not this process's descendants (each started by a
     short-lived middle process, so it is reparented): to the pipeline they are other processes.
     Each also ends by itself after a minute, should this test die before it kills them."""
-    launcher = (f"import subprocess, sys\nSPIN = {_spin(60.0)!r}\n"
-                "p = subprocess.Popen([sys.executable, '-c', SPIN], stdin=subprocess.DEVNULL,\n"
-                "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-                "print(p.pid)\n")
+    launcher = (
+        f"import subprocess, sys\nSPIN = {_spin(60.0)!r}\n"
+        "p = subprocess.Popen([sys.executable, '-c', SPIN], stdin=subprocess.DEVNULL,\n"
+        "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(p.pid)\n"
+    )
     pids: list[int] = []
     try:
         for _ in range(count):
-            done = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, check=True,
-                                  timeout=60)
+            done = subprocess.run(
+                [sys.executable, "-c", launcher], capture_output=True, text=True, check=True, timeout=60
+            )
             pids.append(int(done.stdout))
     except BaseException:
         _stop(pids)
@@ -124,8 +132,11 @@ def test_a_run_beside_busy_processes_is_tagged_contended(write_grid, data_dir, t
     assert run.data.metrics[names.LOAD_AVERAGE] >= 0
     tag = run.data.tags[names.TAG_CONTENDED]
     assert tag.startswith(f"other processes took {share:.0%} of {cores} cores; load average "), tag
-    steps = {m.step for name in (names.OTHERS_CPU_SHARE, names.LOAD_AVERAGE)
-             for m in mlflow.MlflowClient(tracking_uri).get_metric_history(run.info.run_id, name)}
+    steps = {
+        m.step
+        for name in (names.OTHERS_CPU_SHARE, names.LOAD_AVERAGE)
+        for m in mlflow.MlflowClient(tracking_uri).get_metric_history(run.info.run_id, name)
+    }
     assert steps == {0}
 
 
@@ -142,13 +153,19 @@ def _outcome(run_id: str, node: str, span: tuple[float, float], status: str = FI
 
 
 def test_concurrency_counts_within_each_node_only():
-    outcomes = [_outcome("a", "n1", (0, 10)), _outcome("b", "n1", (5, 15)), _outcome("c", "n2", (0, 10)),
-                _outcome("d", "n1", (5, 6), status=DONE), Outcome(GridPoint(2, RunConfig(), "x"), FINISHED, run_id="e")]
+    outcomes = [
+        _outcome("a", "n1", (0, 10)),
+        _outcome("b", "n1", (5, 15)),
+        _outcome("c", "n2", (0, 10)),
+        _outcome("d", "n1", (5, 6), status=DONE),
+        Outcome(GridPoint(2, RunConfig(), "x"), FINISHED, run_id="e"),
+    ]
     assert concurrency_by_node(outcomes) == {"a": 2, "b": 2, "c": 1}
 
 
-def test_the_threshold_is_a_share_users_can_set_and_a_bad_one_is_one_line(write_grid, data_dir, tracking_uri,
-                                                                           monkeypatch):
+def test_the_threshold_is_a_share_users_can_set_and_a_bad_one_is_one_line(
+    write_grid, data_dir, tracking_uri, monkeypatch
+):
     start = CpuSample(0.0, 0.0, 0.0)
     end = CpuSample(10.0, 14.0, 10.0)  # others: 4 CPU seconds of 20 on 2 cores = 20%
     assert not measure(start, end, 2, 0.0).contended  # under the default quarter

@@ -57,7 +57,7 @@ def test_a_folder_is_decoded_once_per_process_however_it_is_named(tmp_path, monk
 def test_a_failure_to_decode_is_not_kept(tmp_path):
     folder = make_idx(tmp_path / "d", 10, 10)
     good = (folder / (FILES["train_images"] + ".gz")).read_bytes()
-    (folder / (FILES["train_images"] + ".gz")).write_bytes(good[:len(good) // 2])
+    (folder / (FILES["train_images"] + ".gz")).write_bytes(good[: len(good) // 2])
     with pytest.raises(UserError, match="corrupt"):
         load(folder)
     (folder / (FILES["train_images"] + ".gz")).write_bytes(good)
@@ -80,8 +80,12 @@ def test_missing_data_lists_where_it_looked(tmp_path, monkeypatch):
     with pytest.raises(UserError) as info:
         locate()
     message = str(info.value)
-    for fragment in ("env ($PIPELINE_DATA_DIR)", "data (./data)", "not-installed",
-                     "apt-get install dataset-fashion-mnist"):
+    for fragment in (
+        "env ($PIPELINE_DATA_DIR)",
+        "data (./data)",
+        "not-installed",
+        "apt-get install dataset-fashion-mnist",
+    ):
         assert fragment in message
     with pytest.raises(UserError, match=r"nowhere \(--data-dir"):
         locate(tmp_path / "nowhere")

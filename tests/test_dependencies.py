@@ -138,8 +138,12 @@ def test_the_docs_name_the_pinned_releases():
                 wrong.append(f"{path.relative_to(REPO)}: {name}=={version}")
     assert wrong == []
     table = (REPO / "docs" / "compatibility.md").read_text()
-    newest = {row.split("|")[1].strip(): row.split("|")[3].strip() for row in table.splitlines()
-              if row.startswith("| torch, torchvision") or row.startswith("| MLflow")}
-    assert newest == {"torch, torchvision": f"{expected['torch']}, {expected['torchvision']}",
-                      "MLflow": expected["mlflow"]}
-
+    newest = {
+        row.split("|")[1].strip(): row.split("|")[3].strip()
+        for row in table.splitlines()
+        if row.startswith("| torch, torchvision") or row.startswith("| MLflow")
+    }
+    assert newest == {
+        "torch, torchvision": f"{expected['torch']}, {expected['torchvision']}",
+        "MLflow": expected["mlflow"],
+    }

@@ -20,11 +20,17 @@ def commands() -> list[str]:
     job = yaml.safe_load((DEPLOY / "rayjob.yaml").read_text())
     found = [service["command"] for service in compose["services"].values() if "command" in service]
     found.append(job["spec"]["entrypoint"])
-    comments = [line.lstrip("# ").rstrip("\\ ") for line in (DEPLOY / "compose.yaml").read_text().splitlines()
-                if line.startswith("#")]
+    comments = [
+        line.lstrip("# ").rstrip("\\ ")
+        for line in (DEPLOY / "compose.yaml").read_text().splitlines()
+        if line.startswith("#")
+    ]
     joined = " ".join(comments)  # the usage lines in the header, continuation lines joined
-    found += ["pipeline " + part.split(" --tracking-uri")[0] for part in joined.split("pipeline ")[1:]
-              if part.startswith(("run ", "server "))]
+    found += [
+        "pipeline " + part.split(" --tracking-uri")[0]
+        for part in joined.split("pipeline ")[1:]
+        if part.startswith(("run ", "server "))
+    ]
     return found
 
 

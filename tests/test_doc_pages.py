@@ -23,7 +23,8 @@ QUICKSTART = REPO / "experiments" / "quickstart.yaml"
 _PIPELINE_NAME = re.compile(r"\bPIPELINE_[A-Z][A-Z0-9_]*\b")
 _LITERAL_READS = re.compile(
     r"""(?:os\.environ\.get\(|os\.environ\[|os\.getenv\(|envvar=)\s*["']([A-Z][A-Z0-9_]*)["']"""
-    r"""|["']([A-Z][A-Z0-9_]*)["']\s+(?:not\s+)?in\s+os\.environ""")
+    r"""|["']([A-Z][A-Z0-9_]*)["']\s+(?:not\s+)?in\s+os\.environ"""
+)
 
 
 def variables_read(source: str) -> set[str]:
@@ -34,15 +35,23 @@ def variables_read(source: str) -> set[str]:
 
 
 def test_the_scan_finds_a_variable_however_it_is_read():
-    source = ('SHARE = "PIPELINE_NEW_SHARE"\n'
-              'a = os.environ.get("PIPELINE_DIRECT")\n'
-              'b = os.getenv("SOME_TOOL_HOME")\n'
-              "c = os.environ['OTHER_ONE']\n"
-              'if "COLUMNS" not in os.environ: pass\n'
-              '@click.option("--store", envvar="STORE_URI")\n'
-              'd = os.environ.get(SHARE)\n')
-    assert variables_read(source) == {"PIPELINE_NEW_SHARE", "PIPELINE_DIRECT", "SOME_TOOL_HOME", "OTHER_ONE",
-                                      "COLUMNS", "STORE_URI"}
+    source = (
+        'SHARE = "PIPELINE_NEW_SHARE"\n'
+        'a = os.environ.get("PIPELINE_DIRECT")\n'
+        'b = os.getenv("SOME_TOOL_HOME")\n'
+        "c = os.environ['OTHER_ONE']\n"
+        'if "COLUMNS" not in os.environ: pass\n'
+        '@click.option("--store", envvar="STORE_URI")\n'
+        "d = os.environ.get(SHARE)\n"
+    )
+    assert variables_read(source) == {
+        "PIPELINE_NEW_SHARE",
+        "PIPELINE_DIRECT",
+        "SOME_TOOL_HOME",
+        "OTHER_ONE",
+        "COLUMNS",
+        "STORE_URI",
+    }
 
 
 def test_every_variable_the_pipeline_reads_is_on_the_environment_page():
@@ -61,8 +70,11 @@ def test_every_variable_the_pipeline_reads_is_on_the_environment_page():
 def _public_names() -> list[str]:
     from pipeline import api
 
-    return [name for name, value in vars(api).items()
-            if not name.startswith("_") and getattr(value, "__module__", None) == api.__name__]
+    return [
+        name
+        for name, value in vars(api).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == api.__name__
+    ]
 
 
 def test_the_api_reference_lists_every_public_name_of_pipeline_api():
@@ -93,8 +105,11 @@ def test_every_field_of_sweeprun_has_a_docstring():
     undocumented = []
     for field, after in zip(cls.body, [*cls.body[1:], None]):
         if isinstance(field, ast.AnnAssign):
-            documented = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+            documented = (
+                isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
                 and isinstance(after.value.value, str)
+            )
             if not documented:
                 undocumented.append(field.target.id)
     assert undocumented == []
@@ -108,8 +123,12 @@ BAD_GRID = "grid:\n  batch_siz: [100, 1000]\n"
 
 def quoted_errors(text: str) -> list[str]:
     """The `error: ` lines in a page's fenced blocks."""
-    return [line.strip() for block in FENCE.findall(text) for line in block.splitlines()
-            if line.strip().startswith("error: ")]
+    return [
+        line.strip()
+        for block in FENCE.findall(text)
+        for line in block.splitlines()
+        if line.strip().startswith("error: ")
+    ]
 
 
 def _bad_grid_key(folder: Path, patch: pytest.MonkeyPatch) -> str:
@@ -143,8 +162,12 @@ def _read_only_store(folder: Path, patch: pytest.MonkeyPatch) -> str | None:
     mount_point = folder / "ro"
     mount_point.mkdir()
     try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)],
-                                 capture_output=True, timeout=30).returncode == 0
+        mounted = (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         mounted = False
     if not mounted:
@@ -169,10 +192,16 @@ def _misspelt_option(folder: Path, patch: pytest.MonkeyPatch) -> str:
     return CliRunner().invoke(main, ["run", str(QUICKSTART), "--experimen", "nightly"], prog_name="pipeline").output
 
 
-CASES = {"misspelt option": _misspelt_option, "bad grid key": _bad_grid_key, "no grid file": _no_grid_file,
-         "no data": _no_data,
-         "server down": _server_down, "store is a folder": _store_is_a_folder,
-         "read-only store": _read_only_store, "bad contended share": _bad_contended_share}
+CASES = {
+    "misspelt option": _misspelt_option,
+    "bad grid key": _bad_grid_key,
+    "no grid file": _no_grid_file,
+    "no data": _no_data,
+    "server down": _server_down,
+    "store is a folder": _store_is_a_folder,
+    "read-only store": _read_only_store,
+    "bad contended share": _bad_contended_share,
+}
 # Where a case cannot be made on this machine, the page's lines holding its mark go unchecked.
 CANNOT_BE_MADE_MARKS = {"read-only store": "(Read-only file system)"}
 

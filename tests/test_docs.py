@@ -50,9 +50,9 @@ def command_blocks(text: str) -> list[tuple[int, bool, str]]:
     for match in FENCE.finditer(text):
         if match.group(1) not in ("bash", "console"):
             continue
-        above = [line for line in text[:match.start()].splitlines() if line.strip()]
+        above = [line for line in text[: match.start()].splitlines() if line.strip()]
         marked = bool(above) and above[-1].strip() == ILLUSTRATIVE
-        blocks.append((text[:match.start()].count("\n") + 1, marked, match.group(2)))
+        blocks.append((text[: match.start()].count("\n") + 1, marked, match.group(2)))
     return blocks
 
 
@@ -90,8 +90,11 @@ def markers() -> set[str]:
 
 
 def check_files(words: list[str]) -> list[str]:
-    return [f"{word}: no such file" for word in words
-            if word.startswith(REPO_FOLDERS) and not (REPO / word.rstrip("/")).exists()]
+    return [
+        f"{word}: no such file"
+        for word in words
+        if word.startswith(REPO_FOLDERS) and not (REPO / word.rstrip("/")).exists()
+    ]
 
 
 def check_pipeline(words: list[str]) -> list[str]:
@@ -101,8 +104,10 @@ def check_pipeline(words: list[str]) -> list[str]:
 
     args = words[1:]
     try:
-        with contextlib.redirect_stdout(io.StringIO()), \
-                main.make_context("pipeline", list(args), resilient_parsing=False) as context:
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            main.make_context("pipeline", list(args), resilient_parsing=False) as context,
+        ):
             name, sub, rest = main.resolve_command(context, context.protected_args + context.args)
             if sub is not None:
                 sub.make_context(name, rest, parent=context, resilient_parsing=False)
@@ -171,24 +176,29 @@ def test_every_command_a_reader_would_copy_is_checked_or_marked_illustrative():
     assert sum(len(command_blocks(page.read_text(encoding="utf-8"))) for page in PAGES) >= 10
 
 
-@pytest.mark.parametrize("line, problem", [
-    ("pipeline run experiments/devices.yaml --dry-runn", "--dry-runn"),
-    ("pipeline compare --formt csv", "--formt"),
-    ("pipeline compare --format xml", "xml"),
-    ("pipeline rnu experiments/devices.yaml", "rnu"),
-    ("pipeline run experiments/no-such.yaml", "no such file"),
-    ("make tset", "no such target"),
-    ("python -m pytest -m 'not slwo'", "slwo"),
-    ("mlflow ui", "illustrative"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("pipeline run experiments/devices.yaml --dry-runn", "--dry-runn"),
+        ("pipeline compare --formt csv", "--formt"),
+        ("pipeline compare --format xml", "xml"),
+        ("pipeline rnu experiments/devices.yaml", "rnu"),
+        ("pipeline run experiments/no-such.yaml", "no such file"),
+        ("make tset", "no such target"),
+        ("python -m pytest -m 'not slwo'", "slwo"),
+        ("mlflow ui", "illustrative"),
+    ],
+)
 def test_a_misspelt_command_is_a_problem(line, problem):
     found = problems_in(f"```bash\n{line}\n```\n", "page.md")
     assert len(found) == 1 and problem in found[0], found
 
 
 def test_illustrative_blocks_and_output_lines_are_not_checked():
-    page = (f"{ILLUSTRATIVE}\n```bash\nmlflow ui --no-such-option\n```\n\n"
-            "```console\n$ pipeline validate experiments/quickstart.yaml\nerror: anything at all\n```\n")
+    page = (
+        f"{ILLUSTRATIVE}\n```bash\nmlflow ui --no-such-option\n```\n\n"
+        "```console\n$ pipeline validate experiments/quickstart.yaml\nerror: anything at all\n```\n"
+    )
     assert problems_in(page, "page.md") == []
 
 
@@ -249,13 +259,13 @@ def console_samples(text: str) -> list[tuple[int, str, str]]:
     for match in FENCE.finditer(text):
         if match.group(1) != "console":
             continue
-        first = text[:match.start(2)].count("\n") + 1
+        first = text[: match.start(2)].count("\n") + 1
         lines = match.group(2).splitlines()
         starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
         if not starts or starts[0] != 0:  # output under no command: a sample of "" (run_sample refuses it)
-            samples.append((first, "", "\n".join(lines[:starts[0] if starts else len(lines)])))
+            samples.append((first, "", "\n".join(lines[: starts[0] if starts else len(lines)])))
         for start, end in zip(starts, [*starts[1:], len(lines)]):
-            samples.append((first + start, lines[start][2:], "\n".join(lines[start + 1:end])))
+            samples.append((first + start, lines[start][2:], "\n".join(lines[start + 1 : end])))
     return samples
 
 
@@ -284,8 +294,10 @@ BOX = "┏┃┡│└┗┓┳╇┩┛┻┴┘┐┬┼├┤"
 # all, the best is "the most accurate" and a "Fastest:" line names the other. CLOCK_FORMS are those
 # two endings of the best's line.
 VERDICT_NAME = re.compile(r"^(Best|Fastest): .+? \(")
-CLOCK_FORMS = (": the fastest and the most accurate",
-               ": the most accurate (every faster setting is less accurate by more than the margin)")
+CLOCK_FORMS = (
+    ": the fastest and the most accurate",
+    ": the most accurate (every faster setting is less accurate by more than the margin)",
+)
 
 
 def volatile(output: str) -> list[str]:
@@ -302,8 +314,10 @@ def volatile(output: str) -> list[str]:
                 if "┃" in line:
                     header = cells
                 else:
-                    cells = ["<timed>" if i < len(header) and header[i] in TIMED_COLUMNS else cell
-                             for i, cell in enumerate(cells)]
+                    cells = [
+                        "<timed>" if i < len(header) and header[i] in TIMED_COLUMNS else cell
+                        for i, cell in enumerate(cells)
+                    ]
                 line = " | ".join(cells)
             else:
                 line = re.sub(r"([━─])\1+", r"\1", line)
@@ -320,7 +334,7 @@ def _fold_clock(lines: list[str]) -> list[str]:
             continue
         for form in CLOCK_FORMS:
             if line.startswith("Best: ") and line.endswith(form):
-                line = line[:-len(form)] + ": <the clock's call>"
+                line = line[: -len(form)] + ": <the clock's call>"
         folded.append(line)
     return folded
 
@@ -370,12 +384,13 @@ def file_shown_above(text: str, line: int, name: str) -> str:
     first line is `# NAME`, that comment included."""
     shown = None
     for match in FENCE.finditer(text):
-        if text[:match.start()].count("\n") + 1 >= line:
+        if text[: match.start()].count("\n") + 1 >= line:
             break
         if match.group(1) == "yaml" and match.group(2).startswith(f"# {name}\n"):
             shown = match.group(2)
-    assert shown is not None, \
+    assert shown is not None, (
         f"line {line} runs a command on {name}: show it above, in a ```yaml block headed `# {name}`"
+    )
     return shown
 
 
@@ -401,8 +416,11 @@ def _the_nightly_sweeps(folder: Path, text: str, line: int) -> Iterator[dict[str
     rng = np.random.default_rng(12)
 
     def runs(points: list[tuple[str, float]]) -> list[Run]:
-        return [Run(jittered(seconds, 4, rng), params={"batch_size": batch_size, names.REPEAT: str(repeat)})
-                for batch_size, seconds in points for repeat in range(1, 5)]
+        return [
+            Run(jittered(seconds, 4, rng), params={"batch_size": batch_size, names.REPEAT: str(repeat)})
+            for batch_size, seconds in points
+            for repeat in range(1, 5)
+        ]
 
     store = f"sqlite:///{folder / 'mlflow.db'}"
     write_sweep(store, "nightly-base", runs([("128", 1.0), ("256", 0.8), ("512", 0.7)]))
@@ -436,8 +454,10 @@ def _a_read_only_mount(folder: Path, text: str, line: int) -> Iterator[dict[str,
     ignores file modes; for anyone else a folder of mode 555 is refused too, but as "Permission
     denied", not the page's "Read-only file system", so the sample is skipped there.)"""
     if os.geteuid() != 0:
-        pytest.skip("a read-only mount needs root here; a mode-555 folder prints Permission denied, not the "
-                    "page's Read-only file system")
+        pytest.skip(
+            "a read-only mount needs root here; a mode-555 folder prints Permission denied, not the "
+            "page's Read-only file system"
+        )
     mount_point = folder / "ro"
     mount_point.mkdir()
     if not _quietly(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)]):
@@ -451,8 +471,9 @@ def _a_read_only_mount(folder: Path, text: str, line: int) -> Iterator[dict[str,
 # Keyed by the command as the page shows it. A command not here runs in the bare folder.
 PREPARATIONS: dict[str, Preparation] = {
     "pipeline validate my.yaml": _the_file_shown_above("my.yaml"),
-    "pipeline compare --experiment nightly --baseline nightly-base --fail-if-slower 5 --format markdown":
-        _the_nightly_sweeps,
+    (
+        "pipeline compare --experiment nightly --baseline nightly-base --fail-if-slower 5 --format markdown"
+    ): _the_nightly_sweeps,
     "pipeline run experiments/quickstart.yaml --tracking-uri http://127.0.0.1:5000": _nothing_listening_on_5000,
     "pipeline run experiments/quickstart.yaml --tracking-uri sqlite:////mnt/ro/mlflow.db": _a_read_only_mount,
 }
@@ -477,22 +498,33 @@ def run_command(command: str, folder: Path, stand_ins: dict[str, str]) -> str:
     for shown, made in stand_ins.items():
         command = command.replace(shown, made)
     words = shlex.split(command)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           # One torch thread: the losses and accuracies depend on the thread count, and one keeps a
-           # sample the same under `make test`'s two workers and alone.
-           "OMP_NUM_THREADS": "1",
-           # Others' work on a shared test machine would mark runs contended and change the notes.
-           "PIPELINE_CONTENDED_SHARE": "1"}
-    done = subprocess.run([sys.executable, "-m", "pipeline", *words[1:]], cwd=folder, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        # One torch thread: the losses and accuracies depend on the thread count, and one keeps a
+        # sample the same under `make test`'s two workers and alone.
+        "OMP_NUM_THREADS": "1",
+        # Others' work on a shared test machine would mark runs contended and change the notes.
+        "PIPELINE_CONTENDED_SHARE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", *words[1:]],
+        cwd=folder,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=600,
+    )
     output = done.stdout
     for shown, made in stand_ins.items():
         output = output.replace(made, shown)
     return reader_paths(output, folder)
 
 
-def sample_output(text: str, line: int, command: str, folder: Path, store_template: Path,
-                  prepare: Preparation | None) -> str:
+def sample_output(
+    text: str, line: int, command: str, folder: Path, store_template: Path, prepare: Preparation | None
+) -> str:
     """What the sample's `command` (at `line` of the page `text`) prints, run as a reader runs it
     from a checkout, after `prepare` built what the page says is in place. A command with nothing to
     prepare runs once (the quickstart's sweep is on two pages); a prepared one each time."""
@@ -539,74 +571,101 @@ def test_every_preparation_is_for_a_sample_a_page_shows():
 
 
 @pytest.mark.skipif(not REAL_DATA.is_dir(), reason="the samples train on the real Fashion-MNIST")
-@pytest.mark.parametrize("page, line, command, shown", SAMPLES,
-                         ids=[f"{page.relative_to(REPO)}:{line}" for page, line, _, _ in SAMPLES])
+@pytest.mark.parametrize(
+    "page, line, command, shown", SAMPLES, ids=[f"{page.relative_to(REPO)}:{line}" for page, line, _, _ in SAMPLES]
+)
 def test_each_sample_is_what_its_command_prints(page, line, command, shown, tmp_path, _store_template):
-    output = sample_output(page.read_text(encoding="utf-8"), line, command, tmp_path, _store_template,
-                           PREPARATIONS.get(command))
+    output = sample_output(
+        page.read_text(encoding="utf-8"), line, command, tmp_path, _store_template, PREPARATIONS.get(command)
+    )
     difference = sample_difference(f"{page.name}:{line}", command, shown, output)
     if difference is None:
         return
     if UPDATE:
         rewrite(page, command, shown, output)
         return
-    pytest.fail(f"{page.relative_to(REPO)}:{line}: `{command}` prints something else (normalised, - page, "
-                f"+ now):\n{difference}\nPIPELINE_UPDATE_DOCS=1 rewrites the block from a real run.")
+    pytest.fail(
+        f"{page.relative_to(REPO)}:{line}: `{command}` prints something else (normalised, - page, "
+        f"+ now):\n{difference}\nPIPELINE_UPDATE_DOCS=1 rewrites the block from a real run."
+    )
 
 
-@pytest.mark.parametrize("prepared, page_says, same", [
-    (True, "as it is", True),
-    (False, "as it is", False),  # no my.yaml: the command prints "no such grid file"
-    (True, "with another key", False),  # a page that says something the command does not print
-])
+@pytest.mark.parametrize(
+    "prepared, page_says, same",
+    [
+        (True, "as it is", True),
+        (False, "as it is", False),  # no my.yaml: the command prints "no such grid file"
+        (True, "with another key", False),  # a page that says something the command does not print
+    ],
+)
 def test_a_sample_is_checked_against_a_real_run(prepared, page_says, same, tmp_path, _store_template):
     """docs/troubleshooting.md's refused grid: its sample holds only with my.yaml written from the
     page, and only with the output the command prints."""
     page = REPO / "docs" / "troubleshooting.md"
-    [(line, command, shown)] = [(line, command, shown) for where, line, command, shown in SAMPLES
-                                if where == page and command == "pipeline validate my.yaml"]
+    [(line, command, shown)] = [
+        (line, command, shown)
+        for where, line, command, shown in SAMPLES
+        if where == page and command == "pipeline validate my.yaml"
+    ]
     if page_says == "with another key":
         shown = shown.replace("did you mean 'batch_size'", "did you mean 'lr'")
-    output = sample_output(page.read_text(encoding="utf-8"), line, command, tmp_path, _store_template,
-                           PREPARATIONS[command] if prepared else None)
+    output = sample_output(
+        page.read_text(encoding="utf-8"),
+        line,
+        command,
+        tmp_path,
+        _store_template,
+        PREPARATIONS[command] if prepared else None,
+    )
     assert (sample_difference(page.name, command, shown, output) is None) is same, output
 
 
 # The two verdicts the quickstart's runs print, the clock deciding which (a row of the table below each).
-FIRST_FORM = ("Best: cpu bs100 w0 (0.807 s/epoch, test acc 0.7784, 1 run; model from run a27f444f): the fastest and "
-              "the most accurate\n"
-              "│ 1 │ 0.01 │ 100        │   0.7784 │   0.807 │ 12,385 │ FINISHED │")
-SECOND_FORM = ("Best: cpu bs100 w1 (1.244 s/epoch, test acc 0.7784, 1 run; model from run 0b1c2d3e): the most accurate "
-               "(every faster setting is less accurate by more than the margin)\n"
-               "Fastest: cpu bs1000 w1 (0.701 s/epoch, test acc 0.6844), but less accurate than the most accurate by "
-               "more than 0.005\n"
-               "│ 1 │ 0.01 │ 100        │   0.7784 │   1.244 │  8,040 │ FINISHED │")
+FIRST_FORM = (
+    "Best: cpu bs100 w0 (0.807 s/epoch, test acc 0.7784, 1 run; model from run a27f444f): the fastest and "
+    "the most accurate\n"
+    "│ 1 │ 0.01 │ 100        │   0.7784 │   0.807 │ 12,385 │ FINISHED │"
+)
+SECOND_FORM = (
+    "Best: cpu bs100 w1 (1.244 s/epoch, test acc 0.7784, 1 run; model from run 0b1c2d3e): the most accurate "
+    "(every faster setting is less accurate by more than the margin)\n"
+    "Fastest: cpu bs1000 w1 (0.701 s/epoch, test acc 0.6844), but less accurate than the most accurate by "
+    "more than 0.005\n"
+    "│ 1 │ 0.01 │ 100        │   0.7784 │   1.244 │  8,040 │ FINISHED │"
+)
 HEADER = "┃ # ┃ lr   ┃ batch_size ┃ test acc ┃ epoch s ┃  img/s ┃ status   ┃\n"
 
 
-@pytest.mark.parametrize("page, now, same", [
-    (FIRST_FORM, FIRST_FORM.replace("a27f444f", "ffffffff").replace("12,385", "112,385"), True),  # ids, timings
-    (FIRST_FORM, SECOND_FORM, True),  # the clock made a less accurate setting the fastest this time
-    (SECOND_FORM, FIRST_FORM, True),
-    (SECOND_FORM, SECOND_FORM.replace("by more than 0.005", "by over 0.005"), False),  # the words drifted
-    (FIRST_FORM, FIRST_FORM.replace("test acc 0.7784", "test acc 0.7785"), True),  # another CPU's rounding
-    (FIRST_FORM, FIRST_FORM.replace("test acc 0.7784", "test acc 0.7984"), False),  # it learned otherwise
-    (FIRST_FORM, FIRST_FORM.replace("0.7784 │", "0.7985 │"), False),
-    (FIRST_FORM, FIRST_FORM.replace("FINISHED", "FAILED"), False),
-    (FIRST_FORM, FIRST_FORM.splitlines()[0], False),  # a line dropped
-    (FIRST_FORM, SECOND_FORM.replace("Fastest: ", "Quickest: "), False),
-])
+@pytest.mark.parametrize(
+    "page, now, same",
+    [
+        (FIRST_FORM, FIRST_FORM.replace("a27f444f", "ffffffff").replace("12,385", "112,385"), True),  # ids, timings
+        (FIRST_FORM, SECOND_FORM, True),  # the clock made a less accurate setting the fastest this time
+        (SECOND_FORM, FIRST_FORM, True),
+        (SECOND_FORM, SECOND_FORM.replace("by more than 0.005", "by over 0.005"), False),  # the words drifted
+        (FIRST_FORM, FIRST_FORM.replace("test acc 0.7784", "test acc 0.7785"), True),  # another CPU's rounding
+        (FIRST_FORM, FIRST_FORM.replace("test acc 0.7784", "test acc 0.7984"), False),  # it learned otherwise
+        (FIRST_FORM, FIRST_FORM.replace("0.7784 │", "0.7985 │"), False),
+        (FIRST_FORM, FIRST_FORM.replace("FINISHED", "FAILED"), False),
+        (FIRST_FORM, FIRST_FORM.splitlines()[0], False),  # a line dropped
+        (FIRST_FORM, SECOND_FORM.replace("Fastest: ", "Quickest: "), False),
+    ],
+)
 def test_only_what_changes_between_runs_is_left_out_of_a_sample(page, now, same):
     assert same_but_for_the_clock(volatile(HEADER + page), volatile(HEADER + now)) is same
 
 
 def test_a_sample_reads_as_the_reader_sees_it(tmp_path):
-    printed = (f"store sqlite:///{tmp_path}/mlflow.db   \n"
-               f"Open the MLflow UI:  {Path(sys.executable).parent}/mlflow ui --backend-store-uri "
-               f"sqlite:///{tmp_path}/mlflow.db")
-    assert reader_paths(printed, tmp_path) == (f"store sqlite:///{READER_FOLDER}/mlflow.db\nOpen the MLflow UI:  "
-                                               f"{READER_BIN}/mlflow ui --backend-store-uri "
-                                               f"sqlite:///{READER_FOLDER}/mlflow.db")
+    printed = (
+        f"store sqlite:///{tmp_path}/mlflow.db   \n"
+        f"Open the MLflow UI:  {Path(sys.executable).parent}/mlflow ui --backend-store-uri "
+        f"sqlite:///{tmp_path}/mlflow.db"
+    )
+    assert reader_paths(printed, tmp_path) == (
+        f"store sqlite:///{READER_FOLDER}/mlflow.db\nOpen the MLflow UI:  "
+        f"{READER_BIN}/mlflow ui --backend-store-uri "
+        f"sqlite:///{READER_FOLDER}/mlflow.db"
+    )
 
 
 def test_a_console_block_splits_into_commands_and_their_output():

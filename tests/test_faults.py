@@ -42,8 +42,9 @@ def world(tmp_path_factory, data_dir, _store_template):
         other.execute("insert into accounts (name) values ('ada')")
     other.close()
     with isolated(home):
-        out = CliRunner().invoke(main, ["run", str(home / "grid.yaml"), "--data-dir", str(data_dir),
-                                        "--tracking-uri", uri])
+        out = CliRunner().invoke(
+            main, ["run", str(home / "grid.yaml"), "--data-dir", str(data_dir), "--tracking-uri", uri]
+        )
     assert out.exit_code == 0, out.output
     return {"home": home, "uri": uri, "data": data_dir, "grid": home / "grid.yaml", "other": home / "other.db"}
 
@@ -52,20 +53,38 @@ def fresh(world, tmp_path: Path) -> dict:
     """A copy of the world's folder for a case that writes (runs, relogs, fills a disk)."""
     home = tmp_path / "user"
     shutil.copytree(world["home"], home)
-    return {**world, "home": home, "uri": f"sqlite:///{home / 'store' / 'mlflow.db'}", "grid": home / "grid.yaml",
-            "other": home / "other.db"}
+    return {
+        **world,
+        "home": home,
+        "uri": f"sqlite:///{home / 'store' / 'mlflow.db'}",
+        "grid": home / "grid.yaml",
+        "other": home / "other.db",
+    }
 
 
 # --- 1. errors classified by type and code, never by message text -----------------------------------
+
 
 def test_a_too_long_experiment_name_is_one_line_naming_the_limit(world, tmp_path):
     """MLflow's "max length of 500 characters" once read as "HTTP 500": retried, then a traceback.
     Refused before a store is made."""
     store = tmp_path / "new" / "mlflow.db"
     store.parent.mkdir()
-    Command(["run", str(world["grid"]), "--data-dir", str(world["data"]), "--tracking-uri", f"sqlite:///{store}",
-             "--experiment", "x" * 1000], 2, says=("1000 characters", "at most 500"),
-            watched=(world["home"], store.parent)).check(world["home"])
+    Command(
+        [
+            "run",
+            str(world["grid"]),
+            "--data-dir",
+            str(world["data"]),
+            "--tracking-uri",
+            f"sqlite:///{store}",
+            "--experiment",
+            "x" * 1000,
+        ],
+        2,
+        says=("1000 characters", "at most 500"),
+        watched=(world["home"], store.parent),
+    ).check(world["home"])
     assert not store.exists()
 
 
@@ -87,22 +106,52 @@ def test_a_store_folder_that_cannot_be_written_fails_at_once(world, tmp_path):
     readonly.chmod(0o555)
     folders = [readonly] if os.geteuid() != 0 else []
     started = time.monotonic()  # the cost of starting the CLI on this machine: a missing folder fails first
-    Command(["run", str(world["grid"]), "--data-dir", str(world["data"]), "--tracking-uri",
-             f"sqlite:///{tmp_path / 'absent' / 'mlflow.db'}"], 2, says=("does not exist",)).check(tmp_path)
+    Command(
+        [
+            "run",
+            str(world["grid"]),
+            "--data-dir",
+            str(world["data"]),
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'absent' / 'mlflow.db'}",
+        ],
+        2,
+        says=("does not exist",),
+    ).check(tmp_path)
     start_up = time.monotonic() - started
     if os.geteuid() == 0 and _mount(["-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(readonly)]):
         folders = [readonly]
     try:
         for folder in folders:
             started = time.monotonic()
-            Command(["run", str(world["grid"]), "--data-dir", str(world["data"]), "--tracking-uri",
-                     f"sqlite:///{folder / 'mlflow.db'}"], 2, says=(f"folder {folder} cannot be written",),
-                    watched=(tmp_path,)).check(world["home"])
+            Command(
+                [
+                    "run",
+                    str(world["grid"]),
+                    "--data-dir",
+                    str(world["data"]),
+                    "--tracking-uri",
+                    f"sqlite:///{folder / 'mlflow.db'}",
+                ],
+                2,
+                says=(f"folder {folder} cannot be written",),
+                watched=(tmp_path,),
+            ).check(world["home"])
             assert time.monotonic() - started < start_up + 10
         started = time.monotonic()
-        Command(["run", str(world["grid"]), "--data-dir", str(world["data"]), "--tracking-uri",
-                 f"sqlite:///{blocker / 'mlflow.db'}"],
-                2, says=("tracking store",), watched=(tmp_path,)).check(tmp_path)
+        Command(
+            [
+                "run",
+                str(world["grid"]),
+                "--data-dir",
+                str(world["data"]),
+                "--tracking-uri",
+                f"sqlite:///{blocker / 'mlflow.db'}",
+            ],
+            2,
+            says=("tracking store",),
+            watched=(tmp_path,),
+        ).check(tmp_path)
         assert time.monotonic() - started < start_up + 10
     finally:
         if os.geteuid() == 0:
@@ -116,14 +165,21 @@ def test_a_read_only_store_used_by_run_is_one_line(world, tmp_path):
     home = fresh(world, tmp_path)
     folder = home["home"] / "store"
     (folder / "mlflow.db").chmod(0o444)
-    mounted = os.geteuid() == 0 and _mount(["--bind", str(folder), str(folder)]) \
+    mounted = (
+        os.geteuid() == 0
+        and _mount(["--bind", str(folder), str(folder)])
         and _mount(["-o", "remount,bind,ro", str(folder)])
+    )
     if os.geteuid() == 0 and not mounted:
         pytest.skip("running as root without mount: a read-only store cannot be made here")
     try:
-        Command(["run", str(home["grid"]), "--data-dir", str(home["data"]), "--tracking-uri", home["uri"],
-                 "--rerun"], 2, says=("cannot be written",), stores=(home["uri"],),
-                watched=(home["home"],)).check(home["home"])
+        Command(
+            ["run", str(home["grid"]), "--data-dir", str(home["data"]), "--tracking-uri", home["uri"], "--rerun"],
+            2,
+            says=("cannot be written",),
+            stores=(home["uri"],),
+            watched=(home["home"],),
+        ).check(home["home"])
     finally:
         if mounted:
             _mount(["-u", str(folder)])
@@ -137,9 +193,19 @@ def test_a_new_store_on_a_full_disk_is_one_line(world, tmp_path):
     if os.geteuid() != 0 or not _mount(["-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)]):
         pytest.skip("a small disk needs `mount -t tmpfs` (root in this container); not available here")
     try:
-        Command(["run", str(world["grid"]), "--data-dir", str(world["data"]), "--tracking-uri",
-                 f"sqlite:///{full / 'mlflow.db'}"], 2, says=(f"disk full at {full}",),
-                watched=(world["home"],)).check(world["home"])
+        Command(
+            [
+                "run",
+                str(world["grid"]),
+                "--data-dir",
+                str(world["data"]),
+                "--tracking-uri",
+                f"sqlite:///{full / 'mlflow.db'}",
+            ],
+            2,
+            says=(f"disk full at {full}",),
+            watched=(world["home"],),
+        ).check(world["home"])
     finally:
         _mount(["-u", str(full)])
 
@@ -159,12 +225,17 @@ def _mount(args: list[str]) -> bool:
 # --- 2. only what is ours touched ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["compare"], ["ui", "--port", "1"], ["register", "--experiment", "existing",
-                                                                           "--name", "m"]])
+@pytest.mark.parametrize(
+    "args", [["compare"], ["ui", "--port", "1"], ["register", "--experiment", "existing", "--name", "m"]]
+)
 def test_a_read_of_another_programs_database_changes_nothing(world, args):
     """`compare` on another application's sqlite file once added MLflow's 65 tables and a lock file."""
-    Command([*args, "--tracking-uri", f"sqlite:///{world['other']}"], 2,
-            says=(f"{world['other']} is not an MLflow store",), watched=(world["home"],)).check(world["home"])
+    Command(
+        [*args, "--tracking-uri", f"sqlite:///{world['other']}"],
+        2,
+        says=(f"{world['other']} is not an MLflow store",),
+        watched=(world["home"],),
+    ).check(world["home"])
 
 
 def test_relog_leaves_the_users_tmp_beside_the_results_file_alone(world, tmp_path):
@@ -174,14 +245,41 @@ def test_relog_leaves_the_users_tmp_beside_the_results_file_alone(world, tmp_pat
 
     copy = fresh(world, tmp_path)
     home = copy["home"]
-    epoch = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
-             "epoch_duration_s": 0.5, "images_per_s": 100.0}
+    epoch = {
+        "epoch": 1,
+        "train_loss": 1.0,
+        "train_accuracy": 0.5,
+        "test_loss": 1.0,
+        "test_accuracy": 0.5,
+        "epoch_duration_s": 0.5,
+        "images_per_s": 100.0,
+    }
     results_file = home / "results.jsonl"
-    results_file.write_text(json.dumps({"logged": False, "tracking_uri": copy["uri"], "experiment": "relogged",
-                                        "name": "bs64", "run_key": "k64", "params": {"batch_size": 64},
-                                        "tags": {}, "run_duration_s": 1.0, "epochs": [epoch]}) + "\n")
-    Command(["relog", str(results_file)], 0, says=("logged 1 run(s)",), stores=(copy["uri"],), watched=(home,),
-            owned=(home / "store", results_file), max_lines=6).check(home)
+    results_file.write_text(
+        json.dumps(
+            {
+                "logged": False,
+                "tracking_uri": copy["uri"],
+                "experiment": "relogged",
+                "name": "bs64",
+                "run_key": "k64",
+                "params": {"batch_size": 64},
+                "tags": {},
+                "run_duration_s": 1.0,
+                "epochs": [epoch],
+            }
+        )
+        + "\n"
+    )
+    Command(
+        ["relog", str(results_file)],
+        0,
+        says=("logged 1 run(s)",),
+        stores=(copy["uri"],),
+        watched=(home,),
+        owned=(home / "store", results_file),
+        max_lines=6,
+    ).check(home)
     assert json.loads(results_file.read_text())["logged"] is True
     assert (home / "results.tmp").read_text() == "the user's own temporary file\n"
 
@@ -196,6 +294,7 @@ def test_compare_out_leaves_no_temporary_beside_what_it_writes(world, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.md", "results.tmp"]
     assert (out / "results.tmp").read_text() == "the user's\n"
 
+
 # --- 3. no secret in any output ------------------------------------------------------------------------
 
 PASSWORD = "Sup3r-Secret-77"
@@ -205,9 +304,11 @@ def _secret_stores() -> dict[str, str]:
     """URIs that hold PASSWORD: a tracking server nobody listens on, and a PostgreSQL database on port 1."""
     from conftest import free_port
 
-    return {"http": f"http://alice:{PASSWORD}@127.0.0.1:{free_port()}",
-            "postgresql": f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:1/mlflow",
-            "postgresql-query": f"postgresql+psycopg://alice@127.0.0.1:1/mlflow?password={PASSWORD}"}
+    return {
+        "http": f"http://alice:{PASSWORD}@127.0.0.1:{free_port()}",
+        "postgresql": f"postgresql+psycopg://alice:{PASSWORD}@127.0.0.1:1/mlflow",
+        "postgresql-query": f"postgresql+psycopg://alice@127.0.0.1:1/mlflow?password={PASSWORD}",
+    }
 
 
 def _relog_file(home: Path, uri: str) -> Path:
@@ -216,8 +317,20 @@ def _relog_file(home: Path, uri: str) -> Path:
     import json
 
     path = home / "pipeline-results.jsonl"
-    path.write_text(json.dumps({"run_key": "k1", "logged": False, "tracking_uri": uri, "experiment": "existing",
-                                "name": "cpu bs256", "params": {"batch_size": 256}, "epochs": []}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "run_key": "k1",
+                "logged": False,
+                "tracking_uri": uri,
+                "experiment": "existing",
+                "name": "cpu bs256",
+                "params": {"batch_size": 256},
+                "epochs": [],
+            }
+        )
+        + "\n"
+    )
     return path
 
 
@@ -248,8 +361,9 @@ def test_no_command_prints_the_password_of_a_store(tmp_path, command, scheme):
     args, exit_code, lines = SECRET_CASES[command]
     given = {"URI": uri, "RESULTS": str(_relog_file(home, uri)), "PORT": str(free_port())}
     args = [given.get(a, a) for a in args]
-    result = Command(args, exit_code, says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), watched=(home,),
-                     max_lines=lines).check(home)
+    result = Command(
+        args, exit_code, says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), watched=(home,), max_lines=lines
+    ).check(home)
     assert result.output.startswith("error: "), result.output
 
 
@@ -261,8 +375,9 @@ def test_ui_never_prints_the_password(tmp_path, scheme):
     uri = _secret_stores()[scheme]
     exit_code = 0 if scheme == "http" else 2
     masked = "password=***" if scheme == "postgresql-query" else "alice:***@127.0.0.1"
-    Command(["ui", "--tracking-uri", uri], exit_code, says=(masked,), secrets=(PASSWORD,),
-            watched=(tmp_path,)).check(tmp_path)
+    Command(["ui", "--tracking-uri", uri], exit_code, says=(masked,), secrets=(PASSWORD,), watched=(tmp_path,)).check(
+        tmp_path
+    )
 
 
 def test_commands_without_a_store_never_print_a_password_from_the_environment_or_a_path(tmp_path):
@@ -271,10 +386,23 @@ def test_commands_without_a_store_never_print_a_password_from_the_environment_or
     uri = _secret_stores()["http"]
     env = {"MLFLOW_TRACKING_URI": uri}
     (tmp_path / "grid.yaml").write_text(GRID)
-    Command(["validate", "grid.yaml", "--set", f"data.root={uri}/data"], 0, says=("alice:***@",),
-            secrets=(PASSWORD,), watched=(tmp_path,), env=env, max_lines=12).check(tmp_path)
-    Command(["data", "--data-dir", f"{uri}/data"], 2, says=("alice:***@",), secrets=(PASSWORD,),
-            watched=(tmp_path,), env=env).check(tmp_path)
+    Command(
+        ["validate", "grid.yaml", "--set", f"data.root={uri}/data"],
+        0,
+        says=("alice:***@",),
+        secrets=(PASSWORD,),
+        watched=(tmp_path,),
+        env=env,
+        max_lines=12,
+    ).check(tmp_path)
+    Command(
+        ["data", "--data-dir", f"{uri}/data"],
+        2,
+        says=("alice:***@",),
+        secrets=(PASSWORD,),
+        watched=(tmp_path,),
+        env=env,
+    ).check(tmp_path)
     Command(["devices"], 0, secrets=(PASSWORD,), watched=(tmp_path,), env=env, max_lines=40).check(tmp_path)
 
 
@@ -286,10 +414,20 @@ def test_a_sweep_on_a_server_named_with_its_password_prints_and_tags_none(tracki
 
     uri = tracking_server.replace("http://", f"http://alice:{PASSWORD}@")
     (tmp_path / "grid.yaml").write_text(GRID.replace("existing", "secret-sweep"))
-    ran = Command(["run", "grid.yaml", "--data-dir", str(data_dir), "--tracking-uri", uri], 0,
-                  says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), max_lines=40).check(tmp_path)
-    compared = Command(["compare", "--experiment", "secret-sweep", "--tracking-uri", uri], 0,
-                       says=("alice:***@127.0.0.1",), secrets=(PASSWORD,), max_lines=60).check(tmp_path)
+    ran = Command(
+        ["run", "grid.yaml", "--data-dir", str(data_dir), "--tracking-uri", uri],
+        0,
+        says=("alice:***@127.0.0.1",),
+        secrets=(PASSWORD,),
+        max_lines=40,
+    ).check(tmp_path)
+    compared = Command(
+        ["compare", "--experiment", "secret-sweep", "--tracking-uri", uri],
+        0,
+        says=("alice:***@127.0.0.1",),
+        secrets=(PASSWORD,),
+        max_lines=60,
+    ).check(tmp_path)
     assert "In the MLflow UI: http://alice:***@127.0.0.1" in compared.output, ran.output + compared.output
     client = mlflow.MlflowClient(tracking_server)
     experiment = client.get_experiment_by_name("secret-sweep")
@@ -301,8 +439,15 @@ def test_a_sweep_on_a_server_named_with_its_password_prints_and_tags_none(tracki
 # --- 4. honest states however a process ends ----------------------------------------------------------
 # (A sweep ended at each stage by SIGKILL, SIGTERM, SIGHUP or an exception: tests/test_interrupts.py.)
 
-EPOCH = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
-         "epoch_duration_s": 0.5, "images_per_s": 100.0}
+EPOCH = {
+    "epoch": 1,
+    "train_loss": 1.0,
+    "train_accuracy": 0.5,
+    "test_loss": 1.0,
+    "test_accuracy": 0.5,
+    "epoch_duration_s": 0.5,
+    "images_per_s": 100.0,
+}
 # Results lines that are JSON but that crashed relog (a traceback, the run left RUNNING): how each is
 # told (exit 1: its run FAILED with the reason; exit 2: a bad line, no run made), and what it says.
 RELOG_CRASHES = {
@@ -329,14 +474,29 @@ def test_a_results_line_that_crashed_relog_fails_alone(world, tmp_path, case):
     (home / "unlogged.pt").write_bytes(b"the user's weights, damaged")
 
     def line(name: str, **extra) -> str:
-        entry = {"logged": False, "tracking_uri": copy["uri"], "experiment": "relogged", "name": name,
-                 "run_key": name, "params": {"batch_size": 64}, "tags": {}, "run_duration_s": 1.0, "epochs": [EPOCH]}
+        entry = {
+            "logged": False,
+            "tracking_uri": copy["uri"],
+            "experiment": "relogged",
+            "name": name,
+            "run_key": name,
+            "params": {"batch_size": 64},
+            "tags": {},
+            "run_duration_s": 1.0,
+            "epochs": [EPOCH],
+        }
         return json.dumps({**entry, **{k: v.format(home=home) if isinstance(v, str) else v for k, v in extra.items()}})
 
     results_file = home / names.RESULTS_FILE  # (its temporary file is named after it: not the user's results.tmp)
     results_file.write_text(line("bad", **change) + "\n" + line("good") + "\n")
-    Command(["relog", str(results_file)], code, says=(says, "logged 1 run(s)"), stores=(copy["uri"],),
-            watched=(home,), owned=(home / "store", home / "mlruns", results_file)).check(home)  # mlruns: the store's
+    Command(
+        ["relog", str(results_file)],
+        code,
+        says=(says, "logged 1 run(s)"),
+        stores=(copy["uri"],),
+        watched=(home,),
+        owned=(home / "store", home / "mlruns", results_file),
+    ).check(home)  # mlruns: the store's
     client = mlflow.MlflowClient(copy["uri"])
     runs = {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name("relogged").experiment_id])}
     assert runs["good"].info.status == "FINISHED"
@@ -347,6 +507,7 @@ def test_a_results_line_that_crashed_relog_fails_alone(world, tmp_path, case):
         assert kept[0]["run_id"] == runs["bad"].info.run_id  # a relog after the fix completes that run
     else:
         assert "bad" not in runs
+
 
 # --- 5. checks before the work -------------------------------------------------------------------------
 
@@ -369,14 +530,25 @@ def test_a_fifo_as_the_grid_is_refused_not_waited_on(world, tmp_path, command):
     fifo = tmp_path / "grid.yaml"
     os.mkfifo(fifo)
     extra = ["--data-dir", str(world["data"]), "--tracking-uri", world["uri"]] if command == "run" else []
-    Command([command, str(fifo), *extra], 2, says=(f"error: {fifo}: a pipe (FIFO), not a regular file",),
-            stores=(world["uri"],), watched=(world["home"],), max_lines=1).check(world["home"])
+    Command(
+        [command, str(fifo), *extra],
+        2,
+        says=(f"error: {fifo}: a pipe (FIFO), not a regular file",),
+        stores=(world["uri"],),
+        watched=(world["home"],),
+        max_lines=1,
+    ).check(world["home"])
 
 
 @pytest.mark.parametrize("device", ["/dev/null", "/dev/zero"])
 def test_a_device_as_the_grid_is_refused_by_name(world, device):
-    Command(["validate", device], 2, says=(f"error: {device}: a device, not a regular file",),
-            watched=(world["home"],), max_lines=1).check(world["home"])
+    Command(
+        ["validate", device],
+        2,
+        says=(f"error: {device}: a device, not a regular file",),
+        watched=(world["home"],),
+        max_lines=1,
+    ).check(world["home"])
 
 
 @pytest.mark.parametrize("fault", ["checkpoint folder a file", "results file a folder"])
@@ -393,18 +565,37 @@ def test_a_folder_the_sweep_writes_in_is_checked_before_any_run(world, tmp_path,
         (store / "pipeline-results.jsonl").mkdir()
         says = ("error: the results file", "not a file; move it away")
     before = _runs(copy["uri"])
-    Command(["run", str(copy["grid"]), "--checkpoint", "--rerun", "--data-dir", str(copy["data"]),
-             "--tracking-uri", copy["uri"]], 2, says=says, stores=(copy["uri"],), watched=(copy["home"],),
-            max_lines=1).check(copy["home"])
+    Command(
+        [
+            "run",
+            str(copy["grid"]),
+            "--checkpoint",
+            "--rerun",
+            "--data-dir",
+            str(copy["data"]),
+            "--tracking-uri",
+            copy["uri"],
+        ],
+        2,
+        says=says,
+        stores=(copy["uri"],),
+        watched=(copy["home"],),
+        max_lines=1,
+    ).check(copy["home"])
     assert _runs(copy["uri"]) == before
 
 
 def test_compare_out_below_a_file_fails_before_printing(world):
     """The table was printed, then a traceback: now the one line, and nothing before it."""
     out = world["home"] / "notes.txt" / "charts"
-    result = Command(["compare", "--tracking-uri", world["uri"], "--out", str(out)], 2,
-                     says=("notes.txt is a file",), stores=(world["uri"],), watched=(world["home"],),
-                     max_lines=1).check(world["home"])
+    result = Command(
+        ["compare", "--tracking-uri", world["uri"], "--out", str(out)],
+        2,
+        says=("notes.txt is a file",),
+        stores=(world["uri"],),
+        watched=(world["home"],),
+        max_lines=1,
+    ).check(world["home"])
     assert result.lines[0].startswith(f"error: --out {out}: not a folder"), result.output
 
 
@@ -415,9 +606,14 @@ def test_zero_training_images_are_refused_before_any_run(world, tmp_path):
     empty = make_idx(tmp_path / "empty", n_train=0, n_test=16)
     copy = fresh(world, tmp_path)
     before = _runs(copy["uri"])
-    Command(["run", str(copy["grid"]), "--rerun", "--data-dir", str(empty), "--tracking-uri", copy["uri"]], 2,
-            says=("train-images-idx3-ubyte.gz: holds 0 images",), stores=(copy["uri"],), watched=(copy["home"],),
-            max_lines=1).check(copy["home"])
+    Command(
+        ["run", str(copy["grid"]), "--rerun", "--data-dir", str(empty), "--tracking-uri", copy["uri"]],
+        2,
+        says=("train-images-idx3-ubyte.gz: holds 0 images",),
+        stores=(copy["uri"],),
+        watched=(copy["home"],),
+        max_lines=1,
+    ).check(copy["home"])
     assert _runs(copy["uri"]) == before
 
 
@@ -443,11 +639,23 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
         (disk / "grid.yaml").write_text("experiment: full\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
         uri = f"sqlite:///{disk / 'mlflow.db'}"
         args = ["run", str(disk / "grid.yaml"), "--data-dir", str(world["data"]), "--tracking-uri", uri]
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}, "PYTHONUNBUFFERED": "1",
-               "END_BATCH_SIZE": "256", "END_AT": "epoch", "END_HOW": "fill", "FILL_FOLDER": str(disk)}
-        filled = subprocess.run([sys.executable, str(Path(__file__).with_name("ending_pipeline.py")), *args],
-                                cwd=disk, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                timeout=300)
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")},
+            "PYTHONUNBUFFERED": "1",
+            "END_BATCH_SIZE": "256",
+            "END_AT": "epoch",
+            "END_HOW": "fill",
+            "FILL_FOLDER": str(disk),
+        }
+        filled = subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("ending_pipeline.py")), *args],
+            cwd=disk,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+        )
         shown = filled.stdout
         assert "ENDING at epoch by fill" in shown and filled.returncode == 1, shown
         assert "Traceback" not in shown and "The sweep stopped: the disk is full." in shown, shown
@@ -456,8 +664,9 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
         assert [json.loads(line)["name"] for line in lines] == ["cpu bs128"]  # whole lines only
         (disk / "filler").unlink()
         again = pipeline(args, disk)
-        assert_clean(Result(args, again.exit_code, again.output), 0, says=("1 of 2 points already",),
-                     stores=(uri,), max_lines=40)
+        assert_clean(
+            Result(args, again.exit_code, again.output), 0, says=("1 of 2 points already",), stores=(uri,), max_lines=40
+        )
         assert not running_runs(uri)
     finally:
         _mount(["-u", str(disk)])
@@ -481,16 +690,23 @@ def test_a_grid_point_given_for_a_sweep_is_named_with_its_sweep(world, option):
     """compare --parent-run CHILD (or --baseline CHILD) said the sweep had "no FINISHED runs"; it is a
     grid point, and the error names its sweep and the id to pass instead."""
     parent, child = _sweep_and_point(world["uri"])
-    Command(["compare", option, child, "--tracking-uri", world["uri"]], 2,
-            says=(f"run {child} is a grid point of sweep ", f"({parent}); pass {option} {parent}"),
-            stores=(world["uri"],), watched=(world["home"],)).check(world["home"])
+    Command(
+        ["compare", option, child, "--tracking-uri", world["uri"]],
+        2,
+        says=(f"run {child} is a grid point of sweep ", f"({parent}); pass {option} {parent}"),
+        stores=(world["uri"],),
+        watched=(world["home"],),
+    ).check(world["home"])
 
 
 def test_register_given_a_grid_point_for_a_sweep_names_its_sweep(world):
     parent, child = _sweep_and_point(world["uri"])
-    Command(["register", "--parent-run", child, "--name", "fashion", "--tracking-uri", world["uri"]], 2,
-            says=(f"run {child} is a grid point of sweep ", f"pass --parent-run {parent}"),
-            watched=(world["home"],)).check(world["home"])
+    Command(
+        ["register", "--parent-run", child, "--name", "fashion", "--tracking-uri", world["uri"]],
+        2,
+        says=(f"run {child} is a grid point of sweep ", f"pass --parent-run {parent}"),
+        watched=(world["home"],),
+    ).check(world["home"])
 
 
 @pytest.mark.slow  # one of the longest (30-50 s on 2 cores): make test-slow
@@ -510,17 +726,36 @@ def test_a_deleted_experiment_is_named_deleted_and_the_printed_restore_works(wor
     experiment = client.get_experiment_by_name("existing")
     parent, child = _sweep_and_point(uri)
     client.delete_experiment(experiment.experiment_id)
-    deleted = (f"experiment 'existing' (id {experiment.experiment_id}) is deleted in {uri}",
-               f"mlflow experiments restore --experiment-id {experiment.experiment_id}`")
-    for args in (["compare", "--experiment", "existing"], ["compare", "--parent-run", parent],
-                 ["register", "--experiment", "existing", "--name", "fashion"],
-                 ["register", "--experiment", "existing", "--name", "fashion", "--metric", "test_accuracy"],
-                 ["run", str(copy["grid"]), "--data-dir", str(copy["data"])]):
-        result = Command([*args, "--tracking-uri", uri], 2, says=deleted, stores=(uri,),
-                         watched=(home,)).check(home)
+    deleted = (
+        f"experiment 'existing' (id {experiment.experiment_id}) is deleted in {uri}",
+        f"mlflow experiments restore --experiment-id {experiment.experiment_id}`",
+    )
+    for args in (
+        ["compare", "--experiment", "existing"],
+        ["compare", "--parent-run", parent],
+        ["register", "--experiment", "existing", "--name", "fashion"],
+        ["register", "--experiment", "existing", "--name", "fashion", "--metric", "test_accuracy"],
+        ["run", str(copy["grid"]), "--data-dir", str(copy["data"])],
+    ):
+        result = Command([*args, "--tracking-uri", uri], 2, says=deleted, stores=(uri,), watched=(home,)).check(home)
     # A deleted run's model is still there: predict reads it, and says nothing untrue.
-    Command(["predict", "--model", f"runs:/{child}/model", "--data-dir", str(copy["data"]), "--limit", "10",
-             "--tracking-uri", uri], 0, says=("accuracy ",), watched=(home,), max_lines=20).check(home)
+    Command(
+        [
+            "predict",
+            "--model",
+            f"runs:/{child}/model",
+            "--data-dir",
+            str(copy["data"]),
+            "--limit",
+            "10",
+            "--tracking-uri",
+            uri,
+        ],
+        0,
+        says=("accuracy ",),
+        watched=(home,),
+        max_lines=20,
+    ).check(home)
     restore = result.output.split("restore it with `")[1].split("`")[0]
     variable, command = restore.split(" ", 1)
     name, value = variable.split("=", 1)
@@ -535,13 +770,19 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
 
 
-@pytest.mark.parametrize("uri, module, package", [
-    ("s3://bucket/models/fashion", "boto3", "boto3"),
-    ("gs://bucket/models/fashion", "google.cloud.storage", "google-cloud-storage"),
-    ("abfss://models@account.dfs.core.windows.net/fashion", "azure.storage.filedatalake",
-     "azure-storage-file-datalake"),
-    ("hdfs://127.0.0.1:1/models/fashion", "HADOOP_HOME", "pyarrow (pip install pyarrow) with a Hadoop client"),
-])
+@pytest.mark.parametrize(
+    "uri, module, package",
+    [
+        ("s3://bucket/models/fashion", "boto3", "boto3"),
+        ("gs://bucket/models/fashion", "google.cloud.storage", "google-cloud-storage"),
+        (
+            "abfss://models@account.dfs.core.windows.net/fashion",
+            "azure.storage.filedatalake",
+            "azure-storage-file-datalake",
+        ),
+        ("hdfs://127.0.0.1:1/models/fashion", "HADOOP_HOME", "pyarrow (pip install pyarrow) with a Hadoop client"),
+    ],
+)
 def test_a_remote_model_without_its_client_library_names_the_package(world, uri, module, package):
     """predict --model s3://... without boto3 printed a traceback, hdfs://... 89 lines of JVM loader
     noise: the scheme is checked first, and the package to install named in one line."""
@@ -557,9 +798,13 @@ def test_a_remote_model_without_its_client_library_names_the_package(world, uri,
                 pytest.skip(f"{module} is installed here")
         except ModuleNotFoundError:
             pass
-    Command(["predict", "--model", uri, "--data-dir", str(world["data"]), "--limit", "10"], 2,
-            says=(f"--model {uri}: reading {uri.split(':')[0]}:// needs {package}",),
-            watched=(world["home"],)).check(world["home"])
+    Command(
+        ["predict", "--model", uri, "--data-dir", str(world["data"]), "--limit", "10"],
+        2,
+        says=(f"--model {uri}: reading {uri.split(':')[0]}:// needs {package}",),
+        watched=(world["home"],),
+    ).check(world["home"])
+
 
 # --- 7. the Python API's types -------------------------------------------------------------------------
 
@@ -572,18 +817,28 @@ def test_numpy_values_through_the_api_are_the_points_the_cli_ran(world, tmp_path
     from pipeline import api
 
     copy = fresh(world, tmp_path)
-    grid = {"experiment": "existing", "grid": {"batch_size": [np.int64(256)], "device": [np.str_("cpu")],
-                                               "shuffle": np.bool_(True), "lr": [np.float32(0.01)]}}
+    grid = {
+        "experiment": "existing",
+        "grid": {
+            "batch_size": [np.int64(256)],
+            "device": [np.str_("cpu")],
+            "shuffle": np.bool_(True),
+            "lr": [np.float32(0.01)],
+        },
+    }
     sweep = api.run(grid, tracking_uri=copy["uri"], data_dir=str(copy["data"]), repeats=np.int64(1))
     assert [o.status for o in sweep.outcomes] == ["DONE"]
     assert sweep.exit_code == 0 and sweep.parent_run_id is None
 
 
-@pytest.mark.parametrize("overrides, says", [
-    ("epochs=2", "overrides: got a string 'epochs=2'; pass a list, e.g. overrides=['epochs=2']"),
-    ({"epochs": 2}, "overrides: got dict {'epochs': 2}; pass a list"),
-    (["epochs=2", 3], "overrides[1]: got 3; each item is a \"KEY=VALUE\" string"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        ("epochs=2", "overrides: got a string 'epochs=2'; pass a list, e.g. overrides=['epochs=2']"),
+        ({"epochs": 2}, "overrides: got dict {'epochs': 2}; pass a list"),
+        (["epochs=2", 3], 'overrides[1]: got 3; each item is a "KEY=VALUE" string'),
+    ],
+)
 def test_overrides_that_are_not_a_list_of_strings_are_refused_by_name(world, overrides, says):
     """overrides="epochs=2" was read one character at a time ("e", "p", ...); it is refused by name,
     before the store is opened: nothing in the user's folder changes."""
@@ -611,5 +866,6 @@ def test_the_harness_sees_a_changed_file(world, tmp_path):
 
 def test_a_validate_of_a_good_grid_is_clean(world):
     """The harness on a command that must pass: exit 0, its own lines, nothing touched."""
-    Command(["validate", str(world["grid"])], 0, says=("ok: 1 grid point",), watched=(world["home"],),
-            max_lines=12).check(world["home"])
+    Command(
+        ["validate", str(world["grid"])], 0, says=("ok: 1 grid point",), watched=(world["home"],), max_lines=12
+    ).check(world["home"])

@@ -32,8 +32,9 @@ def sweeps(tmp_path_factory, data_dir, _store_template):
     with isolated(folder):
         uri = new_store(folder, _store_template)
         (folder / "grid.yaml").write_text(GRID)
-        result = run_grid(load_grid(folder / "grid.yaml"), Reporter(), Options(tracking_uri=uri,
-                                                                               data_dir=str(data_dir)))
+        result = run_grid(
+            load_grid(folder / "grid.yaml"), Reporter(), Options(tracking_uri=uri, data_dir=str(data_dir))
+        )
         client = mlflow.MlflowClient(uri)
         return client, result.parent_run_id, _as_older_children(client, result.parent_run_id)
 
@@ -45,12 +46,21 @@ def _as_older_children(client, parent_run_id: str) -> str:
     parent = client.create_run(experiment_id, run_name="older", tags={names.TAG_ROLE: "sweep"}).info.run_id
     for run in read_sweep(client, parent_run_id=parent_run_id).children:
         tags = {k: v for k, v in run.tags.items() if not k.startswith("mlflow.")}
-        copy = client.create_run(experiment_id, run_name=run.name,
-                                 tags={**tags, "mlflow.parentRunId": parent}).info.run_id
-        metrics = [Metric(name, m.value, m.timestamp, m.step) for name in run.metrics if name not in LOGGED_AT_END
-                   for m in client.get_metric_history(run.run_id, name)]
-        client.log_batch(copy, metrics=metrics, params=[Param(k, v) for k, v in run.params.items()],
-                         tags=[RunTag("copied_from", run.run_id)])
+        copy = client.create_run(
+            experiment_id, run_name=run.name, tags={**tags, "mlflow.parentRunId": parent}
+        ).info.run_id
+        metrics = [
+            Metric(name, m.value, m.timestamp, m.step)
+            for name in run.metrics
+            if name not in LOGGED_AT_END
+            for m in client.get_metric_history(run.run_id, name)
+        ]
+        client.log_batch(
+            copy,
+            metrics=metrics,
+            params=[Param(k, v) for k, v in run.params.items()],
+            tags=[RunTag("copied_from", run.run_id)],
+        )
         client.set_terminated(copy, names.FINISHED)
     client.set_terminated(parent, names.FINISHED)
     return parent
@@ -59,8 +69,9 @@ def _as_older_children(client, parent_run_id: str) -> str:
 def test_a_child_logs_every_figure_its_comparison_row_needs(sweeps):
     client, new, _ = sweeps
     for run in read_sweep(client, parent_run_id=new).children:
-        assert {*SUMMARY, names.TRAINED_EPOCHS, names.FIRST_EPOCH, *names.TIME_SHARES,
-                names.PEAK_MEMORY} <= set(run.metrics)
+        assert {*SUMMARY, names.TRAINED_EPOCHS, names.FIRST_EPOCH, *names.TIME_SHARES, names.PEAK_MEMORY} <= set(
+            run.metrics
+        )
         assert run.metrics[names.TRAINED_EPOCHS] == 3
 
 
@@ -83,8 +94,9 @@ def test_old_and_new_runs_compare_to_the_same_numbers(sweeps):
     worked_out = build(read_sweep(client, parent_run_id=old, histories=HISTORIES))
     per_run = [c for c in logged.runs.columns if c != "run_id"]
     assert {"first_epoch_s", "peak_memory_mb", "energy_j", "data_share", "timed", *SUMMARY} <= set(per_run)
-    pd.testing.assert_frame_equal(logged.runs[per_run].reset_index(drop=True),
-                                  worked_out.runs[per_run].reset_index(drop=True), check_exact=True)
+    pd.testing.assert_frame_equal(
+        logged.runs[per_run].reset_index(drop=True), worked_out.runs[per_run].reset_index(drop=True), check_exact=True
+    )
     rows = ["run_name", "n", "timed", *SUMMARY, *SPEED_MEDIANS, *QUALITY_MEDIANS, *LOAD_MEDIANS, "energy_source"]
     pd.testing.assert_frame_equal(logged.table[rows], worked_out.table[rows], check_exact=True)
     figures = logged.runs.iloc[0]

@@ -59,8 +59,13 @@ def swept(tmp_path_factory, data_dir, _store_template):
 
 def test_a_runs_flops_per_epoch_are_torchs_count_batch_by_batch(swept, data_dir):
     uri, _, _ = swept
-    runs = [r for r in mlflow.MlflowClient(uri).search_runs(
-        [mlflow.MlflowClient(uri).get_experiment_by_name("mfu").experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    runs = [
+        r
+        for r in mlflow.MlflowClient(uri).search_runs(
+            [mlflow.MlflowClient(uri).get_experiment_by_name("mfu").experiment_id]
+        )
+        if "mlflow.parentRunId" in r.data.tags
+    ]
     assert len(runs) == 2
     for run in runs:
         batch_size = int(run.data.params["batch_size"])
@@ -78,8 +83,11 @@ def test_a_runs_flops_per_epoch_are_torchs_count_batch_by_batch(swept, data_dir)
 def test_every_run_has_an_mfu_in_0_1_and_its_achieved_flops(swept):
     uri, rows, _ = swept
     client = mlflow.MlflowClient(uri)
-    runs = [r for r in client.search_runs([client.get_experiment_by_name("mfu").experiment_id])
-            if "mlflow.parentRunId" in r.data.tags]
+    runs = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("mfu").experiment_id])
+        if "mlflow.parentRunId" in r.data.tags
+    ]
     for run in runs:
         metrics = run.data.metrics
         assert 0 < metrics["mfu"] <= 1, run.data.tags.get("pipeline.peak")

@@ -20,9 +20,15 @@ from synthetic_sweeps import Run, jittered, write_sweep
 def _sweep(uri, experiment, seconds, seed, **run):
     """Two settings (batch sizes), 4 repeats each, at `seconds` and 0.8 x `seconds` per epoch."""
     rng = np.random.default_rng(seed)
-    return write_sweep(uri, experiment, [
-        Run(jittered(base, 4, rng), params={"batch_size": bs, names.REPEAT: str(r)}, **run)
-        for bs, base in (("128", seconds), ("256", 0.8 * seconds)) for r in range(1, 5)])
+    return write_sweep(
+        uri,
+        experiment,
+        [
+            Run(jittered(base, 4, rng), params={"batch_size": bs, names.REPEAT: str(r)}, **run)
+            for bs, base in (("128", seconds), ("256", 0.8 * seconds))
+            for r in range(1, 5)
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +62,9 @@ def test_the_same_timings_again_do_not_fail(tracking_uri):
     interval includes no change."""
     baseline = _sweep(tracking_uri, "base", 1.0, seed=3)
     current = _sweep(tracking_uri, "now", 1.0, seed=4)
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "0",
-                "--format", "json")
+    out = _gate(
+        tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "0", "--format", "json"
+    )
     assert out.exit_code == 0, out.output
     points = json.loads(out.stdout)["points"]
     assert len(points) == 2 and all(p["change_pct_low"] < 0 < p["change_pct_high"] for p in points)
@@ -89,8 +96,9 @@ def test_hosts_must_match_unless_across_hosts(tracking_uri):
     out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline)
     assert out.exit_code == 2 and "no point has the same settings" in out.output
     assert "on ci-2" in out.output and "on ci-1" in out.output and "--across-hosts" in out.output
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--across-hosts",
-                "--fail-if-slower", "10")
+    out = _gate(
+        tracking_uri, "--parent-run", current, "--baseline", baseline, "--across-hosts", "--fail-if-slower", "10"
+    )
     assert out.exit_code == 1, out.output
 
 
@@ -102,15 +110,18 @@ def test_points_without_a_baseline_twin_are_counted_and_none_at_all_is_refused(t
     assert "this sweep has cpu batch_size=128" in out.output and "the baseline has cpu batch_size=64" in out.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--fail-if-slower", "10"], "--fail-if-slower 10 needs --baseline"),
-    (["--baseline", "base", "--fail-if-slower", "-5"], "--fail-if-slower -5: give a percentage >= 0"),
-    (["--baseline", "nope"], "--baseline nope: no experiment 'nope'"),
-    (["--allow-inconclusive"], "--allow-inconclusive needs --baseline SWEEP and --fail-if-slower PCT"),
-    (["--baseline", "base", "--allow-inconclusive"], "--allow-inconclusive needs --baseline SWEEP"),
-    (["--quality-margin", "1"], "--quality-margin 1: give a number >= 0 and below 1"),
-    (["--quality-margin", "-0.1"], "--quality-margin -0.1: give a number >= 0 and below 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--fail-if-slower", "10"], "--fail-if-slower 10 needs --baseline"),
+        (["--baseline", "base", "--fail-if-slower", "-5"], "--fail-if-slower -5: give a percentage >= 0"),
+        (["--baseline", "nope"], "--baseline nope: no experiment 'nope'"),
+        (["--allow-inconclusive"], "--allow-inconclusive needs --baseline SWEEP and --fail-if-slower PCT"),
+        (["--baseline", "base", "--allow-inconclusive"], "--allow-inconclusive needs --baseline SWEEP"),
+        (["--quality-margin", "1"], "--quality-margin 1: give a number >= 0 and below 1"),
+        (["--quality-margin", "-0.1"], "--quality-margin -0.1: give a number >= 0 and below 1"),
+    ],
+)
 def test_bad_gate_options_are_one_line_and_exit_2(slower, args, message):
     uri, _, current = slower
     out = _gate(uri, "--parent-run", current, *args)
@@ -122,14 +133,16 @@ def test_points_whose_runs_are_all_contended_are_inconclusive_and_count_with_inc
     baseline = _sweep(tracking_uri, "base", 1.0, seed=5)
     busy = {names.TAG_CONTENDED: "other processes took 60% of 2 cores; load average 2.1 per core"}
     current = _sweep(tracking_uri, "now", 2.0, seed=6, tags=busy)
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
-                "--format", "json")
+    out = _gate(
+        tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10", "--format", "json"
+    )
     assert out.exit_code == 3, out.output
     points = json.loads(out.stdout)["points"]
     assert [p["state"] for p in points] == ["INCONCLUSIVE"] * 2
     assert all(p["reason"] == "every run contended in this sweep (--include-contended counts them)" for p in points)
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
-                "--include-contended")
+    out = _gate(
+        tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10", "--include-contended"
+    )
     assert out.exit_code == 1 and "FAIL: 2 of 2 judged points" in out.output, out.output
 
 
@@ -140,8 +153,9 @@ def test_a_2x_slowdown_at_one_run_a_side_is_inconclusive_not_a_pass(tracking_uri
     assert out.exit_code == 3, out.output
     assert "INCONCLUSIVE" in out.output and "+100.0% slower (n too small (1 run))" in out.output
     assert "PASS" not in out.output
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
-                "--allow-inconclusive")
+    out = _gate(
+        tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10", "--allow-inconclusive"
+    )
     assert out.exit_code == 0 and "PASS (--allow-inconclusive)" in out.output, out.output
 
 
@@ -149,11 +163,14 @@ def test_a_point_only_one_side_has_is_named(tracking_uri):
     """The baseline has batch sizes 128 and 256; this sweep only 128: 256 is named, not passed over."""
     baseline = _sweep(tracking_uri, "base", 1.0, seed=10)
     rng = np.random.default_rng(11)
-    current = write_sweep(tracking_uri, "now", [Run(jittered(1.0, 4, rng), params={"batch_size": "128",
-                                                                                   names.REPEAT: str(r)})
-                                                for r in range(1, 5)])
-    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10",
-                "--format", "json")
+    current = write_sweep(
+        tracking_uri,
+        "now",
+        [Run(jittered(1.0, 4, rng), params={"batch_size": "128", names.REPEAT: str(r)}) for r in range(1, 5)],
+    )
+    out = _gate(
+        tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10", "--format", "json"
+    )
     assert out.exit_code == 3, out.output
     states = {p["point"]: (p["state"], p["reason"]) for p in json.loads(out.stdout)["points"]}
     assert states["cpu batch_size=256"] == ("INCONCLUSIVE", "only in the baseline")
@@ -165,4 +182,3 @@ def test_a_sweep_gated_against_itself_is_refused(slower):
     out = _gate(uri, "--parent-run", current, "--baseline", current, "--fail-if-slower", "10")
     assert out.exit_code == 2 and "that is the sweep being compared" in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1
-

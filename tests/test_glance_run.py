@@ -29,8 +29,14 @@ def sweep(tmp_path_factory, data_dir, _store_template):
         out = invoke("run", str(grid), "--tracking-uri", uri, "--data-dir", str(data_dir), *SETS)
         assert out.exit_code == 0, out.output
         runs = runs_of(uri, "glance")
-        yield {"uri": uri, "client": mlflow.MlflowClient(uri), "output": out.output, "grid": grid,
-               "children": children(runs), "parent": next(r for r in runs if r not in children(runs))}
+        yield {
+            "uri": uri,
+            "client": mlflow.MlflowClient(uri),
+            "output": out.output,
+            "grid": grid,
+            "children": children(runs),
+            "parent": next(r for r in runs if r not in children(runs)),
+        }
 
 
 def test_the_override_is_what_trained(sweep):
@@ -45,14 +51,24 @@ def test_every_child_logs_the_summary_and_end_figures_of_its_own_history(sweep):
     client = sweep["client"]
     for run in sweep["children"]:
         rid = run.info.run_id
-        expected = timing.summary(history(client, rid, "epoch_duration_s"), history(client, rid, "images_per_s"),
-                                  history(client, rid, "test_accuracy")[-1])
+        expected = timing.summary(
+            history(client, rid, "epoch_duration_s"),
+            history(client, rid, "images_per_s"),
+            history(client, rid, "test_accuracy")[-1],
+        )
         assert set(expected) == {names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY}
-        expected = timing.run_figures({name: history(client, rid, name) for name in timing.FIGURE_HISTORIES},
-                                      history(client, rid, "test_accuracy")[-1])
+        expected = timing.run_figures(
+            {name: history(client, rid, name) for name in timing.FIGURE_HISTORIES},
+            history(client, rid, "test_accuracy")[-1],
+        )
         # energy_j only where a counter is readable: then its steady mean too
-        told = {names.TRAINED_EPOCHS, names.FIRST_EPOCH, *names.TIME_SHARES,
-                names.PEAK_MEMORY, *([names.STEADY_ENERGY] if history(client, rid, "energy_j") else [])}
+        told = {
+            names.TRAINED_EPOCHS,
+            names.FIRST_EPOCH,
+            *names.TIME_SHARES,
+            names.PEAK_MEMORY,
+            *([names.STEADY_ENERGY] if history(client, rid, "energy_j") else []),
+        }
         assert set(expected) == {names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY, *told}
         assert {name: run.data.metrics[name] for name in expected} == expected
         assert expected[names.TRAINED_EPOCHS] == 2
@@ -82,12 +98,16 @@ def test_the_parent_records_the_overrides_and_the_effective_grid(sweep, tmp_path
     assert parent.data.tags[names.TAG_OVERRIDES] == "--set batch_size=128,256 --set epochs=2 --set repeats=1"
     files = {f.path for f in client.list_artifacts(parent.info.run_id, "grid")}
     assert files == {"grid/glance.yaml", names.ARTIFACT_EFFECTIVE_GRID}
-    original = mlflow.artifacts.download_artifacts(run_id=parent.info.run_id, artifact_path="grid/glance.yaml",
-                                                   tracking_uri=sweep["uri"], dst_path=str(tmp_path))
+    original = mlflow.artifacts.download_artifacts(
+        run_id=parent.info.run_id, artifact_path="grid/glance.yaml", tracking_uri=sweep["uri"], dst_path=str(tmp_path)
+    )
     assert Path(original).read_text() == GRID
     effective_file = mlflow.artifacts.download_artifacts(
-        run_id=parent.info.run_id, artifact_path=names.ARTIFACT_EFFECTIVE_GRID, tracking_uri=sweep["uri"],
-        dst_path=str(tmp_path))
+        run_id=parent.info.run_id,
+        artifact_path=names.ARTIFACT_EFFECTIVE_GRID,
+        tracking_uri=sweep["uri"],
+        dst_path=str(tmp_path),
+    )
     effective = yaml.safe_load(Path(effective_file).read_text())
     assert effective["grid"]["batch_size"] == [128, 256] and effective["grid"]["epochs"] == [2]
     assert sweep["grid"].read_text() == GRID  # the file itself is untouched
@@ -115,12 +135,14 @@ def test_peak_memory_is_a_footprint_at_every_epoch(sweep):
 
 
 def test_a_done_point_says_its_summary(sweep, data_dir):
-    out = invoke("run", str(sweep["grid"]), "--tracking-uri", sweep["uri"], "--data-dir", str(data_dir),
-                 *SETS, "--dry-run")
+    out = invoke(
+        "run", str(sweep["grid"]), "--tracking-uri", sweep["uri"], "--data-dir", str(data_dir), *SETS, "--dry-run"
+    )
     assert out.exit_code == 0, out.output
     kid = sweep["children"][0]
-    said = timing.summary_line({name: kid.data.metrics[name] for name in
-                                (names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY)})
+    said = timing.summary_line(
+        {name: kid.data.metrics[name] for name in (names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY)}
+    )
     assert said.startswith("steady epoch ") and "img/s" in said
     assert f"already FINISHED as run {kid.info.run_id}: {said}" in " ".join(out.output.split())
 
@@ -141,21 +163,43 @@ def test_relog_logs_the_summary_of_a_line_without_one(tracking_uri, tmp_path):
     the epochs."""
     from pipeline import results
 
-    epochs = [{"epoch": n, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": acc,
-               "epoch_duration_s": s, "images_per_s": 512 / s, "peak_memory_mb": 300.0}
-              for n, acc, s in ((1, 0.5, 2.0), (2, 0.61234, 1.0), (3, 0.7, 1.5))]
-    line = {"logged": False, "tracking_uri": tracking_uri, "experiment": "relogged", "name": "old",
-            "params": {"lr": 0.01}, "epochs": epochs, "run_key": "k"}
+    epochs = [
+        {
+            "epoch": n,
+            "train_loss": 1.0,
+            "train_accuracy": 0.5,
+            "test_loss": 1.0,
+            "test_accuracy": acc,
+            "epoch_duration_s": s,
+            "images_per_s": 512 / s,
+            "peak_memory_mb": 300.0,
+        }
+        for n, acc, s in ((1, 0.5, 2.0), (2, 0.61234, 1.0), (3, 0.7, 1.5))
+    ]
+    line = {
+        "logged": False,
+        "tracking_uri": tracking_uri,
+        "experiment": "relogged",
+        "name": "old",
+        "params": {"lr": 0.01},
+        "epochs": epochs,
+        "run_key": "k",
+    }
     (tmp_path / "r.jsonl").write_text(json.dumps(line) + "\n")
     (done,) = results.relog(tmp_path / "r.jsonl")
     metrics = mlflow.MlflowClient(tracking_uri).get_run(done.run_id).data.metrics
-    assert {k: metrics[k] for k in (names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY)} == \
-        {names.STEADY_EPOCH: 1.25, names.STEADY_IMAGES: round(statistics_median([512.0, 512 / 1.5])),
-         names.FINAL_ACCURACY: 0.7}
+    assert {k: metrics[k] for k in (names.STEADY_EPOCH, names.STEADY_IMAGES, names.FINAL_ACCURACY)} == {
+        names.STEADY_EPOCH: 1.25,
+        names.STEADY_IMAGES: round(statistics_median([512.0, 512 / 1.5])),
+        names.FINAL_ACCURACY: 0.7,
+    }
     # No time buckets in the line: each bucket took none of the steady epochs (the defaults, 0 s).
     assert {k: metrics[k] for k in names.END_FIGURES if k in metrics} == {
-        names.TRAINED_EPOCHS: 3, names.FIRST_EPOCH: 2.0,
-        **{share: 0.0 for share in names.TIME_SHARES}, names.PEAK_MEMORY: 300.0}
+        names.TRAINED_EPOCHS: 3,
+        names.FIRST_EPOCH: 2.0,
+        **{share: 0.0 for share in names.TIME_SHARES},
+        names.PEAK_MEMORY: 300.0,
+    }
 
 
 def statistics_median(values: list[float]) -> float:

@@ -183,8 +183,9 @@ def test_compile_on_cuda_compiles_in_the_warm_up_and_learns_like_eager(data_dir)
             torch.compiler.set_stance("fail_on_recompile")
 
     try:
-        compiled = fit(RunConfig(batch_size=100, epochs=2, seed=1, compile=True), dataset, device,
-                       NoCompilingInTheEpochs())
+        compiled = fit(
+            RunConfig(batch_size=100, epochs=2, seed=1, compile=True), dataset, device, NoCompilingInTheEpochs()
+        )
     finally:
         torch.compiler.set_stance("default")
     assert compiled.one_off["compile_s"] > 0

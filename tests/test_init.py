@@ -61,7 +61,8 @@ def test_a_changed_example_is_kept_and_nothing_is_written_until_force(tmp_path):
     assert refused.exit_code == 2
     assert _lines(refused.output) == [
         "error: experiments/sweep.yaml: already there and different from the shipped example; pass --force to "
-        "overwrite, or choose another folder (pipeline init DIR)"]
+        "overwrite, or choose another folder (pipeline init DIR)"
+    ]
     assert (folder / "sweep.yaml").read_text() == "experiment: mine\n"
     assert not (folder / "quickstart.yaml").exists()  # all or nothing: the missing one is not written either
 
@@ -72,16 +73,28 @@ def test_a_changed_example_is_kept_and_nothing_is_written_until_force(tmp_path):
     assert (folder / "own.yaml").read_text() == "experiment: own\n"  # not an example: never touched
 
 
-@pytest.mark.parametrize("make, folder, message", [
-    (lambda root: (root / "notes").write_text("x"), "notes",
-     "error: notes: is a file, not a folder; name a folder, e.g. pipeline init experiments"),
-    (lambda root: (root / "notes").write_text("x"), "notes/grids",
-     "error: notes/grids: cannot write there (Not a directory); nothing was written; choose a folder you can "
-     "write to (pipeline init DIR)"),
-    (lambda root: (root / "experiments" / "sweep.yaml").mkdir(parents=True), "experiments",
-     "error: experiments/sweep.yaml: is a folder where the example sweep.yaml goes; move it away, or choose "
-     "another folder (pipeline init DIR)"),
-])
+@pytest.mark.parametrize(
+    "make, folder, message",
+    [
+        (
+            lambda root: (root / "notes").write_text("x"),
+            "notes",
+            "error: notes: is a file, not a folder; name a folder, e.g. pipeline init experiments",
+        ),
+        (
+            lambda root: (root / "notes").write_text("x"),
+            "notes/grids",
+            "error: notes/grids: cannot write there (Not a directory); nothing was written; choose a folder you can "
+            "write to (pipeline init DIR)",
+        ),
+        (
+            lambda root: (root / "experiments" / "sweep.yaml").mkdir(parents=True),
+            "experiments",
+            "error: experiments/sweep.yaml: is a folder where the example sweep.yaml goes; move it away, or choose "
+            "another folder (pipeline init DIR)",
+        ),
+    ],
+)
 def test_a_folder_that_cannot_hold_the_examples_is_one_line_and_exit_2(tmp_path, make, folder, message):
     make(tmp_path)
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
@@ -107,7 +120,8 @@ def test_a_folder_it_may_not_write_is_refused_with_nothing_left_behind(tmp_path)
     assert result.exit_code == 2
     (line,) = _lines(result.output)
     assert line.startswith(f"error: {folder}: cannot write there (") and line.endswith(
-        "); nothing was written; choose a folder you can write to (pipeline init DIR)")
+        "); nothing was written; choose a folder you can write to (pipeline init DIR)"
+    )
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
@@ -124,20 +138,30 @@ def test_a_write_that_fails_half_way_leaves_nothing(tmp_path):
     def limited() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    done = subprocess.run([sys.executable, "-m", "pipeline", "init", "new/experiments"], capture_output=True,
-                          text=True, cwd=tmp_path, preexec_fn=limited)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "init", "new/experiments"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=limited,
+    )
     assert done.returncode == 2, done.stderr
-    assert done.stderr == ("error: new/experiments: cannot write there (File too large); nothing was written; "
-                           "choose a folder you can write to (pipeline init DIR)\n")
+    assert done.stderr == (
+        "error: new/experiments: cannot write there (File too large); nothing was written; "
+        "choose a folder you can write to (pipeline init DIR)\n"
+    )
     assert not (tmp_path / "new").exists()
 
 
 def test_the_help_starts_with_init_then_the_grid_it_writes():
     text = invoke("--help").output
-    start = text[text.index("Start with:"):].split("\n\n")[0]
+    start = text[text.index("Start with:") :].split("\n\n")[0]
     commands = [line.replace("Start with:", "").split("(")[0].strip() for line in start.splitlines()]
-    assert commands == ["pipeline init", "pipeline validate experiments/quickstart.yaml",
-                        "pipeline run experiments/quickstart.yaml"]
+    assert commands == [
+        "pipeline init",
+        "pipeline validate experiments/quickstart.yaml",
+        "pipeline run experiments/quickstart.yaml",
+    ]
     assert "quickstart.yaml" in shipped()  # what `pipeline init` writes into ./experiments
 
 
@@ -162,8 +186,23 @@ def test_a_built_wheel_holds_the_grids(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     shutil.copytree(REPO / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                           "-q", "-w", str(tmp_path / "wheels"), str(source)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(tmp_path / "wheels"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     (wheel,) = (tmp_path / "wheels").glob("pipeline-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -178,15 +217,19 @@ def _complete(instruction: str, **env: str) -> subprocess.CompletedProcess:
     script = Path(sys.executable).with_name("pipeline")
     if not script.exists():
         pytest.skip(f"no `pipeline` console script beside {sys.executable} (pip install -e .)")
-    return subprocess.run([str(script)], capture_output=True, text=True,
-                          env={**os.environ, "_PIPELINE_COMPLETE": instruction, **env})
+    return subprocess.run(
+        [str(script)], capture_output=True, text=True, env={**os.environ, "_PIPELINE_COMPLETE": instruction, **env}
+    )
 
 
-@pytest.mark.parametrize("shell, line", [
-    ("bash", "complete -o nosort -F _pipeline_completion pipeline"),
-    ("zsh", "#compdef pipeline"),
-    ("fish", "complete --no-files --command pipeline"),
-])
+@pytest.mark.parametrize(
+    "shell, line",
+    [
+        ("bash", "complete -o nosort -F _pipeline_completion pipeline"),
+        ("zsh", "#compdef pipeline"),
+        ("fish", "complete --no-files --command pipeline"),
+    ],
+)
 def test_each_shell_gets_a_completion_script(shell, line):
     done = _complete(f"{shell}_source")
     assert done.returncode == 0, done.stderr
@@ -202,20 +245,29 @@ def test_the_bash_script_completes_a_command_in_bash():
     script = Path(sys.executable).with_name("pipeline")
     if not script.exists():
         pytest.skip(f"no `pipeline` console script beside {sys.executable} (pip install -e .)")
-    session = ('eval "$(_PIPELINE_COMPLETE=bash_source pipeline)"; COMP_WORDS=(pipeline va); COMP_CWORD=1; '
-               '_pipeline_completion pipeline; printf "%s\\n" "${COMPREPLY[@]}"')
-    done = subprocess.run([bash, "-c", session], capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{script.parent}{os.pathsep}{os.environ['PATH']}"})
+    session = (
+        'eval "$(_PIPELINE_COMPLETE=bash_source pipeline)"; COMP_WORDS=(pipeline va); COMP_CWORD=1; '
+        '_pipeline_completion pipeline; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run(
+        [bash, "-c", session],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{script.parent}{os.pathsep}{os.environ['PATH']}"},
+    )
     assert (done.returncode, done.stdout) == (0, "validate\n"), done.stderr
 
 
-@pytest.mark.parametrize("words, expected", [
-    ("pipeline in", ["plain,init"]),
-    ("pipeline va", ["plain,validate"]),
-    ("pipeline run --dry", ["plain,--dry-run"]),
-    ("pipeline compare --format ", ["plain,table", "plain,csv", "plain,markdown", "plain,json"]),
-    ("pipeline validate experiments/qu", ["file,experiments/qu"]),  # the shell then lists the files
-])
+@pytest.mark.parametrize(
+    "words, expected",
+    [
+        ("pipeline in", ["plain,init"]),
+        ("pipeline va", ["plain,validate"]),
+        ("pipeline run --dry", ["plain,--dry-run"]),
+        ("pipeline compare --format ", ["plain,table", "plain,csv", "plain,markdown", "plain,json"]),
+        ("pipeline validate experiments/qu", ["file,experiments/qu"]),  # the shell then lists the files
+    ],
+)
 def test_bash_completes_commands_options_choices_and_grid_files(words, expected):
     done = _complete("bash_complete", COMP_WORDS=words, COMP_CWORD=str(len(words.split(" ")) - 1))
     assert done.returncode == 0, done.stderr

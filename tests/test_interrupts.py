@@ -25,8 +25,11 @@ HOW = {"SIGKILL": -signal.SIGKILL, "SIGTERM": 143, "SIGHUP": 129, "exception": 1
 
 # Every way of ending at both stages: one stage of each way in `make test` (each stage twice), the
 # other in `make test-slow` (each case trains a sweep twice, 15-45 s on 2 cores).
-CASES = [pytest.param(how, at, marks=[pytest.mark.slow] if (i + (at == "model")) % 2 else [])
-         for i, how in enumerate(HOW) for at in ("epoch", "model")]
+CASES = [
+    pytest.param(how, at, marks=[pytest.mark.slow] if (i + (at == "model")) % 2 else [])
+    for i, how in enumerate(HOW)
+    for at in ("epoch", "model")
+]
 
 
 @pytest.mark.parametrize("how, at", CASES)
@@ -35,10 +38,21 @@ def test_a_sweep_ended_at_each_stage_leaves_honest_states(tmp_path, data_dir, tr
     grid.write_text(GRID)
     # --system-metrics: MLflow's active-run block, which once ended a run FINISHED before its model.
     args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri, "--system-metrics"]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}, "PYTHONUNBUFFERED": "1",
-           "END_BATCH_SIZE": "256", "END_AT": at, "END_HOW": how}
-    ended = subprocess.run([sys.executable, str(Path(__file__).with_name("ending_pipeline.py")), *args], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")},
+        "PYTHONUNBUFFERED": "1",
+        "END_BATCH_SIZE": "256",
+        "END_AT": at,
+        "END_HOW": how,
+    }
+    ended = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("ending_pipeline.py")), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     assert f"ENDING at {at} by {how}" in ended.stdout and ended.returncode == HOW[how], ended.stdout
     assert "Traceback" not in ended.stdout, ended.stdout
     first = {r.data.params["batch_size"]: r for r in children(runs_of(tracking_uri, "ends"))}
@@ -58,6 +72,7 @@ def test_a_sweep_ended_at_each_stage_leaves_honest_states(tmp_path, data_dir, tr
     runs = runs_of(tracking_uri, "ends")
     done = [r for r in children(runs) if complete(r)]
     assert sorted(r.data.params["batch_size"] for r in done) == ["128", "256"], [
-        (r.data.params["batch_size"], r.info.status, dict(r.data.tags)) for r in children(runs)]
+        (r.data.params["batch_size"], r.info.status, dict(r.data.tags)) for r in children(runs)
+    ]
     trained_again = next(r for r in done if r.data.params["batch_size"] == "256")
     assert trained_again.info.status == "FINISHED" and trained_again.outputs.model_outputs

@@ -56,8 +56,14 @@ def test_every_key_names_its_runs(write_grid, key):
 
 
 def _run(run_id: str, device: str, seconds: float, params: dict[str, str]) -> RunRecord:
-    return RunRecord(run_id, run_id, {"batch_size": "64", **params}, {"test_accuracy": 0.8},
-                     {"pipeline.device": device}, histories={"epoch_duration_s": [9.0, seconds]})
+    return RunRecord(
+        run_id,
+        run_id,
+        {"batch_size": "64", **params},
+        {"test_accuracy": 0.8},
+        {"pipeline.device": device},
+        histories={"epoch_duration_s": [9.0, seconds]},
+    )
 
 
 @pytest.mark.parametrize("key", [k for k in TWO_VALUES if KEYS[k].twin])
@@ -65,12 +71,14 @@ def test_runs_that_differ_in_a_twin_key_are_no_twins(key):
     """A cpu and a cuda run differing in a setting measure different things: no device speedup
     (seeds aside, whose repeats compare by their medians). The same two runs equal in it are twins."""
     first, second = (format_value(v) for v in TWO_VALUES[key])
-    apart = build(SweepRecord("p", "p", "1", "x", [_run("c", "cpu", 4.0, {key: first}),
-                                                   _run("g", "cuda:0", 1.0, {key: second})]))
+    apart = build(
+        SweepRecord("p", "p", "1", "x", [_run("c", "cpu", 4.0, {key: first}), _run("g", "cuda:0", 1.0, {key: second})])
+    )
     assert apart.table["speedup"].isna().all()
     assert key in apart.varying
-    together = build(SweepRecord("p", "p", "1", "x", [_run("c", "cpu", 4.0, {key: first}),
-                                                      _run("g", "cuda:0", 1.0, {key: first})]))
+    together = build(
+        SweepRecord("p", "p", "1", "x", [_run("c", "cpu", 4.0, {key: first}), _run("g", "cuda:0", 1.0, {key: first})])
+    )
     assert together.table.set_index("run_ids").loc["g", "speedup"] == 4.0
 
 
@@ -94,8 +102,10 @@ def test_versus_compares_on_every_twin_key(key):
 
 def test_versus_says_why_a_key_that_is_no_twin_key_cannot_be_compared_on():
     runs = [_run("a", "cpu", 4.0, {"gpus_per_run": "1"}), _run("b", "cpu", 5.0, {"gpus_per_run": "0.5"})]
-    with pytest.raises(UserError, match="runs that differ only in gpus_per_run are one setting; compare on one of "
-                                        "device, lr, batch_size"):
+    with pytest.raises(
+        UserError,
+        match="runs that differ only in gpus_per_run are one setting; compare on one of device, lr, batch_size",
+    ):
         build(SweepRecord("p", "p", "1", "x", runs), CompareOptions(versus="gpus_per_run=1"))
 
 
@@ -109,8 +119,9 @@ def test_runs_recorded_before_a_later_key_are_at_its_default():
         table = build(SweepRecord("p", "p", "1", "x", [old, new])).table.set_index("run_ids")
         assert table.loc["new", "speedup"] == 4.0
         changed = _run("new", "cuda:0", 1.0, {key: other})
-        assert math.isnan(build(SweepRecord("p", "p", "1", "x", [old, changed])).table.set_index("run_ids").loc[
-            "new", "speedup"]), key
+        assert math.isnan(
+            build(SweepRecord("p", "p", "1", "x", [old, changed])).table.set_index("run_ids").loc["new", "speedup"]
+        ), key
 
 
 def test_every_setting_is_a_bar_of_its_own_in_the_epoch_chart():
@@ -148,7 +159,7 @@ def test_mlproject_train_declares_every_setting_of_the_table():
 
 def test_the_readme_lists_every_grid_key_with_its_default():
     readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| key | values | default |"):].split("\n\n")[0]
+    table = readme[readme.index("| key | values | default |") :].split("\n\n")[0]
     rows = dict(re.findall(r"^\| `(\w+)` \|.*\| ([^|]+) \|$", table, re.MULTILINE))
     assert set(rows) == set(KEYS)
     assert {key: text.strip() for key, text in rows.items()} == {key: format_value(DEFAULTS[key]) for key in KEYS}
@@ -160,15 +171,33 @@ def test_the_readme_lists_every_grid_key_with_its_default():
 # gives them (the data's source and sizes, the host, the hardware). A grid that does not set
 # weight_decay must keep them, or every point recorded before it would be trained again.
 RECORDED = [
-    (RunConfig(lr=0.01, batch_size=1000, num_workers=1, device="cuda", epochs=1),
-     {"source": "fashion-mnist", "train_size": 60000, "test_size": 10000, "host": "gpu-box", "hardware": "NVIDIA H200"},
-     "8920cd0181b76db7"),
-    (RunConfig(batch_size=64, epochs=2, device="cpu", precision="bf16", compile=True, seed=3),
-     {"source": "/data/small", "train_size": 512, "test_size": 256, "host": "laptop", "hardware": "AMD EPYC 7B13"},
-     "a07a48f81eb8cbc9"),
-    (RunConfig(batch_size=20000, device="cuda", cuda_graph=True, prefetch=True, shuffle=False),
-     {"source": "fashion-mnist", "train_size": 60000, "test_size": 10000, "host": "gpu-box", "hardware": "NVIDIA H200"},
-     "fd3d1c60b8d5be73"),
+    (
+        RunConfig(lr=0.01, batch_size=1000, num_workers=1, device="cuda", epochs=1),
+        {
+            "source": "fashion-mnist",
+            "train_size": 60000,
+            "test_size": 10000,
+            "host": "gpu-box",
+            "hardware": "NVIDIA H200",
+        },
+        "8920cd0181b76db7",
+    ),
+    (
+        RunConfig(batch_size=64, epochs=2, device="cpu", precision="bf16", compile=True, seed=3),
+        {"source": "/data/small", "train_size": 512, "test_size": 256, "host": "laptop", "hardware": "AMD EPYC 7B13"},
+        "a07a48f81eb8cbc9",
+    ),
+    (
+        RunConfig(batch_size=20000, device="cuda", cuda_graph=True, prefetch=True, shuffle=False),
+        {
+            "source": "fashion-mnist",
+            "train_size": 60000,
+            "test_size": 10000,
+            "host": "gpu-box",
+            "hardware": "NVIDIA H200",
+        },
+        "fd3d1c60b8d5be73",
+    ),
 ]
 
 
@@ -209,8 +238,21 @@ def test_weight_decay_from_a_grid_file_to_the_comparison(write_grid, data_dir, t
 
 
 def test_pipeline_train_weight_decay(data_dir, tracking_uri):
-    out = invoke("train", "--device", "cpu", "--batch-size", "128", "--weight-decay", "1.0e-3", "--data-dir",
-                 str(data_dir), "--tracking-uri", tracking_uri, "--experiment", "one")
+    out = invoke(
+        "train",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "128",
+        "--weight-decay",
+        "1.0e-3",
+        "--data-dir",
+        str(data_dir),
+        "--tracking-uri",
+        tracking_uri,
+        "--experiment",
+        "one",
+    )
     assert out.exit_code == 0, out.output
     (run,) = runs_of(tracking_uri, "one")
     assert run.data.params["weight_decay"] == "0.001" and run.info.status == "FINISHED"
@@ -255,12 +297,14 @@ def test_threads_from_a_grid_file_to_the_runs_tags(write_grid, data_dir, trackin
 # A grid key as a maintainer adds one: a field of RunConfig, and nothing else. It is written into a
 # copy of the package's source, so that whatever a module derives from KEYS at import time (the
 # `pipeline train` options, module-level tuples) is derived with it, as it would be for a real key.
-FAKE_KEY = ('    momentum: float = _key(0.0, check=_non_negative_float("0 or 0.9"),\n'
-            '                           help="A key only the tests know.", name="mom", later=True,\n'
-            '                           chart_group="momentum")\n')
+FAKE_KEY = (
+    '    momentum: float = _key(0.0, check=_non_negative_float("0 or 0.9"),\n'
+    '                           help="A key only the tests know.", name="mom", later=True,\n'
+    '                           chart_group="momentum")\n'
+)
 
 # Run in the copy: what each consumer of the table makes of the new key, as JSON.
-PROBE = r'''
+PROBE = r"""
 import json, sys, types
 from click.testing import CliRunner
 from pipeline.charts import EPOCH_DURATION_PNG, plan
@@ -315,7 +359,7 @@ print(json.dumps({
     "docs later keys": hooks.later_keys(),
     "unknown key": error({"grid": {"momentun": [0.9]}}), "bad value": error({"grid": {"momentum": [-1]}}),
 }, default=str))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -338,8 +382,15 @@ def fake_key(tmp_path_factory) -> dict:
     fields_end = source.index("    def as_params(self)")  # the first method after RunConfig's fields
     config.write_text(source[:fields_end] + FAKE_KEY + "\n" + source[fields_end:])
     env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(REPO / "docs")], cwd=root, env=env, check=False,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(REPO / "docs")],
+        cwd=root,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

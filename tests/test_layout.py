@@ -40,8 +40,10 @@ def _imports(tree: ast.AST, type_checking: bool = True) -> set[str]:
     return found
 
 
-GRAPH = {name: {m.split(".")[1] for m in _imports(ast.parse(path.read_text())) if m.startswith("pipeline.")}
-         - {name} for name, path in MODULES.items()}
+GRAPH = {
+    name: {m.split(".")[1] for m in _imports(ast.parse(path.read_text())) if m.startswith("pipeline.")} - {name}
+    for name, path in MODULES.items()
+}
 
 
 def test_no_import_cycle():
@@ -76,8 +78,11 @@ def test_imports_flow_one_way():
 
 REPO = PACKAGE.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the test extra's import-linter, in this venv
-CONTRACTS = ("Layers, top to bottom (docs/development.md)", "Analysis renders nothing",
-             "Tracking never imports presentation")
+CONTRACTS = (
+    "Layers, top to bottom (docs/development.md)",
+    "Analysis renders nothing",
+    "Tracking never imports presentation",
+)
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -86,8 +91,14 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess:
     if not LINT_IMPORTS.exists():
         pytest.fail(f"{LINT_IMPORTS} is missing: `pip install -e '.[test]'` installs import-linter")
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, env={**os.environ, "PYTHONPATH": path},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_layers_hold():
@@ -99,14 +110,24 @@ def test_the_layers_hold():
         assert f"{name} KEPT" in out.stdout, out.stdout
 
 
-@pytest.mark.parametrize("module, code, broken", [
-    # The comparison (analysis) wording its own verdict, inside a function.
-    ("compare", "def _said(comparison):\n    from pipeline.sentences import headline\n\n"
-                "    return headline(comparison)\n", [CONTRACTS[0], CONTRACTS[1]]),
-    # The run logger reaching for the UI's view again.
-    ("tracking", "def _page(url, parent_run_id):\n    from pipeline import view\n\n"
-                 "    return view.page(url, parent_run_id)\n", [CONTRACTS[0], CONTRACTS[2]]),
-])
+@pytest.mark.parametrize(
+    "module, code, broken",
+    [
+        # The comparison (analysis) wording its own verdict, inside a function.
+        (
+            "compare",
+            "def _said(comparison):\n    from pipeline.sentences import headline\n\n    return headline(comparison)\n",
+            [CONTRACTS[0], CONTRACTS[1]],
+        ),
+        # The run logger reaching for the UI's view again.
+        (
+            "tracking",
+            "def _page(url, parent_run_id):\n    from pipeline import view\n\n"
+            "    return view.page(url, parent_run_id)\n",
+            [CONTRACTS[0], CONTRACTS[2]],
+        ),
+    ],
+)
 def test_lint_imports_fails_on_an_import_against_the_layers(tmp_path, module, code, broken):
     """One import against the layers in a copy of the package, and lint-imports names the contracts it
     breaks, the import, and fails."""
@@ -174,8 +195,10 @@ def test_every_module_has_a_row_in_the_test_map_and_every_row_names_test_files_t
             own = f"test_{module.removesuffix('.py')}.py"
             named = f"`{own}`" if (TESTS / own).exists() else "`test_WHERE_ITS_TESTS_ARE.py`"
             missing.append(f"| `{module}` | {named} |")
-    assert not missing, ("pipeline/ has modules with no row in docs/development.md's 'Tests by module' table; "
-                         "add, in alphabetical order:\n" + "\n".join(missing))
+    assert not missing, (
+        "pipeline/ has modules with no row in docs/development.md's 'Tests by module' table; "
+        "add, in alphabetical order:\n" + "\n".join(missing)
+    )
     stale = sorted(set(rows) - set(modules))
     assert not stale, f"rows for modules that pipeline/ no longer has; remove them: {stale}"
     absent = {module: [name for name in names if not (TESTS / name).is_file()] for module, names in rows.items()}

@@ -99,8 +99,14 @@ def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid
         raise ConnectionError("Connection refused")
 
     monkeypatch.setattr(pipeline.tracking, "log_network", refused)
-    args = ["run", str(write_grid("experiment: lost-model\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")),
-            "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
+    args = [
+        "run",
+        str(write_grid("experiment: lost-model\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")),
+        "--data-dir",
+        str(data_dir),
+        "--tracking-uri",
+        tracking_uri,
+    ]
     out = invoke(*args)
     assert out.exit_code == 1 and "UNLOGGED" in out.output and "1 not run" in out.output, out.output
 
@@ -127,12 +133,32 @@ def test_relog_after_the_orphans_were_reaped_tells_the_outage_story(tracking_uri
     for run_id in (parent, child):
         tracker.log_tags(run_id, {TAG_KILLED_REASON: "process 4242 on host ended without closing the run"})
         tracker.end_run(run_id, "KILLED")
-    epoch = {"epoch": 1, "train_loss": 1.0, "train_accuracy": 0.5, "test_loss": 1.0, "test_accuracy": 0.5,
-             "epoch_duration_s": 0.5, "images_per_s": 100.0, "data_time_s": 0.1, "transfer_time_s": 0.1,
-             "compute_time_s": 0.3}
-    line = {"logged": False, "tracking_uri": tracking_uri, "experiment": "reaped", "parent_run_id": parent,
-            "run_id": child, "name": "batch_size=64", "run_key": "k", "device": "cpu",
-            "params": {"batch_size": 64}, "tags": {"pipeline.run_key": "k"}, "run_duration_s": 1.0, "epochs": [epoch]}
+    epoch = {
+        "epoch": 1,
+        "train_loss": 1.0,
+        "train_accuracy": 0.5,
+        "test_loss": 1.0,
+        "test_accuracy": 0.5,
+        "epoch_duration_s": 0.5,
+        "images_per_s": 100.0,
+        "data_time_s": 0.1,
+        "transfer_time_s": 0.1,
+        "compute_time_s": 0.3,
+    }
+    line = {
+        "logged": False,
+        "tracking_uri": tracking_uri,
+        "experiment": "reaped",
+        "parent_run_id": parent,
+        "run_id": child,
+        "name": "batch_size=64",
+        "run_key": "k",
+        "device": "cpu",
+        "params": {"batch_size": 64},
+        "tags": {"pipeline.run_key": "k"},
+        "run_duration_s": 1.0,
+        "epochs": [epoch],
+    }
     results_file = tmp_path / "results.jsonl"
     results_file.write_text(json.dumps(line) + "\n")
 

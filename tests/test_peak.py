@@ -49,7 +49,7 @@ def test_devices_peak_measures_caches_and_then_reuses(cache):
     first = invoke("devices", "--peak")
     assert first.exit_code == 0, first.output
     assert "measured now in" in first.output and str(cache) in " ".join(first.output.split())
-    (key, entry), = _entries(cache).items()
+    ((key, entry),) = _entries(cache).items()
     assert key == peak.cache_key(entry["host"], entry["hardware"], torch.__version__, torch.get_num_threads())
     assert set(entry["matmul"]) == {"fp32", "bf16"} and all(v > 0 for v in entry["matmul"].values())
     assert entry["copy_bytes_per_s"] > 0 and entry["torch_version"] == torch.__version__
@@ -88,8 +88,10 @@ def test_the_cpus_measured_matmul_peak_is_within_2x_of_its_estimate(cache):
         pytest.skip("/proc/cpuinfo gives no clock (cpu MHz) or no vector flags: nothing to estimate from")
     cores = len(os.sched_getaffinity(0))
     if os.getloadavg()[0] > 1.5 * cores:
-        pytest.skip(f"the machine is busy (load {os.getloadavg()[0]:.1f} on {cores} cores): a peak measured now "
-                    "says nothing about the CPU")
+        pytest.skip(
+            f"the machine is busy (load {os.getloadavg()[0]:.1f} on {cores} cores): a peak measured now "
+            "says nothing about the CPU"
+        )
     found = peak.find(torch.device("cpu"))
     measured, expected = found.peak.matmul["fp32"], estimate.matmul["fp32"]
     assert expected / 2 <= measured <= expected * 2, (measured, expected, estimate.label)
@@ -118,8 +120,18 @@ def test_known_gpus_get_their_datasheet_figures():
 def _fake(cache, fp32: float) -> None:
     """A cached CPU peak of `fp32` FLOP/s for this host, as if measured on a very busy machine."""
     host, hardware, version, threads = peak.identity(torch.device("cpu"))
-    entry = peak.Peak("cpu", hardware, host, version, threads, {"fp32": fp32, "bf16": fp32}, {"fp32": 256, "bf16": 256},
-                      1.0, "2026-01-01T00:00:00+00:00", 1.0)
+    entry = peak.Peak(
+        "cpu",
+        hardware,
+        host,
+        version,
+        threads,
+        {"fp32": fp32, "bf16": fp32},
+        {"fp32": 256, "bf16": 256},
+        1.0,
+        "2026-01-01T00:00:00+00:00",
+        1.0,
+    )
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"format": peak.FORMAT, "peaks": {entry.key: entry.__dict__}}))
 

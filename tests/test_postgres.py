@@ -53,9 +53,11 @@ def test_a_sweep_with_credentials_lands_in_postgresql(pg, postgres, write_grid, 
     assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}
     # In the database itself, not only through the server's answers:
     with psycopg.connect(postgres["uri"]) as connection:
-        rows = connection.execute("SELECT r.status, count(*) FROM runs r JOIN experiments e ON "
-                                  "r.experiment_id = e.experiment_id WHERE e.name = 'on-postgres' "
-                                  "GROUP BY r.status").fetchall()
+        rows = connection.execute(
+            "SELECT r.status, count(*) FROM runs r JOIN experiments e ON "
+            "r.experiment_id = e.experiment_id WHERE e.name = 'on-postgres' "
+            "GROUP BY r.status"
+        ).fetchall()
     assert rows == [("FINISHED", 3)]
     child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
     mlflow.set_tracking_uri(pg["uri"])  # reset after each test (conftest)
@@ -68,8 +70,12 @@ def test_a_sweep_with_credentials_lands_in_postgresql(pg, postgres, write_grid, 
     model_id = child.outputs.model_outputs[0].model_id
     mlflow.artifacts.download_artifacts(f"models:/{model_id}", dst_path=str(artifacts / "model"))
     assert (artifacts / "model" / "MLmodel").exists() and any((artifacts / "parent").rglob("*.png"))
-    recorded = [out.output, service_output(pg["process"]), _files_under(tmp_path),
-                *(json.dumps([r.data.params, r.data.tags]) for r in runs)]
+    recorded = [
+        out.output,
+        service_output(pg["process"]),
+        _files_under(tmp_path),
+        *(json.dumps([r.data.params, r.data.tags]) for r in runs),
+    ]
     for secret in (ADMIN_PASSWORD, PG_PASSWORD):
         assert not [text[:200] for text in recorded if secret in text], secret
 
@@ -115,7 +121,7 @@ def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
     out = invoke("server", "--auth", "--backend-store-uri", store, "--host", "0.0.0.0", "--port", "5055")
     assert out.exit_code == 0, out.output
     assert "in clear text" in out.output and "login required" in out.output
-    (args, env), = became
+    ((args, env),) = became
     assert "--app-name" in args and "basic-auth" in args and store not in " ".join(args)
     assert env["MLFLOW_BACKEND_STORE_URI"] == store and env["MLFLOW_FLASK_SERVER_SECRET_KEY"]
     assert ADMIN_PASSWORD not in json.dumps(args) and env["MLFLOW_AUTH_ADMIN_PASSWORD"] == ADMIN_PASSWORD
@@ -139,8 +145,10 @@ def test_eight_sweeps_at_once_through_a_postgresql_restart(pg, postgres, write_g
     sweeps = []
     start = time.monotonic()
     for k in range(8):
-        grid = write_grid(f"experiment: crowd\ngrid:\n  batch_size: [16, 32]\n  lr: [0.01, 0.02]\n  seed: [{k}]\n"
-                          "  device: [cpu]\n", f"sweep{k}.yaml")
+        grid = write_grid(
+            f"experiment: crowd\ngrid:\n  batch_size: [16, 32]\n  lr: [0.01, 0.02]\n  seed: [{k}]\n  device: [cpu]\n",
+            f"sweep{k}.yaml",
+        )
         sweeps.append(start_pipeline(["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg["uri"]]))
     early = read_until(sweeps[0], "run 2/4", seconds=300)  # the sweeps are logging runs
     postgres["restart"]()
@@ -160,8 +168,10 @@ def test_eight_sweeps_at_once_through_a_postgresql_restart(pg, postgres, write_g
     assert "RUNNING" not in {r.info.status for r in runs}
     assert len({r.data.tags["pipeline.run_key"] for r in points}) == 32  # no point twice
     assert len({r.data.tags["mlflow.parentRunId"] for r in points}) == 8
-    print(f"8 sweeps x 4 points at once, PostgreSQL restarted: {seconds:.0f} s, exit codes {codes}, "
-          f"{len(points)} runs, 0 lost")
+    print(
+        f"8 sweeps x 4 points at once, PostgreSQL restarted: {seconds:.0f} s, exit codes {codes}, "
+        f"{len(points)} runs, 0 lost"
+    )
 
 
 def test_wrong_database_credentials_are_one_line_and_exit_2_with_the_password_masked(postgres):

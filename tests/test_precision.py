@@ -47,8 +47,12 @@ def test_a_precision_sweep_skips_what_the_device_cannot_and_compares_with_fp32(w
     assert out.exit_code == 0, out.output
     assert "skipped #3: precision fp16 is for GPUs" in " ".join(out.output.split())
     client = mlflow.MlflowClient(tracking_uri)
-    names = sorted(r.info.run_name for r in client.search_runs(
-        [client.get_experiment_by_name("precision").experiment_id], "tags.`pipeline.role` = 'point'"))
+    names = sorted(
+        r.info.run_name
+        for r in client.search_runs(
+            [client.get_experiment_by_name("precision").experiment_id], "tags.`pipeline.role` = 'point'"
+        )
+    )
     assert names == ["cpu bf16", "cpu fp32"]
     data = invoke("compare", "--tracking-uri", tracking_uri, "--format", "csv")
     rows = {r["precision"]: r for r in csv.DictReader(io.StringIO(data.stdout))}
@@ -67,8 +71,14 @@ def test_old_runs_count_as_fp32_twins(tmp_path):
     from pipeline.records import RunRecord, SweepRecord
 
     def run(run_id, seconds, **params):
-        return RunRecord(run_id, run_id, {"batch_size": "64", **params}, {"test_accuracy": 0.8},
-                         {"pipeline.device": "cpu"}, histories={"epoch_duration_s": [9.0, seconds]})
+        return RunRecord(
+            run_id,
+            run_id,
+            {"batch_size": "64", **params},
+            {"test_accuracy": 0.8},
+            {"pipeline.device": "cpu"},
+            histories={"epoch_duration_s": [9.0, seconds]},
+        )
 
     sweep = SweepRecord("p", "p", "1", "x", [run("old", 2.0), run("new", 1.0, precision="bf16")])
     table = build(sweep).table.set_index("run_ids")

@@ -41,8 +41,16 @@ def test_hdfs_needs_a_hadoop_client_beside_pyarrow(monkeypatch):
     check_remote_client("hdfs://namenode:8020/models/fashion")
 
 
-@pytest.mark.parametrize("uri", ["models:/fashion@champion", "runs:/0123/model", "/home/alice/model",
-                                 "file:///home/alice/model", "http://host/model"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "models:/fashion@champion",
+        "runs:/0123/model",
+        "/home/alice/model",
+        "file:///home/alice/model",
+        "http://host/model",
+    ],
+)
 def test_models_read_without_a_storage_library_pass(uri):
     check_remote_client(uri)
 

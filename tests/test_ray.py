@@ -47,10 +47,24 @@ def cluster(nodes):
 def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg, postgres, tmp_path, write_grid, data_dir):
     """Issue 14's acceptance: a two-node cluster, `pipeline server --auth` on a throwaway PostgreSQL."""
     uri = pg["uri"]
-    grid = write_grid("experiment: on-ray\ngrid:\n  batch_size: [64, 128]\n  seed: [0, 1]\n"
-                      "  device: [cpu]\n  epochs: [2]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", uri,
-                                    "--executor", "ray", "--ray-address", cluster.address])
+    grid = write_grid(
+        "experiment: on-ray\ngrid:\n  batch_size: [64, 128]\n  seed: [0, 1]\n  device: [cpu]\n  epochs: [2]\n"
+    )
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(grid),
+            "--data-dir",
+            str(data_dir),
+            "--tracking-uri",
+            uri,
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "submitted 4 point(s) to Ray (2 node(s)" in out.output and "[4/4]" in out.output
     client = mlflow.MlflowClient(uri)
@@ -60,7 +74,11 @@ def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg, postgres, t
     kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(kids) == 4 and {r.info.status for r in kids} == {"FINISHED"}
     assert sorted((r.data.params["batch_size"], r.data.params["seed"]) for r in kids) == [
-        ("128", "0"), ("128", "1"), ("64", "0"), ("64", "1")]
+        ("128", "0"),
+        ("128", "1"),
+        ("64", "0"),
+        ("64", "1"),
+    ]
     for run in kids:
         assert [m.step for m in client.get_metric_history(run.info.run_id, "test_accuracy")] == [1, 2]
     import psycopg
@@ -85,8 +103,21 @@ def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg, postgres, t
 
 def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, pg):
     grid = write_grid("experiment: gpu-less\ngrid:\n  device: [cuda, cpu]\n  gpus_per_run: [0.5]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg["uri"],
-                                    "--executor", "ray", "--ray-address", cluster.address])
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(grid),
+            "--data-dir",
+            str(data_dir),
+            "--tracking-uri",
+            pg["uri"],
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "cuda needs 0.5 GPU(s) but the Ray cluster has 0" in out.output
 
@@ -99,8 +130,9 @@ def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_di
     with pytest.raises(UserError, match="cannot share; start a tracking server"):
         RayExecutor(cluster.address, tracking_uri, Reporter())
     grid = write_grid("experiment: no-sqlite\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--executor", "ray",
-                                    "--ray-address", cluster.address])  # the default store, ./mlflow.db
+    out = CliRunner().invoke(
+        main, ["run", str(grid), "--data-dir", str(data_dir), "--executor", "ray", "--ray-address", cluster.address]
+    )  # the default store, ./mlflow.db
     assert out.exit_code == 2 and "the 2 nodes of this Ray cluster cannot share" in " ".join(out.output.split())
     assert not Path("mlflow.db").exists()  # nothing half-written: not even the store
 
@@ -108,15 +140,31 @@ def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_di
 def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, pg):
     """The first point diverges at its first step; with --fail-fast the points not yet submitted
     (the cluster's 2 CPUs hold 2 in flight) are NOT RUN instead of being trained."""
-    grid = write_grid("experiment: ray-ff\ngrid:\n  lr: [1000000000000.0, 0.01, 0.02, 0.03, 0.04]\n"
-                      "  device: [cpu]\n")
-    out = CliRunner().invoke(main, ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", pg["uri"],
-                                    "--executor", "ray", "--ray-address", cluster.address, "--fail-fast"])
+    grid = write_grid("experiment: ray-ff\ngrid:\n  lr: [1000000000000.0, 0.01, 0.02, 0.03, 0.04]\n  device: [cpu]\n")
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(grid),
+            "--data-dir",
+            str(data_dir),
+            "--tracking-uri",
+            pg["uri"],
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--fail-fast",
+        ],
+    )
     assert out.exit_code == 1, out.output
     assert "not run #" in out.output and "--fail-fast after #1 failed" in out.output, out.output
     client = mlflow.MlflowClient(pg["uri"])
-    kids = [r for r in client.search_runs([client.get_experiment_by_name("ray-ff").experiment_id])
-            if "mlflow.parentRunId" in r.data.tags]
+    kids = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("ray-ff").experiment_id])
+        if "mlflow.parentRunId" in r.data.tags
+    ]
     assert 1 <= len(kids) < 5
 
 
@@ -139,7 +187,8 @@ def test_gpu_resources_follow_the_planned_device(cluster, pg):
     executor = RayExecutor(None, pg["uri"], Reporter())
     executor.resources = {"CPU": 4.0, "GPU": 2.0}  # as a GPU cluster reports them
     auto_gpu, auto_cpu, cuda, pinned = executor.plan(
-        [_planned("auto", "cuda:0"), _planned("auto", "cpu"), _planned("cuda"), _planned("cuda:1")])
+        [_planned("auto", "cuda:0"), _planned("auto", "cpu"), _planned("cuda"), _planned("cuda:1")]
+    )
     assert task_resources(auto_gpu.point.config, auto_gpu.device.type)["num_gpus"] == 0.5
     assert task_resources(auto_cpu.point.config, auto_cpu.device.type)["num_gpus"] == 0
     assert cuda.device.type == "cuda" and cuda.hardware == "ray cluster cuda"
@@ -197,8 +246,18 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running(cluster, pg, write_grid
 
     data = make_idx(tmp_path / "data", n_train=1500, n_test=100)
     grid = write_grid("experiment: ray-stop\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n")
-    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg["uri"], "--executor", "ray",
-            "--ray-address", cluster.address]
+    args = [
+        "run",
+        str(grid),
+        "--data-dir",
+        str(data),
+        "--tracking-uri",
+        pg["uri"],
+        "--executor",
+        "ray",
+        "--ray-address",
+        cluster.address,
+    ]
     process = start(args)
     read_until(process, "[1/4]", seconds=180)
     process.send_signal(signal.SIGINT)

@@ -70,8 +70,21 @@ def test_register_best_run_under_champion(trained):
     assert len(client.search_model_versions("name = 'fashion-cnn'")) == 1
     invoke("register", "--experiment", "reg", "--name", "fashion-cnn", "--force", "--tracking-uri", uri)
     assert len(client.search_model_versions("name = 'fashion-cnn'")) == 2
-    invoke("register", "--experiment", "reg", "--name", "worst", "--metric", "test_accuracy", "--mode", "min",
-           "--alias", "worst", "--tracking-uri", uri)
+    invoke(
+        "register",
+        "--experiment",
+        "reg",
+        "--name",
+        "worst",
+        "--metric",
+        "test_accuracy",
+        "--mode",
+        "min",
+        "--alias",
+        "worst",
+        "--tracking-uri",
+        uri,
+    )
     worst = min(runs.values(), key=lambda r: r.data.metrics["test_accuracy"])
     assert client.get_model_version_by_alias("worst", "worst").run_id == worst.info.run_id
 
@@ -81,14 +94,24 @@ def test_predict_split_accuracy_matches_the_run(trained, data_dir):
     uri = client.tracking_uri
     run = runs["0.01"]
     invoke("register", "--run-id", run.info.run_id, "--name", "m", "--tracking-uri", uri)
-    out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir),
-                 "--tracking-uri", uri)
+    out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir), "--tracking-uri", uri)
     assert out.exit_code == 0, out.output
     accuracy = float(out.output.split("accuracy ")[1].split()[0])
     assert accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-4)  # the same test split
     assert "Ankle boot" in out.output
-    out = invoke("predict", "--model", "models:/m@champion", "--data-dir", str(data_dir), "--limit", "10",
-                 "--split", "train", "--tracking-uri", uri)
+    out = invoke(
+        "predict",
+        "--model",
+        "models:/m@champion",
+        "--data-dir",
+        str(data_dir),
+        "--limit",
+        "10",
+        "--split",
+        "train",
+        "--tracking-uri",
+        uri,
+    )
     assert "train split, first 10 examples" in out.output
 
 
@@ -119,8 +142,16 @@ def test_register_errors_exit_2_and_register_nothing(trained):
 
 
 def test_run_register_option(write_grid, data_dir, tracking_uri):
-    out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
-                 "--register", "from-run")
+    out = invoke(
+        "run",
+        str(write_grid(GRID)),
+        "--data-dir",
+        str(data_dir),
+        "--tracking-uri",
+        tracking_uri,
+        "--register",
+        "from-run",
+    )
     assert out.exit_code == 0, out.output
     assert "models:/from-run@champion" in out.output, out.output
     client = mlflow.MlflowClient(tracking_uri)
@@ -130,8 +161,17 @@ def test_run_register_option(write_grid, data_dir, tracking_uri):
 
 def test_run_register_option_on_a_dry_run_registers_nothing(write_grid, data_dir, tracking_uri):
     """A dry run trains and records nothing, so --register has no best run: it registers nothing, and succeeds."""
-    out = invoke("run", str(write_grid(GRID)), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri,
-                 "--register", "from-run", "--dry-run")
+    out = invoke(
+        "run",
+        str(write_grid(GRID)),
+        "--data-dir",
+        str(data_dir),
+        "--tracking-uri",
+        tracking_uri,
+        "--register",
+        "from-run",
+        "--dry-run",
+    )
     assert out.exit_code == 0, out.output
     assert "models:/" not in out.output, out.output
     assert mlflow.MlflowClient(tracking_uri).search_registered_models() == []
@@ -145,12 +185,34 @@ def test_mlflow_models_predict_and_serve(trained, tmp_path):
     batch = np.random.default_rng(0).random((3, 1, 28, 28), dtype=np.float32)
     (tmp_path / "in.json").write_text(json.dumps({"inputs": batch.tolist()}))
     # `mlflow models serve` starts `uvicorn` from PATH: the venv's bin must be on it (activate the venv).
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri,
-           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": uri,
+        "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+    }
     out = subprocess.run(
-        [sys.executable, "-m", "mlflow", "models", "predict", "-m", "models:/served@champion", "-i", "in.json",
-         "-t", "json", "--env-manager", "local", "-o", "out.json"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "predict",
+            "-m",
+            "models:/served@champion",
+            "-i",
+            "in.json",
+            "-t",
+            "json",
+            "--env-manager",
+            "local",
+            "-o",
+            "out.json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert out.returncode == 0, out.stderr
     scores = np.array(json.loads((tmp_path / "out.json").read_text())["predictions"])
@@ -158,15 +220,31 @@ def test_mlflow_models_predict_and_serve(trained, tmp_path):
 
     port = free_port()
     server = start_service(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/served@champion", "--env-manager",
-         "local", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=tmp_path, env=env,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            "models:/served@champion",
+            "--env-manager",
+            "local",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env=env,
     )
     try:
         wait_for(f"http://127.0.0.1:{port}/ping", server, seconds=120)
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/invocations", data=json.dumps({"inputs": batch[:2].tolist()}).encode(),
-            headers={"Content-Type": "application/json"})
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps({"inputs": batch[:2].tolist()}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         answer = json.loads(urllib.request.urlopen(request, timeout=30).read())
         served = np.array(answer["predictions"])
         assert served.shape == (2, 10) and np.allclose(served, scores[:2], atol=1e-5)
@@ -192,8 +270,9 @@ def test_predict_png_and_jpeg_files_from_real_test_images(tmp_path):
     test = load().test
     with torch.no_grad():
         probabilities = torch.softmax(model(test.images[:200].float() / 255), dim=1)
-    confident = [i for i in range(200) if probabilities[i].max() > 0.97
-                 and probabilities[i].argmax() == test.labels[i]][:4]
+    confident = [
+        i for i in range(200) if probabilities[i].max() > 0.97 and probabilities[i].argmax() == test.labels[i]
+    ][:4]
     assert len(confident) == 4
     files = []
     for n, i in enumerate(confident):
@@ -218,12 +297,14 @@ def test_predict_bad_input(tmp_path, tracking_uri):
     out = CliRunner().invoke(main, ["predict", "--model", "models:/nope@champion", str(tmp_path / "x.png")])
     assert out.exit_code == 2 and "no such image file" in out.output
     (tmp_path / "x.png").write_text("not an image")
-    out = CliRunner().invoke(main, ["predict", "--model", "models:/nope@champion", "--tracking-uri", tracking_uri,
-                                    str(tmp_path / "x.png")])
+    out = CliRunner().invoke(
+        main, ["predict", "--model", "models:/nope@champion", "--tracking-uri", tracking_uri, str(tmp_path / "x.png")]
+    )
     assert out.exit_code == 2 and "x.png: not an image file" in out.output  # read before the model is looked up
     from PIL import Image
 
     Image.new("L", (28, 28)).save(tmp_path / "x.png")
-    out = CliRunner().invoke(main, ["predict", "--model", "models:/nope@champion", "--tracking-uri", tracking_uri,
-                                    str(tmp_path / "x.png")])
+    out = CliRunner().invoke(
+        main, ["predict", "--model", "models:/nope@champion", "--tracking-uri", tracking_uri, str(tmp_path / "x.png")]
+    )
     assert out.exit_code == 2 and "--model models:/nope@champion" in out.output

@@ -59,9 +59,13 @@ def test_another_host_is_another_measurement(write_grid, data_dir, tracking_uri,
 def test_interrupt_marks_killed_and_the_rerun_finishes_the_rest(write_grid, data_dir, tracking_uri, signum, code):
     grid = write_grid(FOUR)
     args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
-    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("blocking_pipeline.py")), *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1", "BLOCK_BATCH_SIZE": "48"})
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("blocking_pipeline.py")), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "BLOCK_BATCH_SIZE": "48"},
+    )
     read_until(process, "BLOCKED")  # point 2 is inside its run, waiting: no race with its training
     process.send_signal(signum)
     output = process.communicate(timeout=60)[0]
@@ -118,7 +122,7 @@ def test_kill_9_leaves_an_orphan_that_is_reaped_and_a_checkpoint_that_resumes(wr
 def tracking_uri_dir(uri: str):
     from pathlib import Path
 
-    return Path(uri[len("sqlite:///"):]).parent
+    return Path(uri[len("sqlite:///") :]).parent
 
 
 def test_resumed_training_equals_uninterrupted_training(data_dir):
@@ -245,8 +249,10 @@ def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_u
 def test_two_concurrent_sweeps_into_one_new_sqlite_store(tmp_path, write_grid, data_dir):
     uri = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"
     (tmp_path / "shared").mkdir()
-    grids = [write_grid(f"experiment: both\ngrid:\n  batch_size: [{a}, {b}, {c}]\n  device: [cpu]\n", f"g{i}.yaml")
-             for i, (a, b, c) in enumerate([(64, 96, 128), (160, 192, 224)])]
+    grids = [
+        write_grid(f"experiment: both\ngrid:\n  batch_size: [{a}, {b}, {c}]\n  device: [cpu]\n", f"g{i}.yaml")
+        for i, (a, b, c) in enumerate([(64, 96, 128), (160, 192, 224)])
+    ]
     processes = [start(["run", str(g), "--data-dir", str(data_dir), "--tracking-uri", uri]) for g in grids]
     outputs = [p.communicate(timeout=240)[0] for p in processes]
     assert [p.returncode for p in processes] == [0, 0], outputs
@@ -277,8 +283,13 @@ def test_a_new_store_created_by_a_foreign_client_at_the_same_moment(tmp_path):
         path = tmp_path / f"race{attempt}" / "mlflow.db"
         path.parent.mkdir()
         uri = f"sqlite:///{path}"
-        foreign = subprocess.Popen([sys.executable, "-c", FOREIGN_CLIENT, uri], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        foreign = subprocess.Popen(
+            [sys.executable, "-c", FOREIGN_CLIENT, uri],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert foreign.stdout.readline().strip() == "imported"
         foreign.stdin.write("go\n")
         foreign.stdin.flush()

@@ -24,7 +24,11 @@ def test_repeats_interleave_and_name_their_runs(write_grid):
     spec = load_grid(write_grid(GRID))
     points = expand(spec)
     assert [(p.index, p.config.batch_size, p.repeat) for p in points] == [
-        (1, 128, 1), (2, 256, 1), (3, 128, 2), (4, 256, 2)]
+        (1, 128, 1),
+        (2, 256, 1),
+        (3, 128, 2),
+        (4, 256, 2),
+    ]
     assert [p.name for p in points] == ["cpu bs128 r1", "cpu bs256 r1", "cpu bs128 r2", "cpu bs256 r2"]
     assert run_count(spec) == 4
     single = expand(load_grid(write_grid(GRID.replace("repeats: 2\n", ""), "one.yaml")))
@@ -36,13 +40,17 @@ def test_repeat_one_keeps_the_run_key_of_a_grid_without_repeats():
     plain = run_key(config, identity, "AMD EPYC")
     assert run_key(config, identity, "AMD EPYC", repeat=1) == plain
     assert plain == config_hash(config, **identity, host=__import__("socket").gethostname(), hardware="AMD EPYC")
-    assert len({plain, run_key(config, identity, "AMD EPYC", repeat=2),
-                run_key(config, identity, "AMD EPYC", repeat=3)}) == 3
+    assert (
+        len({plain, run_key(config, identity, "AMD EPYC", repeat=2), run_key(config, identity, "AMD EPYC", repeat=3)})
+        == 3
+    )
 
 
 def test_validate_and_dry_run_count_runs_without_expanding(write_grid, data_dir):
-    huge = write_grid("repeats: 3\ngrid:\n  seed: [" + ", ".join(str(i) for i in range(1000)) + "]\n"
-                      "  batch_size: [" + ", ".join(str(i) for i in range(1, 1001)) + "]\n  device: [cpu]\n")
+    huge = write_grid(
+        "repeats: 3\ngrid:\n  seed: [" + ", ".join(str(i) for i in range(1000)) + "]\n"
+        "  batch_size: [" + ", ".join(str(i) for i in range(1, 1001)) + "]\n  device: [cpu]\n"
+    )
     started = time.monotonic()
     out = invoke("validate", str(huge))
     assert out.exit_code == 0 and "ok: 1000000 grid points x 3 repeats = 3000000 runs" in _words(out), out.output
@@ -75,10 +83,14 @@ def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, trac
     assert out.exit_code == 0, out.output
     runs = _by_start(tracking_uri)
     assert [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs] == [
-        ("128", "1"), ("256", "1"), ("128", "2"), ("256", "2")]
+        ("128", "1"),
+        ("256", "1"),
+        ("128", "2"),
+        ("256", "2"),
+    ]
     assert [r.info.run_name for r in runs] == ["cpu bs128 r1", "cpu bs256 r1", "cpu bs128 r2", "cpu bs256 r2"]
     assert len({r.data.tags[names.TAG_RUN_KEY] for r in runs}) == 4
-    results = out.output[out.output.index("Results"):]
+    results = out.output[out.output.index("Results") :]
     assert "repeat" in results.splitlines()[2]  # the summary's header shows the repeat column
 
     out = invoke(*args, "--repeats", "3")
@@ -111,12 +123,16 @@ def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
     from pipeline.records import read_sweep
     from synthetic_sweeps import Run, jittered, write_sweep
 
-    assert rounds.references([("device", ("cuda", "cpu")), ("lr", (0.1,)), ("batch_size", (256, 64)),
-                              ("gpus_per_run", (1.0, 0.5))]) == [("device", "cpu"), ("batch_size", 256)]
+    assert rounds.references(
+        [("device", ("cuda", "cpu")), ("lr", (0.1,)), ("batch_size", (256, 64)), ("gpus_per_run", (1.0, 0.5))]
+    ) == [("device", "cpu"), ("batch_size", 256)]
     assert rounds.references([("device", ("mps", "cuda"))]) == [("device", "mps")]
     rng = np.random.default_rng(7)
-    runs = [Run(jittered(seconds, 4, rng), device=device) for _ in range(4) for device, seconds in
-            (("cpu", 1.0), ("cuda:0", 0.5))]
+    runs = [
+        Run(jittered(seconds, 4, rng), device=device)
+        for _ in range(4)
+        for device, seconds in (("cpu", 1.0), ("cuda:0", 0.5))
+    ]
     parent = write_sweep(tracking_uri, "judged", runs)
     comparison = build(read_sweep(mlflow.MlflowClient(tracking_uri), parent_run_id=parent))
     spec = GridSpec(Path("g.yaml"), "judged", repeats=2, max_repeats=8)
@@ -138,20 +154,26 @@ def test_auto_stops_when_every_speedup_is_clear_or_at_the_cap():
     alone = rounds.Speedup("cpu bs512 vs bs64", stats.Ratio(1.5, runs=(1, 1)), spec.half_width)
     assert [s.clear for s in (significant, narrow, wide, alone)] == [True, True, False, False]
     assert sentences.stop_reason(rounds.Judgement((significant,)), 2, spec) == (
-        "every speedup is significant (cuda:0 vs cpu: 2.00x faster [1.90-2.10] ±5.0%)")
+        "every speedup is significant (cuda:0 vs cpu: 2.00x faster [1.90-2.10] ±5.0%)"
+    )
     assert sentences.stop_reason(rounds.Judgement((significant, narrow)), 3, spec).startswith(
-        "every speedup is significant or within ±5% (cuda:0 vs cpu")
+        "every speedup is significant or within ±5% (cuda:0 vs cpu"
+    )
     unclear = rounds.Judgement((significant, wide, alone))
     assert [rounds.decide(unclear, n, spec) for n in (3, 4)] == [rounds.CONTINUE, rounds.MAX_REPEATS]
     assert rounds.decide(rounds.Judgement((significant, narrow)), 2, spec) == rounds.ALL_CLEAR
     assert sentences.stop_reason(unclear, 3, spec) == ""
     assert sentences.round_progress(unclear, 3, spec) == (
         "repeats: auto, round 3 of at most 4: 2 speedups still unclear: cpu bs128 vs bs64: 1.10x faster "
-        "[0.90-1.30] (n.s.) ±18.2%; cpu bs512 vs bs64: 1.50x faster (n too small (1 run)); training round 4")
+        "[0.90-1.30] (n.s.) ±18.2%; cpu bs512 vs bs64: 1.50x faster (n too small (1 run)); training round 4"
+    )
     assert sentences.rounds_stopped(4, sentences.stop_reason(unclear, 4, spec)).startswith(
-        "repeats: auto stopped after 4 rounds: max_repeats 4 reached; 2 speedups still unclear: cpu bs128 vs bs64")
-    assert sentences.stop_reason(rounds.Judgement(why_none="the grid varies no setting: nothing to compare"), 2,
-                              spec) == "the grid varies no setting: nothing to compare"
+        "repeats: auto stopped after 4 rounds: max_repeats 4 reached; 2 speedups still unclear: cpu bs128 vs bs64"
+    )
+    assert (
+        sentences.stop_reason(rounds.Judgement(why_none="the grid varies no setting: nothing to compare"), 2, spec)
+        == "the grid varies no setting: nothing to compare"
+    )
 
 
 def _parent_of(uri: str, experiment: str):
@@ -163,8 +185,7 @@ def _parent_of(uri: str, experiment: str):
 def test_auto_on_a_one_point_grid_stops_after_two_rounds(write_grid, data_dir, tracking_uri):
     """`--repeats auto` on a grid without repeats: two rounds, then nothing to compare, said at the end
     and recorded on the parent."""
-    grid = write_grid("experiment: auto1\n" + AUTO_DATA + "grid:\n  batch_size: [64]\n  device: [cpu]\n"
-                      "  epochs: [1]\n")
+    grid = write_grid("experiment: auto1\n" + AUTO_DATA + "grid:\n  batch_size: [64]\n  device: [cpu]\n  epochs: [1]\n")
     args = ["run", str(grid), "--repeats", "auto", "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
     out = invoke(*args, "--dry-run")
     assert out.exit_code == 0, out.output
@@ -187,10 +208,16 @@ def test_auto_trains_a_round_at_a_time_up_to_max_repeats(write_grid, data_dir, t
     from pipeline import compare
 
     measured = compare.axis_ratios
-    monkeypatch.setattr(compare, "axis_ratios", lambda *args: [
-        (label, stats.Ratio(ratio.estimate, 0.5, 2.0, ratio.runs)) for label, ratio in measured(*args)])
-    grid = write_grid("experiment: auto3\nrepeats: auto\nmax_repeats: 3\n" + AUTO_DATA
-                      + "grid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [1]\n")
+    monkeypatch.setattr(
+        compare,
+        "axis_ratios",
+        lambda *args: [(label, stats.Ratio(ratio.estimate, 0.5, 2.0, ratio.runs)) for label, ratio in measured(*args)],
+    )
+    grid = write_grid(
+        "experiment: auto3\nrepeats: auto\nmax_repeats: 3\n"
+        + AUTO_DATA
+        + "grid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [1]\n"
+    )
     args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
     out = invoke(*args)
     assert out.exit_code == 0, out.output
@@ -201,7 +228,13 @@ def test_auto_trains_a_round_at_a_time_up_to_max_repeats(write_grid, data_dir, t
     assert stopped in words
     runs = _by_start(tracking_uri, "auto3")
     assert [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs] == [
-        ("64", "1"), ("128", "1"), ("64", "2"), ("128", "2"), ("64", "3"), ("128", "3")]
+        ("64", "1"),
+        ("128", "1"),
+        ("64", "2"),
+        ("128", "2"),
+        ("64", "3"),
+        ("128", "3"),
+    ]
     assert runs[-1].info.run_name == "cpu bs128 r3"
     parent = _parent_of(tracking_uri, "auto3")
     assert parent.data.tags[names.TAG_REPEATS_STOPPED].startswith(stopped)

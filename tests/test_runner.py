@@ -32,8 +32,9 @@ class FakePoint:
         self.jobs.append(job)
         status = self.statuses.get(job.point.index, FINISHED)
         epochs = [EpochStats(e, 1.0, 0.5, 1.0, 0.5, 0.25 * e, 100.0) for e in (1, 2)]
-        outcome = Outcome(job.point, status, device=job.device, epochs=epochs, run_duration_s=1.0,
-                          run_id=f"fake-{job.point.index}")
+        outcome = Outcome(
+            job.point, status, device=job.device, epochs=epochs, run_duration_s=1.0, run_id=f"fake-{job.point.index}"
+        )
         if status == FAILED:
             outcome.epochs, outcome.reason = [], "RuntimeError: boom"
         if status == UNLOGGED:
@@ -45,9 +46,12 @@ class FakePoint:
 def sweep(write_grid, data_dir, tracking_uri, fake: FakePoint, grid: str = THREE, **options):
     output = io.StringIO()
     reporter = Reporter(Console(file=output, width=200))
-    result = run_grid(load_grid(write_grid(grid)), reporter,
-                      Options(tracking_uri=tracking_uri, data_dir=str(data_dir), **options),
-                      executor=LocalExecutor(reporter, point_function=fake))
+    result = run_grid(
+        load_grid(write_grid(grid)),
+        reporter,
+        Options(tracking_uri=tracking_uri, data_dir=str(data_dir), **options),
+        executor=LocalExecutor(reporter, point_function=fake),
+    )
     return result, output.getvalue()
 
 
@@ -70,7 +74,10 @@ def test_every_point_becomes_one_job_under_the_parent(write_grid, data_dir, trac
     parent = mlflow.MlflowClient(tracking_uri).get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert [(line["params"]["batch_size"], line["logged"]) for line in results_lines(tracking_uri)] == [
-        (16, True), (32, True), (64, True)]
+        (16, True),
+        (32, True),
+        (64, True),
+    ]
 
 
 def test_fail_fast_runs_nothing_after_the_first_failure(write_grid, data_dir, tracking_uri):
@@ -107,13 +114,17 @@ def test_a_store_outage_stops_the_sweep_and_keeps_what_was_trained(write_grid, d
 AUTO = "experiment: fake\nrepeats: auto\ngrid:\n  batch_size: [16, 32]\n  device: [cpu]\n  epochs: [2]\n"
 
 
-@pytest.mark.parametrize("statuses, options, trained, why", [
-    ({i: FAILED for i in range(1, 5)}, {}, 4, "no run of rounds 1-2 finished"),
-    ({1: FAILED}, {"fail_fast": True}, 1, "--fail-fast after #1 failed"),
-    ({3: UNLOGGED}, {}, 3, "the tracking store stopped answering"),
-])
-def test_auto_repeats_stop_when_a_round_finishes_nothing_or_is_cut_short(write_grid, data_dir, tracking_uri,
-                                                                      statuses, options, trained, why):
+@pytest.mark.parametrize(
+    "statuses, options, trained, why",
+    [
+        ({i: FAILED for i in range(1, 5)}, {}, 4, "no run of rounds 1-2 finished"),
+        ({1: FAILED}, {"fail_fast": True}, 1, "--fail-fast after #1 failed"),
+        ({3: UNLOGGED}, {}, 3, "the tracking store stopped answering"),
+    ],
+)
+def test_auto_repeats_stop_when_a_round_finishes_nothing_or_is_cut_short(
+    write_grid, data_dir, tracking_uri, statuses, options, trained, why
+):
     """Failing runs never loop: `repeats: auto` stops after a round in which no run finished, or one
     that --fail-fast or a store outage cut short, and says so."""
     fake = FakePoint(statuses)
@@ -151,13 +162,17 @@ def test_an_executor_that_cannot_start_leaves_no_experiment_behind(write_grid, d
 
     monkeypatch.setattr(pipeline.runner, "open_executor", refuse)
     with pytest.raises(UserError, match="cannot join"):
-        run_grid(load_grid(write_grid(THREE)), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir),
-                                                                   executor="ray"))
+        run_grid(
+            load_grid(write_grid(THREE)),
+            Reporter(),
+            Options(tracking_uri=tracking_uri, data_dir=str(data_dir), executor="ray"),
+        )
     assert mlflow.MlflowClient(tracking_uri).get_experiment_by_name("fake") is None
 
 
-def test_a_failed_point_releases_its_model_before_freeing_device_memory(write_grid, data_dir, tracking_uri,
-                                                                        monkeypatch):
+def test_a_failed_point_releases_its_model_before_freeing_device_memory(
+    write_grid, data_dir, tracking_uri, monkeypatch
+):
     """empty_cache() frees nothing while the traceback still holds the model and its optimizer."""
     import gc
     import weakref
@@ -221,8 +236,12 @@ def test_after_a_sticky_cuda_error_the_other_cuda_points_are_not_run(data_dir):
     assert cuda_context_lost(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
     assert not cuda_context_lost(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     devices = ["cuda:0", "cuda:0", "cpu", "cuda:0"]
-    jobs = [PointJob(GridPoint(i, RunConfig(device=d), f"p{i}"), d, f"key{i}", "sqlite:///x.db", "1", "x",
-                     DataRef(str(data_dir))) for i, d in enumerate(devices, start=1)]
+    jobs = [
+        PointJob(
+            GridPoint(i, RunConfig(device=d), f"p{i}"), d, f"key{i}", "sqlite:///x.db", "1", "x", DataRef(str(data_dir))
+        )
+        for i, d in enumerate(devices, start=1)
+    ]
     ran = []
 
     def point(job, progress):

@@ -43,15 +43,26 @@ def big_sweep(tmp_path_factory):
         tempfile.TemporaryDirectory(prefix="pipeline-test-scale-", dir=scale.store_folder()) as folder,
         isolated(tmp_path_factory.mktemp("scale")),
     ):
-        yield scale.build_sweep(f"sqlite:///{Path(folder) / 'mlflow.db'}", BIG,
-                                metrics=("epoch_duration_s", "test_accuracy"), inputs_and_model=False,
-                                point=lambda index: {**ONE_POINT, "seed": str(index)})
+        yield scale.build_sweep(
+            f"sqlite:///{Path(folder) / 'mlflow.db'}",
+            BIG,
+            metrics=("epoch_duration_s", "test_accuracy"),
+            inputs_and_model=False,
+            point=lambda index: {**ONE_POINT, "seed": str(index)},
+        )
 
 
 @pytest.mark.slow  # the big sweep is written run by run (a minute on 2 cores): make test-slow
 def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):
-    result = invoke("compare", "--parent-run", big_sweep.parent_run_id, "--format", "json",
-                    "--tracking-uri", big_sweep.client.tracking_uri)
+    result = invoke(
+        "compare",
+        "--parent-run",
+        big_sweep.parent_run_id,
+        "--format",
+        "json",
+        "--tracking-uri",
+        big_sweep.client.tracking_uri,
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert len(rows) == BIG
@@ -85,8 +96,7 @@ def test_paging_crosses_page_boundaries_without_losing_or_repeating_runs(trackin
 
     client = mlflow.MlflowClient(tracking_uri)
     experiment_id = client.create_experiment("paging")
-    made = {client.create_run(experiment_id, start_time=1000, tags={"kept": str(i % 2)}).info.run_id
-            for i in range(25)}
+    made = {client.create_run(experiment_id, start_time=1000, tags={"kept": str(i % 2)}).info.run_id for i in range(25)}
     pages = []
     read = all_runs(client, [experiment_id], order_by=["attributes.start_time ASC"], page_size=10)
     assert len(read) == 25
@@ -109,8 +119,11 @@ def test_paging_crosses_page_boundaries_without_losing_or_repeating_runs(trackin
 def test_the_scale_benchmark_writes_its_table(tmp_path, monkeypatch, capsys):
     scale = _scale()
     out = tmp_path / "scale.md"
-    monkeypatch.setattr(sys, "argv", ["benchmarks/scale.py", "--sizes", "10", "20", "--rounds", "1",
-                                      "--old-runs-up-to", "10", "--out", str(out)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["benchmarks/scale.py", "--sizes", "10", "20", "--rounds", "1", "--old-runs-up-to", "10", "--out", str(out)],
+    )
     scale.main()
     text = out.read_text()
     assert text in capsys.readouterr().out
@@ -120,13 +133,20 @@ def test_the_scale_benchmark_writes_its_table(tmp_path, monkeypatch, capsys):
     assert " cores" in text
     assert "Command: `python benchmarks/scale.py --sizes 10 20 --rounds 1 --old-runs-up-to 10 --out" in text
     header = lines.index("| runs | measurement | seconds | ms per run | ms/run vs 10 runs |")
-    rows = [line.split(" | ") for line in lines[header + 2:] if line.startswith("| ")]
-    every_size = ("comparison: read_sweep + compare.build", "of which read_sweep", "of which compare.build",
-                  "pipeline compare --format json (in process)")
+    rows = [line.split(" | ") for line in lines[header + 2 :] if line.startswith("| ")]
+    every_size = (
+        "comparison: read_sweep + compare.build",
+        "of which read_sweep",
+        "of which compare.build",
+        "pipeline compare --format json (in process)",
+    )
     assert [(r[0], r[1]) for r in rows] == [
         *((f"| {size}", what) for what in every_size for size in (10, 20)),
         ("| 10", "comparison of runs without end figures"),  # 20 is past --old-runs-up-to
-        ("| 10", "resume lookup: finished_by_key"), ("| 20", "resume lookup: finished_by_key"),
-        ("| 10", "building the sweep (one time, not a read)"), ("| 20", "building the sweep (one time, not a read)")]
+        ("| 10", "resume lookup: finished_by_key"),
+        ("| 20", "resume lookup: finished_by_key"),
+        ("| 10", "building the sweep (one time, not a read)"),
+        ("| 20", "building the sweep (one time, not a read)"),
+    ]
     assert all(r[4] == "1.00 |" for r in rows if r[0] == "| 10")  # the reference against itself
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)

@@ -21,7 +21,6 @@ from pipeline.schema import FILE_NAME, MODELINE, grid_schema
 EXAMPLES = resources.files("pipeline").joinpath("examples")  # the shipped grids (package data)
 
 
-
 @pytest.fixture(scope="module")
 def validator():
     schema = grid_schema()
@@ -97,8 +96,10 @@ GOOD = {
     "empty sections": "experiment: 42\ndata:\ngrid:\n",
     "auto repeats": "repeats: auto\nmax_repeats: 4\nhalf_width: 0.1\n",
     "target and stop": "target: {test_loss: 0.4}\nstop_at_target: true\n",
-    "every section": ("experiment: x\ndata: {root: null, train_size: 100, test_size: 50}\ncheckpoint: true\n"
-                      "repeats: 2\nquality_margin: 0\ngrid: {seed: [0, 1], weight_decay: [0, 1.0e-4]}\n"),
+    "every section": (
+        "experiment: x\ndata: {root: null, train_size: 100, test_size: 50}\ncheckpoint: true\n"
+        "repeats: 2\nquality_margin: 0\ngrid: {seed: [0, 1], weight_decay: [0, 1.0e-4]}\n"
+    ),
 }
 
 
@@ -110,19 +111,65 @@ def test_the_schema_accepts_what_validate_accepts(validator, write_grid, text):
     assert result.exit_code == 0, result.output
 
 
-PROBES = [0, 1, -1, 0.5, 1.0, 2, 2.5, 8, 1024, 1025, 10_000, 10_001, 1_000_000, 1_000_001, 2**31 - 1, 2**31,
-          2**32 - 1, 2**32, 1e-3, True, False, None, "", " ", "abc", "1e-3", "0.5", "-1", "100", "auto", "AUTO",
-          "cpu", "CUDA:1", "cuda:x", "gpu", "mps", " fp16 ", "bf16", "fp8", [0.5], {"a": 1}]
+PROBES = [
+    0,
+    1,
+    -1,
+    0.5,
+    1.0,
+    2,
+    2.5,
+    8,
+    1024,
+    1025,
+    10_000,
+    10_001,
+    1_000_000,
+    1_000_001,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    1e-3,
+    True,
+    False,
+    None,
+    "",
+    " ",
+    "abc",
+    "1e-3",
+    "0.5",
+    "-1",
+    "100",
+    "auto",
+    "AUTO",
+    "cpu",
+    "CUDA:1",
+    "cuda:x",
+    "gpu",
+    "mps",
+    " fp16 ",
+    "bf16",
+    "fp8",
+    [0.5],
+    {"a": 1},
+]
 
 
 def _documents() -> list[tuple[Any, dict]]:
     """(probed value, grid document) for each probe in each place a value goes."""
     places = [lambda v, k=key: {"grid": {k: [v]}} for key in KEYS]
     places += [
-        lambda v: {"experiment": v}, lambda v: {"data": {"root": v}}, lambda v: {"data": {"train_size": v}},
-        lambda v: {"checkpoint": v}, lambda v: {"repeats": v}, lambda v: {"repeats": "auto", "max_repeats": v},
-        lambda v: {"repeats": "auto", "half_width": v}, lambda v: {"quality_margin": v},
-        lambda v: {"target": {"test_accuracy": v}}, lambda v: {"target": {"train_loss": v}},
+        lambda v: {"experiment": v},
+        lambda v: {"data": {"root": v}},
+        lambda v: {"data": {"train_size": v}},
+        lambda v: {"checkpoint": v},
+        lambda v: {"repeats": v},
+        lambda v: {"repeats": "auto", "max_repeats": v},
+        lambda v: {"repeats": "auto", "half_width": v},
+        lambda v: {"quality_margin": v},
+        lambda v: {"target": {"test_accuracy": v}},
+        lambda v: {"target": {"train_loss": v}},
         lambda v: {"target": {"test_accuracy": 0.8}, "stop_at_target": v},
     ]
     return [(value, place(value)) for place in places for value in PROBES]

@@ -82,9 +82,17 @@ def test_a_too_long_experiment_name_is_the_users_error_not_http_500(tracking_uri
     assert error is not None and "INVALID_PARAMETER_VALUE" in str(error) and "\n" not in str(error)
 
 
-@pytest.mark.parametrize("code, retried", [("TEMPORARILY_UNAVAILABLE", True), ("REQUEST_LIMIT_EXCEEDED", True),
-                                           ("DEADLINE_EXCEEDED", True), ("INTERNAL_ERROR", False),
-                                           ("INVALID_PARAMETER_VALUE", False), ("RESOURCE_DOES_NOT_EXIST", False)])
+@pytest.mark.parametrize(
+    "code, retried",
+    [
+        ("TEMPORARILY_UNAVAILABLE", True),
+        ("REQUEST_LIMIT_EXCEEDED", True),
+        ("DEADLINE_EXCEEDED", True),
+        ("INTERNAL_ERROR", False),
+        ("INVALID_PARAMETER_VALUE", False),
+        ("RESOURCE_DOES_NOT_EXIST", False),
+    ],
+)
 def test_server_answers_are_retried_by_their_code_not_their_text(code, retried):
     """Each message holds a decoy: text must not decide."""
     error = MlflowException("Connection timed out 503 500 database is locked", error_code=ErrorCode.Value(code))
@@ -142,6 +150,7 @@ def test_a_create_experiment_retried_after_a_timeout_finds_it_by_name(tracking_u
 
 def test_another_create_is_tried_once(tracking_uri):
     """A create with no dedupe key (a model version) is never resent: the store is reported down."""
+
     class Down:
         tracking_uri, calls = "http://tracking", 0
 
@@ -206,44 +215,67 @@ def test_a_writer_refuses_an_old_foreign_database(tmp_path):
 PW = "Pa55-word"
 
 
-@pytest.mark.parametrize("uri, shown", [
-    (f"http://alice:{PW}@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
-    (f"https://alice:{PW}@mlflow.example.com/", "https://alice:***@mlflow.example.com/"),
-    (f"postgresql://alice:{PW}@db:5432/mlflow", "postgresql://alice:***@db:5432/mlflow"),
-    (f"postgresql+psycopg://alice:{PW}@db/mlflow", "postgresql+psycopg://alice:***@db/mlflow"),
-    (f"mysql+pymysql://root:{PW}@db/mlflow?charset=utf8", "mysql+pymysql://root:***@db/mlflow?charset=utf8"),
-    (f"mssql+pyodbc://sa:{PW}@db/mlflow?driver=ODBC+Driver+18", "mssql+pyodbc://sa:***@db/mlflow?driver=ODBC+Driver+18"),
-    (f"http://alice:{PW}@x@host:5000/", "http://alice:***@host:5000/"),  # an unescaped @ in the password
-    ("postgresql://alice:Pa55%40word@db/mlflow", "postgresql://alice:***@db/mlflow"),  # an escaped one
-    (f"postgresql://alice@db/mlflow?password={PW}&sslmode=require",
-     "postgresql://alice@db/mlflow?password=***&sslmode=require"),
-    (f"postgresql://alice@db/mlflow?sslmode=require&sslpassword={PW}",
-     "postgresql://alice@db/mlflow?sslmode=require&sslpassword=***"),
-    (f"https://host/path?token={PW}", "https://host/path?token=***"),
-    (f"http:/alice:{PW}@host/x", "http:/alice:***@host/x"),  # a URI normalised as a path
-])
+@pytest.mark.parametrize(
+    "uri, shown",
+    [
+        (f"http://alice:{PW}@127.0.0.1:5000", "http://alice:***@127.0.0.1:5000"),
+        (f"https://alice:{PW}@mlflow.example.com/", "https://alice:***@mlflow.example.com/"),
+        (f"postgresql://alice:{PW}@db:5432/mlflow", "postgresql://alice:***@db:5432/mlflow"),
+        (f"postgresql+psycopg://alice:{PW}@db/mlflow", "postgresql+psycopg://alice:***@db/mlflow"),
+        (f"mysql+pymysql://root:{PW}@db/mlflow?charset=utf8", "mysql+pymysql://root:***@db/mlflow?charset=utf8"),
+        (
+            f"mssql+pyodbc://sa:{PW}@db/mlflow?driver=ODBC+Driver+18",
+            "mssql+pyodbc://sa:***@db/mlflow?driver=ODBC+Driver+18",
+        ),
+        (f"http://alice:{PW}@x@host:5000/", "http://alice:***@host:5000/"),  # an unescaped @ in the password
+        ("postgresql://alice:Pa55%40word@db/mlflow", "postgresql://alice:***@db/mlflow"),  # an escaped one
+        (
+            f"postgresql://alice@db/mlflow?password={PW}&sslmode=require",
+            "postgresql://alice@db/mlflow?password=***&sslmode=require",
+        ),
+        (
+            f"postgresql://alice@db/mlflow?sslmode=require&sslpassword={PW}",
+            "postgresql://alice@db/mlflow?sslmode=require&sslpassword=***",
+        ),
+        (f"https://host/path?token={PW}", "https://host/path?token=***"),
+        (f"http:/alice:{PW}@host/x", "http:/alice:***@host/x"),  # a URI normalised as a path
+    ],
+)
 def test_redact_masks_every_password(uri, shown):
     assert redact(uri) == shown
     assert PW not in redact(uri)
 
 
-@pytest.mark.parametrize("text", [
-    "sqlite:////home/alice/mlflow.db", "http://127.0.0.1:5000", "postgresql://alice@db/mlflow",
-    "models:/fashion@champion", "runs:/0123/model", "C:/Users/alice/mlflow.db", "a plain message: no URI",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sqlite:////home/alice/mlflow.db",
+        "http://127.0.0.1:5000",
+        "postgresql://alice@db/mlflow",
+        "models:/fashion@champion",
+        "runs:/0123/model",
+        "C:/Users/alice/mlflow.db",
+        "a plain message: no URI",
+    ],
+)
 def test_redact_leaves_what_holds_no_secret(text):
     assert redact(text) == text
 
 
 def test_redact_masks_uris_inside_a_message_or_command():
     """An error or the printed UI command holds URIs among other words: each is masked, the rest kept."""
-    text = (f"mlflow ui --backend-store-uri postgresql://alice:{PW}@db/mlflow --port 5000; "
-            f"open http://bob:{PW}@host:5000/#/experiments")
-    assert redact(text) == ("mlflow ui --backend-store-uri postgresql://alice:***@db/mlflow --port 5000; "
-                            "open http://bob:***@host:5000/#/experiments")
+    text = (
+        f"mlflow ui --backend-store-uri postgresql://alice:{PW}@db/mlflow --port 5000; "
+        f"open http://bob:{PW}@host:5000/#/experiments"
+    )
+    assert redact(text) == (
+        "mlflow ui --backend-store-uri postgresql://alice:***@db/mlflow --port 5000; "
+        "open http://bob:***@host:5000/#/experiments"
+    )
 
 
 # --- process-wide settings: one path for the CLI, the API and Ray tasks, put back afterwards ---------
+
 
 def test_process_settings_hold_for_the_block_and_are_put_back(monkeypatch):
     import logging
@@ -272,15 +304,36 @@ def test_the_api_and_the_cli_leave_mlflows_process_state_as_they_found_it(tmp_pa
     from pipeline import api
     from pipeline.cli import main
 
-    grid = {"experiment": "state", "data": {"train_size": 200, "test_size": 100},
-            "grid": {"batch_size": [100], "device": ["cpu"]}}
-    before = (mlflow.is_tracking_uri_set(), os.environ.get("MLFLOW_EXPERIMENT_ID"),
-              os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES"))
+    grid = {
+        "experiment": "state",
+        "data": {"train_size": 200, "test_size": 100},
+        "grid": {"batch_size": [100], "device": ["cpu"]},
+    }
+    before = (
+        mlflow.is_tracking_uri_set(),
+        os.environ.get("MLFLOW_EXPERIMENT_ID"),
+        os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES"),
+    )
     sweep = api.run(grid, tracking_uri=tracking_uri, data_dir=str(data_dir))
     assert sweep.exit_code == 0
-    out = CliRunner().invoke(main, ["predict", "--model", f"runs:/{sweep.outcomes[0].run_id}/model", "--data-dir",
-                                    str(data_dir), "--limit", "10", "--tracking-uri", tracking_uri])
+    out = CliRunner().invoke(
+        main,
+        [
+            "predict",
+            "--model",
+            f"runs:/{sweep.outcomes[0].run_id}/model",
+            "--data-dir",
+            str(data_dir),
+            "--limit",
+            "10",
+            "--tracking-uri",
+            tracking_uri,
+        ],
+    )
     assert out.exit_code == 0, out.output
-    after = (mlflow.is_tracking_uri_set(), os.environ.get("MLFLOW_EXPERIMENT_ID"),
-             os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES"))
+    after = (
+        mlflow.is_tracking_uri_set(),
+        os.environ.get("MLFLOW_EXPERIMENT_ID"),
+        os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES"),
+    )
     assert after == before

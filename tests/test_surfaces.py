@@ -25,18 +25,28 @@ from conftest import checksums, invoke
 from pipeline import names
 from synthetic_sweeps import Run, jittered, write_sweep
 
-SETTING_FIGURES = {"setting_steady_epoch_s": "steady_epoch_s", "setting_images_per_s": "steady_images_per_s",
-                   "setting_final_test_accuracy": "final_test_accuracy", "setting_n": "n"}
+SETTING_FIGURES = {
+    "setting_steady_epoch_s": "steady_epoch_s",
+    "setting_images_per_s": "steady_images_per_s",
+    "setting_final_test_accuracy": "final_test_accuracy",
+    "setting_n": "n",
+}
 
 
 @pytest.fixture
 def repeated(tracking_uri):
     """4 settings (cpu and cuda:0, batch sizes 64 and 128), 3 runs each, clearly apart in speed."""
     rng = np.random.default_rng(7)
-    runs = [Run(jittered(seconds, 4, rng), device, params={"batch_size": batch})
-            for device, batch, seconds in (("cpu", "64", 1.0), ("cpu", "128", 0.8), ("cuda:0", "64", 0.4),
-                                           ("cuda:0", "128", 0.3))
-            for _ in range(3)]
+    runs = [
+        Run(jittered(seconds, 4, rng), device, params={"batch_size": batch})
+        for device, batch, seconds in (
+            ("cpu", "64", 1.0),
+            ("cpu", "128", 0.8),
+            ("cuda:0", "64", 0.4),
+            ("cuda:0", "128", 0.3),
+        )
+        for _ in range(3)
+    ]
     parent_id = write_sweep(tracking_uri, "surfaces", runs, {"pipeline.grid_file": "grid.yaml"})
     return tracking_uri, parent_id
 
@@ -83,14 +93,16 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
     # setting's part of the verdict beside its figures
     from pipeline import view
 
-    state = view.read_envelope(client.get_experiment_by_name("surfaces").tags[
-        f"mlflow.sharedViewState.sweep-{parent_id}"])
+    state = view.read_envelope(
+        client.get_experiment_by_name("surfaces").tags[f"mlflow.sharedViewState.sweep-{parent_id}"]
+    )
     assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "pipeline.setting"}]
     tags = [client.get_run(row["run_ids"].split(",")[0]).data.tags for row in rows]
     assert state["groupsExpanded"] == {f"tag.pipeline.setting.{t['pipeline.setting']}": False for t in tags}
     said = {t["pipeline.setting"]: t["pipeline.verdict"] for t in tags}
-    assert len(said) == 4 and [name for name, words in said.items() if "best" in words.split("; ")] == \
-        ["cuda:0 bs128"], said
+    assert len(said) == 4 and [name for name, words in said.items() if "best" in words.split("; ")] == [
+        "cuda:0 bs128"
+    ], said
     assert re.search(r"cuda:0 vs cpu, epoch time: \d\.\d\dx faster \[[\d.-]+\] \(significant\)", said["cuda:0 bs64"])
 
     # the descriptions: the verdict the terminal prints, and each setting's epoch time
@@ -134,8 +146,13 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
 def test_compare_without_publish_changes_no_byte_of_the_store(repeated, tmp_path):
     uri, _ = repeated
     before = checksums(tmp_path)
-    for args in (("--format", "table"), ("--format", "json"), ("--format", "csv"), ("--wide",),
-                 ("--versus", "batch_size=64")):
+    for args in (
+        ("--format", "table"),
+        ("--format", "json"),
+        ("--format", "csv"),
+        ("--wide",),
+        ("--versus", "batch_size=64"),
+    ):
         _compare(uri, *args)
         assert checksums(tmp_path) == before, args
 
@@ -173,8 +190,15 @@ def test_a_publish_piped_into_a_reader_that_stops_early_still_publishes(repeated
     client = mlflow.MlflowClient(uri)
     assert [a.path for a in client.list_artifacts(parent_id)] == []
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = subprocess.run(f"{sys.executable} -m pipeline compare --publish --tracking-uri {uri} | true",
-                          shell=True, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        f"{sys.executable} -m pipeline compare --publish --tracking-uri {uri} | true",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert {"comparison", "report.html"} <= {a.path for a in client.list_artifacts(parent_id)}, done.stderr
     assert "pipeline.best_run" in client.get_run(parent_id).data.tags
 
@@ -197,10 +221,18 @@ def test_a_report_of_100_settings_stays_under_3_mb():
         return f"cpu bs{b} lr{lr}" + ("</script><!--<script>" if b == 32 and lr == 0.001 else "")
 
     rng = np.random.default_rng(1)
-    runs = [RunRecord(f"r{b}-{lr}", name(b, lr), {"batch_size": str(b), "lr": str(lr), "epochs": "3"},
-                      {"test_accuracy": float(0.8 + 0.001 * rng.standard_normal())}, {"pipeline.device": "cpu"},
-                      histories={"epoch_duration_s": [2.0, *(b / 100 * (1 + 0.02 * rng.standard_normal(2)))]})
-            for b in range(32, 32 * 11, 32) for lr in (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3)]
+    runs = [
+        RunRecord(
+            f"r{b}-{lr}",
+            name(b, lr),
+            {"batch_size": str(b), "lr": str(lr), "epochs": "3"},
+            {"test_accuracy": float(0.8 + 0.001 * rng.standard_normal())},
+            {"pipeline.device": "cpu"},
+            histories={"epoch_duration_s": [2.0, *(b / 100 * (1 + 0.02 * rng.standard_normal(2)))]},
+        )
+        for b in range(32, 32 * 11, 32)
+        for lr in (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3)
+    ]
     comparison = build(SweepRecord("p", "big", "1", "big", runs))
     assert len(comparison.table) == 100
     text = html_report.render(comparison)
@@ -218,10 +250,18 @@ def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
     from pipeline.compare import build
     from pipeline.records import RunRecord, SweepRecord
 
-    runs = [RunRecord(f"r{b}-{repeat}", f"cpu bs{b}", {"batch_size": str(b), "epochs": "3"},
-                      {"test_accuracy": 0.8}, {"pipeline.device": "cpu", names.TAG_CONTENDED: "others took 90%"},
-                      histories={"epoch_duration_s": [2.0, 1.0, 1.0], "test_accuracy": [0.6, 0.7, 0.8]})
-            for b in (64, 128) for repeat in (1, 2)]
+    runs = [
+        RunRecord(
+            f"r{b}-{repeat}",
+            f"cpu bs{b}",
+            {"batch_size": str(b), "epochs": "3"},
+            {"test_accuracy": 0.8},
+            {"pipeline.device": "cpu", names.TAG_CONTENDED: "others took 90%"},
+            histories={"epoch_duration_s": [2.0, 1.0, 1.0], "test_accuracy": [0.6, 0.7, 0.8]},
+        )
+        for b in (64, 128)
+        for repeat in (1, 2)
+    ]
     text = html_report.render(build(SweepRecord("p", "busy", "1", "busy", runs)))
     charts_part = text.split("<h2>Charts</h2>")[1].split("<h2>")[0]
     assert charts_part.count('src="data:image/png;base64,') == 1 and 'alt="Test accuracy' in charts_part
@@ -233,9 +273,17 @@ def test_the_contended_note_names_five_runs_and_counts_the_rest():
     from pipeline.records import RunRecord, SweepRecord
     from pipeline.sentences import notes
 
-    runs = [RunRecord(f"r{i}", f"cpu bs64 r{i}", {"batch_size": "64", "epochs": "3"}, {"test_accuracy": 0.8},
-                      {"pipeline.device": "cpu", names.TAG_CONTENDED: f"others took {80 + i}%"},
-                      histories={"epoch_duration_s": [2.0, 1.0, 1.0]}) for i in range(7)]
+    runs = [
+        RunRecord(
+            f"r{i}",
+            f"cpu bs64 r{i}",
+            {"batch_size": "64", "epochs": "3"},
+            {"test_accuracy": 0.8},
+            {"pipeline.device": "cpu", names.TAG_CONTENDED: f"others took {80 + i}%"},
+            histories={"epoch_duration_s": [2.0, 1.0, 1.0]},
+        )
+        for i in range(7)
+    ]
     comparison = build(SweepRecord("p", "busy", "1", "busy", runs))
     (note,) = [line for line in notes(comparison) if "contended" in line]
     assert note.startswith("7 of 7 runs contended") and "others took 84%" in note, note
@@ -252,12 +300,16 @@ def test_a_figure_withheld_on_a_later_publish_is_no_longer_shown(tracking_uri):
     without it (every run contended: speed withheld), no run keeps the old number (NaN over it)."""
     rng = np.random.default_rng(5)
     busy = {"pipeline.contended": "other processes took 60% of 2 cores"}
-    runs = [Run(jittered(seconds, 3, rng), "cpu", params={"batch_size": batch}, tags=busy)
-            for batch, seconds in (("64", 1.0), ("128", 0.7)) for _ in range(2)]
+    runs = [
+        Run(jittered(seconds, 3, rng), "cpu", params={"batch_size": batch}, tags=busy)
+        for batch, seconds in (("64", 1.0), ("128", 0.7))
+        for _ in range(2)
+    ]
     parent_id = write_sweep(tracking_uri, "busy", runs)
     client = mlflow.MlflowClient(tracking_uri)
-    children = client.search_runs([client.get_experiment_by_name("busy").experiment_id],
-                                  f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    children = client.search_runs(
+        [client.get_experiment_by_name("busy").experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'"
+    )
     _compare(tracking_uri, "--include-contended", "--publish")
     assert all(client.get_run(r.info.run_id).data.metrics["setting_steady_epoch_s"] > 0 for r in children)
     _compare(tracking_uri, "--publish")

@@ -56,8 +56,9 @@ def test_done_rows_show_the_steady_state_epoch_time(sweep_copy):
 def _result_rows(output: str) -> dict[str, list[str]]:
     """The sweep-end Results table's rows, by their first cell (#): their cells, stripped."""
     table = output.split("Results", 1)[1]
-    rows = [[cell.strip() for cell in line.strip("│").split("│")]
-            for line in table.splitlines() if line.startswith("│")]
+    rows = [
+        [cell.strip() for cell in line.strip("│").split("│")] for line in table.splitlines() if line.startswith("│")
+    ]
     return {row[0]: row for row in rows}
 
 
@@ -78,8 +79,11 @@ def test_a_done_row_shows_the_figures_it_finished_with(write_grid, data_dir, tra
     finished, done = _result_rows(first.output)["1"], _result_rows(again.output)["1"]
     assert (finished[-1], done[-1]) == ("FINISHED", "DONE")
     stored = run.data.metrics
-    figures = [f"{stored[names.FINAL_ACCURACY]:.4f}", f"{stored[names.STEADY_EPOCH]:.3f}",
-               f"{stored[names.STEADY_IMAGES]:,.0f}"]
+    figures = [
+        f"{stored[names.FINAL_ACCURACY]:.4f}",
+        f"{stored[names.STEADY_EPOCH]:.3f}",
+        f"{stored[names.STEADY_IMAGES]:,.0f}",
+    ]
     assert finished[-4:-1] == figures and done[-4:-1] == figures, (finished, done)
 
 
@@ -151,9 +155,11 @@ def test_a_server_that_accepts_but_never_answers_is_refused_in_seconds(write_gri
         out = invoke("run", str(write_grid(TWO)), "--data-dir", str(data_dir), "--tracking-uri", uri)
         elapsed = time.monotonic() - started
     assert out.exit_code == 2
-    assert out.output.strip() == (f"error: tracking server {uri} accepted the connection but did not answer within "
-                                  "3 s; check that it is healthy, or start it (e.g. `pipeline server --port 5000`) "
-                                  "or pass another --tracking-uri")
+    assert out.output.strip() == (
+        f"error: tracking server {uri} accepted the connection but did not answer within "
+        "3 s; check that it is healthy, or start it (e.g. `pipeline server --port 5000`) "
+        "or pass another --tracking-uri"
+    )
     assert elapsed < 30  # it was 65 s when only the TCP connect was checked
 
 
@@ -170,21 +176,29 @@ def _self_signed(folder):
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
     (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return folder / "cert.pem", folder / "key.pem"
 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # asked for, with INSECURE_TLS
-def test_a_https_server_with_its_own_certificate_is_reached_with_mlflows_tls_settings(write_grid, data_dir, tmp_path,
-                                                                                        monkeypatch, _store_template):
+def test_a_https_server_with_its_own_certificate_is_reached_with_mlflows_tls_settings(
+    write_grid, data_dir, tmp_path, monkeypatch, _store_template
+):
     """A real `mlflow server` on HTTPS with a self-signed certificate: without MLflow's TLS variables
     the start-up check says how to trust it (exit 2, nothing created); with the certificate in
     MLFLOW_TRACKING_SERVER_CERT_PATH, or with MLFLOW_TRACKING_INSECURE_TLS=true, the check lets the
@@ -194,20 +208,45 @@ def test_a_https_server_with_its_own_certificate_is_reached_with_mlflows_tls_set
     cert, key = _self_signed(tmp_path)
     shutil.copy(_store_template, tmp_path / "tls.db")  # migrated already: the server starts in seconds
     port = free_port()
-    server = start_service([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                            "--backend-store-uri", f"sqlite:///{tmp_path / 'tls.db'}", "--workers", "1",
-                            "--artifacts-destination", str(tmp_path / "artifacts"),
-                            "--uvicorn-opts", f"--ssl-keyfile {key} --ssl-certfile {cert}"], cwd=tmp_path)
+    server = start_service(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'tls.db'}",
+            "--workers",
+            "1",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+            "--uvicorn-opts",
+            f"--ssl-keyfile {key} --ssl-certfile {cert}",
+        ],
+        cwd=tmp_path,
+    )
     uri = f"https://127.0.0.1:{port}"
     try:
         wait_for(f"{uri}/health", server, seconds=120, cafile=cert)
-        args = ["run", str(write_grid("experiment: tls\ngrid:\n  device: [cpu]\n  epochs: [1]\n")), "--data-dir",
-                str(data_dir), "--tracking-uri", uri]
+        args = [
+            "run",
+            str(write_grid("experiment: tls\ngrid:\n  device: [cpu]\n  epochs: [1]\n")),
+            "--data-dir",
+            str(data_dir),
+            "--tracking-uri",
+            uri,
+        ]
         out = invoke(*args)
         assert out.exit_code == 2, out.output
         assert out.output.startswith(f"error: tracking server {uri}: TLS failed ([SSL: CERTIFICATE_VERIFY_FAILED]")
-        assert out.output.strip().endswith("set MLFLOW_TRACKING_SERVER_CERT_PATH to the CA bundle that signed its "
-                                           "certificate, or MLFLOW_TRACKING_INSECURE_TLS=true")
+        assert out.output.strip().endswith(
+            "set MLFLOW_TRACKING_SERVER_CERT_PATH to the CA bundle that signed its "
+            "certificate, or MLFLOW_TRACKING_INSECURE_TLS=true"
+        )
         monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")
         store.check_reachable(uri)  # no error
         monkeypatch.delenv("MLFLOW_TRACKING_INSECURE_TLS")
@@ -245,8 +284,15 @@ def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_p
 
     monkeypatch.setattr(subprocess, "Popen", fake_popen)
     port = str(free_port())  # checked before the server starts: not one another test holds
-    invoke("server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}", "--allowed-hosts", "head,head:5000",
-           "--port", port)
+    invoke(
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 's.db'}",
+        "--allowed-hosts",
+        "head,head:5000",
+        "--port",
+        port,
+    )
     shutil.copy(_store_template, tmp_path / "u.db")  # `ui` opens only an MLflow store
     invoke("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'u.db'}", "--port", port)
     (server_argv, server_env), (ui_argv, ui_env) = calls
@@ -257,4 +303,3 @@ def test_servers_start_few_processes_and_no_deprecation_noise(monkeypatch, tmp_p
     for env in (server_env, ui_env):
         assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
         assert "ignore::DeprecationWarning" in env["PYTHONWARNINGS"]
-

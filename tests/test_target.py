@@ -38,8 +38,11 @@ def test_the_direction_follows_the_metric():
 
 
 def test_time_to_target_sums_the_epochs_and_wall_to_target_is_the_clock_at_its_evaluation():
-    epochs = [_Epoch(1, 2.0, 3.5, test_accuracy=0.5), _Epoch(2, 3.0, 8.25, test_accuracy=0.9),
-              _Epoch(3, 4.0, 13.0, test_accuracy=0.95)]
+    epochs = [
+        _Epoch(1, 2.0, 3.5, test_accuracy=0.5),
+        _Epoch(2, 3.0, 8.25, test_accuracy=0.9),
+        _Epoch(3, 4.0, 13.0, test_accuracy=0.95),
+    ]
     reached = timing(Target("test_accuracy", 0.85), epochs)
     assert (reached.epoch, reached.time_s, reached.wall_s) == (2, 5.0, 8.25)
     assert reached.metrics() == {names.TIME_TO_TARGET: (5.0, 2), names.WALL_TO_TARGET: (8.25, 2)}
@@ -87,14 +90,18 @@ def test_the_wall_clock_counts_the_set_up_and_every_evaluation_and_survives_a_re
         assert epoch.wall_clock_s >= result.warmup_s + trained + sum(evaluations[:n])
     assert result.epochs[-1].wall_clock_s <= took
     first = timing(Target("test_loss", 100.0), result.epochs)  # reached at once: epoch 1
-    assert (first.epoch, first.time_s, first.wall_s) == (1, result.epochs[0].epoch_duration_s,
-                                                         result.epochs[0].wall_clock_s)
+    assert (first.epoch, first.time_s, first.wall_s) == (
+        1,
+        result.epochs[0].epoch_duration_s,
+        result.epochs[0].wall_clock_s,
+    )
     assert first.wall_s >= first.time_s + evaluations[0]
 
     resumed = train.fit(config, dataset, torch.device("cpu"), resume=Keep.states[0])
     assert resumed.epochs[0].wall_clock_s == result.epochs[0].wall_clock_s
-    assert resumed.epochs[1].wall_clock_s >= (result.epochs[0].wall_clock_s + resumed.warmup_s
-                                              + resumed.epochs[1].epoch_duration_s + evaluations[-1])
+    assert resumed.epochs[1].wall_clock_s >= (
+        result.epochs[0].wall_clock_s + resumed.warmup_s + resumed.epochs[1].epoch_duration_s + evaluations[-1]
+    )
 
 
 def test_a_grid_file_reads_target_and_stop_at_target(write_grid):
@@ -109,8 +116,7 @@ def test_a_grid_file_reads_target_and_stop_at_target(write_grid):
 GRID = "experiment: {name}\ngrid:\n  batch_size: [64]\n  device: [cpu]\n  epochs: [3]\n{extra}"
 
 
-def test_time_to_target_and_stop_at_target_end_to_end(write_grid, data_dir, tracking_uri, tmp_path,
-                                                   _store_template):
+def test_time_to_target_and_stop_at_target_end_to_end(write_grid, data_dir, tracking_uri, tmp_path, _store_template):
     """A target out of reach: every epoch trains, the run says so and logs no time. A target between
     epoch 1's and epoch 2's test loss, with stop_at_target: the run trains again (the stop changes
     what is trained), stops after epoch 2, and logs the sum of its epochs' durations at step 2."""
@@ -135,8 +141,9 @@ def test_time_to_target_and_stop_at_target_end_to_end(write_grid, data_dir, trac
     losses = history(client, missed.info.run_id, "test_loss")
     assert losses[1] < losses[0], losses  # the network learns: epoch 2 is better than epoch 1
     between = (losses[0] + losses[1]) / 2
-    stop = write_grid(GRID.format(name="tt", extra=f"target: {{test_loss: {between!r}}}\nstop_at_target: true\n"),
-                      "stop.yaml")
+    stop = write_grid(
+        GRID.format(name="tt", extra=f"target: {{test_loss: {between!r}}}\nstop_at_target: true\n"), "stop.yaml"
+    )
     out = invoke("run", str(stop), *args)
     assert out.exit_code == 0 and "DONE" not in out.output, out.output
     assert "reached at epoch 2: stopped there (stop_at_target)" in out.output

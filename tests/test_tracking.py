@@ -51,11 +51,25 @@ def test_sweep_records_parent_children_params_metrics_tags_and_models(write_grid
     by_name = {r.info.run_name: r for r in runs}
     run = by_name["cpu bs64"]
     assert run.info.status == "FINISHED"
-    assert run.data.params == {"lr": "0.01", "batch_size": "64", "num_workers": "0", "device": "cpu",
-                               "epochs": "2", "seed": "0", "shuffle": "true", "data_on_device": "false",
-                               "cuda_graph": "false", "precision": "fp32", "compile": "false", "prefetch": "false",
-                               "weight_decay": "0.0", "threads": "0",
-                               "train_size": "512", "test_size": "256", "repeat": "1"}  # gpus_per_run: cuda points only
+    assert run.data.params == {
+        "lr": "0.01",
+        "batch_size": "64",
+        "num_workers": "0",
+        "device": "cpu",
+        "epochs": "2",
+        "seed": "0",
+        "shuffle": "true",
+        "data_on_device": "false",
+        "cuda_graph": "false",
+        "precision": "fp32",
+        "compile": "false",
+        "prefetch": "false",
+        "weight_decay": "0.0",
+        "threads": "0",
+        "train_size": "512",
+        "test_size": "256",
+        "repeat": "1",
+    }  # gpus_per_run: cuda points only
     measured = not run.data.tags["pipeline.energy"].startswith("not measured")  # no counter: no metric, not 0
     for name in names.EPOCH_METRICS:
         history = client.get_metric_history(run.info.run_id, name)
@@ -82,12 +96,14 @@ def test_each_run_warms_up_and_its_model_holds_the_last_epoch(write_grid, data_d
     """Two seeds at the same shapes, swept twice: every run times a warm-up of its own. Each model is linked to
     its run's final epoch, whose metrics keep one point per epoch in the run's history, and carries
     the run's params as MLflow's log_model copies them."""
-    grid = write_grid("experiment: repeats\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  seed: [0, 1]\n"
-                      "  epochs: [2]\n")
+    grid = write_grid(
+        "experiment: repeats\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  seed: [0, 1]\n  epochs: [2]\n"
+    )
     client = mlflow.MlflowClient(tracking_uri)
     for sweep in range(2):
-        result = run_grid(load_grid(grid), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir),
-                                                               rerun=True))
+        result = run_grid(
+            load_grid(grid), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir), rerun=True)
+        )
         first, second = (client.get_run(o.run_id) for o in result.outcomes)
         assert first.data.metrics["warmup_s"] > 0 and second.data.metrics["warmup_s"] > 0, sweep
     for run in (first, second):
@@ -105,19 +121,22 @@ def test_each_run_warms_up_and_its_model_holds_the_last_epoch(write_grid, data_d
 @pytest.mark.parametrize(
     "stop", ["model fails", "Ctrl-C in epoch 1", "Ctrl-C in the last epoch", "Ctrl-C after the model"]
 )
-def test_a_run_that_ends_without_its_model_still_records_what_it_had(write_grid, data_dir, tracking_uri, monkeypatch,
-                                                                     stop):
+def test_a_run_that_ends_without_its_model_still_records_what_it_had(
+    write_grid, data_dir, tracking_uri, monkeypatch, stop
+):
     """A run whose model cannot be saved (FAILED), or one interrupted (KILLED), still records its
     one-off costs, their tags and every epoch it finished, once each."""
     import pipeline.tracking
 
     grid = write_grid("experiment: ends\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [2]\n")
     if stop == "model fails":
+
         def full_disk(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(mlflow.pytorch, "save_model", full_disk)
     elif stop == "Ctrl-C in epoch 1":
+
         def interrupted(self, epoch, *args):
             raise KeyboardInterrupt
 
@@ -150,11 +169,14 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(write_grid,
     (run,) = client.search_runs([client.get_experiment_by_name("ends").experiment_id], "tags.pipeline.role = 'point'")
     assert run.info.status == ("FAILED" if stop == "model fails" else "KILLED")
     assert run.data.metrics["warmup_s"] > 0 and run.data.tags[names.TAG_PARAM_DEVICES] == "cpu"
-    history = {name: [m.step for m in client.get_metric_history(run.info.run_id, name)]
-               for name in ("test_accuracy", "warmup_s", names.RUN_DURATION)}
-    assert history == {"Ctrl-C in epoch 1": {"test_accuracy": [], "warmup_s": [0], names.RUN_DURATION: []},
-                       "Ctrl-C in the last epoch": {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: []},
-                       }.get(stop, {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: [0]})
+    history = {
+        name: [m.step for m in client.get_metric_history(run.info.run_id, name)]
+        for name in ("test_accuracy", "warmup_s", names.RUN_DURATION)
+    }
+    assert history == {
+        "Ctrl-C in epoch 1": {"test_accuracy": [], "warmup_s": [0], names.RUN_DURATION: []},
+        "Ctrl-C in the last epoch": {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: []},
+    }.get(stop, {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: [0]})
     models = client.search_logged_models([run.info.experiment_id])
     assert [m.status for m in models] == {"model fails": ["FAILED"], "Ctrl-C after the model": ["READY"]}.get(stop, [])
     if stop == "model fails":  # MLflow records the model as the run's output before saving it
@@ -226,12 +248,15 @@ def test_unreachable_server_fails_fast():
         store.check_reachable("http://127.0.0.1:9", timeout_s=2)
 
 
-@pytest.mark.parametrize("status, body, retried", [
-    (401, "You are not authenticated. Please see the documentation.", True),  # auth database down
-    (503, "Service Unavailable", True),
-    (404, "Not Found", False),
-    (403, "Permission denied", False),
-])
+@pytest.mark.parametrize(
+    "status, body, retried",
+    [
+        (401, "You are not authenticated. Please see the documentation.", True),  # auth database down
+        (503, "Service Unavailable", True),
+        (404, "Not Found", False),
+        (403, "Permission denied", False),
+    ],
+)
 def test_which_server_answers_are_retried_mid_sweep(status, body, retried, monkeypatch):
     """A 401 after the sweep's login was checked is MLflow's auth app failing to look the login up
     (its database restarting), so it is retried like a 503; a 403 or a 404 is an answer. What
@@ -274,8 +299,11 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
     monkeypatch.setenv("MLFLOW_RUN_ID", project_run.info.run_id)
     from pipeline.config import RunConfig
 
-    result = run_single(RunConfig(lr=0.01, batch_size=128, device="cpu"), Reporter(),
-                        Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
+    result = run_single(
+        RunConfig(lr=0.01, batch_size=128, device="cpu"),
+        Reporter(),
+        Options(tracking_uri=tracking_uri, data_dir=str(data_dir)),
+    )
     assert result.exit_code == 0
     runs = client.search_runs([experiment_id])
     assert [r.info.run_id for r in runs] == [project_run.info.run_id]
@@ -294,8 +322,11 @@ def test_an_experiment_named_under_mlflow_run_gets_the_runs(command, data_dir, t
     project_run = client.create_run("0")  # Default, as `mlflow run` opens it
     monkeypatch.setenv("MLFLOW_RUN_ID", project_run.info.run_id)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
-    what = [str(write_grid("grid:\n  batch_size: [128]\n  device: [cpu]\n"))] if command == "run" else \
-        ["--device", "cpu", "--epochs", "1"]
+    what = (
+        [str(write_grid("grid:\n  batch_size: [128]\n  device: [cpu]\n"))]
+        if command == "run"
+        else ["--device", "cpu", "--epochs", "1"]
+    )
     out = invoke(command, *what, "--experiment", "foo", "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 0, out.output
     assert "experiment 'foo': the runs go there" in " ".join(out.output.split())
@@ -313,7 +344,9 @@ def test_ui_hint_points_at_the_training_runs_page(tmp_path):
     assert command.endswith(f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'} --port 5000 --workers 1")
     assert url.endswith("/#/experiments/7/runs?workflowType=machine_learning")  # not the GenAI mode
     assert store.ui_hint("http://host:5000/", "3") == (
-        "", "http://host:5000/#/experiments/3/runs?workflowType=machine_learning")
+        "",
+        "http://host:5000/#/experiments/3/runs?workflowType=machine_learning",
+    )
 
 
 def test_outcome_statistics():
@@ -336,8 +369,11 @@ def test_logged_model_loads_where_pipeline_is_not_installed(data_dir, tracking_u
     from conftest import REPO
     from pipeline.config import RunConfig
 
-    result = run_single(RunConfig(batch_size=256, device="cpu"), Reporter(),
-                        Options(tracking_uri=tracking_uri, data_dir=str(data_dir), experiment="portable"))
+    result = run_single(
+        RunConfig(batch_size=256, device="cpu"),
+        Reporter(),
+        Options(tracking_uri=tracking_uri, data_dir=str(data_dir), experiment="portable"),
+    )
     code = f"""
 import sys
 sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f)]

@@ -219,7 +219,7 @@ def test_prefetch_serves_the_loaders_batches_through_rotating_buffers(data_dir):
     assert len(got) == len(expected) == len(prefetch) == 6 and got[-1][0].shape == (12, 1, 28, 28)
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
     assert len(set(storages)) == PinnedPrefetch.DEPTH + 1
-    assert storages[: PinnedPrefetch.DEPTH + 1] == storages[PinnedPrefetch.DEPTH + 1: 2 * (PinnedPrefetch.DEPTH + 1)]
+    assert storages[: PinnedPrefetch.DEPTH + 1] == storages[PinnedPrefetch.DEPTH + 1 : 2 * (PinnedPrefetch.DEPTH + 1)]
 
 
 @pytest.mark.parametrize("path", ["prefetch", "data_on_device"])

@@ -25,8 +25,10 @@ from pipeline import view
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NO_BROWSER = "needs Debian's chromium: sudo apt-get install chromium (make test installs it when run as root)"
 
-GRID = ("experiment: ui-walk\nrepeats: 2\ngrid:\n  batch_size: [64, 128]\n  num_workers: [0, 1]\n"
-        "  precision: [fp32, bf16]\n  device: [cpu]\n  epochs: [1]\n")
+GRID = (
+    "experiment: ui-walk\nrepeats: 2\ngrid:\n  batch_size: [64, 128]\n  num_workers: [0, 1]\n"
+    "  precision: [fp32, bf16]\n  device: [cpu]\n  epochs: [1]\n"
+)
 SETTINGS = [f"cpu bs{b} w{w} {p}" for b in (64, 128) for w in (0, 1) for p in ("fp32", "bf16")]
 
 
@@ -42,8 +44,9 @@ def ui(tmp_path_factory, data_dir, _store_template):
     assert out.exit_code == 0, out.output
     link = re.search(r"http://127\.0\.0\.1:5000/(#/experiments/\S+)", " ".join(out.output.split())).group(1)
     port = free_port()
-    server = start_service([sys.executable, "-m", "pipeline", "ui", "--port", str(port), "--tracking-uri", uri],
-                           cwd=folder)
+    server = start_service(
+        [sys.executable, "-m", "pipeline", "ui", "--port", str(port), "--tracking-uri", uri], cwd=folder
+    )
     try:
         wait_for(f"http://127.0.0.1:{port}/health", server)
         yield f"http://127.0.0.1:{port}/", link, service_output(server), uri
@@ -203,7 +206,8 @@ def test_the_parent_run_says_significance_in_words_with_no_broken_link(ui, brows
     expect(first).to_be_visible()
     assert "accuracy_vs_time.png" in first.get_attribute("src")
     loaded = page.locator("img[src*='get-artifact']").evaluate_all(
-        "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
+        "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)"
+    )
     assert loaded == [True, True]  # the charts loaded, not broken images
     _keep(page, "ui-parent.png")
     page.close()
@@ -224,7 +228,8 @@ def test_the_report_opens_from_the_parents_artifacts_with_the_verdict(ui, browse
     expect(shown).to_have_url(re.compile(re.escape(view.report_page(experiment_id, parent).split("?")[0])))
     report = shown.frame_locator("iframe").first
     expect(report.get_by_text(re.compile(rf"^Best: {best.data.tags['pipeline.setting']} \("))).to_be_visible(
-        timeout=60_000)
+        timeout=60_000
+    )
     expect(report.locator("#settings tbody tr")).to_have_count(8)
     shown.close()
     page.close()

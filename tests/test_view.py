@@ -49,16 +49,24 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent_id}'"
     assert state["orderByKey"] == "metrics.`rank`" and state["orderByAsc"] is True  # the verdict's order
     # The figures first (each run's setting's: the numbers compare prints), then the settings.
-    assert state["selectedColumns"] == ["metrics.`setting_steady_epoch_s`", "metrics.`setting_images_per_s`",
-                                        "metrics.`setting_final_test_accuracy`", "metrics.`setting_mfu`",
-                                        "metrics.`setting_n`",
-                                        "tags.`pipeline.verdict`", "params.`device`", "params.`batch_size`",
-                                        "attributes.`Dataset`"]
+    assert state["selectedColumns"] == [
+        "metrics.`setting_steady_epoch_s`",
+        "metrics.`setting_images_per_s`",
+        "metrics.`setting_final_test_accuracy`",
+        "metrics.`setting_mfu`",
+        "metrics.`setting_n`",
+        "tags.`pipeline.verdict`",
+        "params.`device`",
+        "params.`batch_size`",
+        "attributes.`Dataset`",
+    ]
     charts = {c["uuid"]: c for c in state["compareRunCharts"]}
     assert [c["type"] for c in charts.values()] == ["SCATTER", "BAR", "BAR", "PARALLEL"]
     first = state["compareRunCharts"][0]  # speed against accuracy, first
-    assert (first["xaxis"], first["yaxis"]) == ({"key": "setting_steady_epoch_s", "type": "METRIC"},
-                                                {"key": "setting_final_test_accuracy", "type": "METRIC"})
+    assert (first["xaxis"], first["yaxis"]) == (
+        {"key": "setting_steady_epoch_s", "type": "METRIC"},
+        {"key": "setting_final_test_accuracy", "type": "METRIC"},
+    )
     assert charts["epoch-time"]["metricKey"] == "setting_steady_epoch_s"
     # batch_size's values all read as numbers: the UI would draw it as a continuous axis
     assert charts["settings"]["selectedParams"] == ["device"]
@@ -83,8 +91,9 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     assert parent.index(f"![speed against accuracy]({tradeoff})") < parent.index(image)
     # The verdict first; then a link to the children's view, in the experiment's description too.
     verdict = parent.split("\n\n")[0]  # "Best: ...", then the fastest and the most accurate where they differ
-    assert re.match(r"\*\*Best: cpu bs\d+ \(\d\.\d{3} s/epoch, test acc \d\.\d{4}, 1 run; model from run [0-9a-f]{8}\)",
-                    verdict), verdict
+    assert re.match(
+        r"\*\*Best: cpu bs\d+ \(\d\.\d{3} s/epoch, test acc \d\.\d{4}, 1 run; model from run [0-9a-f]{8}\)", verdict
+    ), verdict
     said = ("Most accurate: cpu bs", "the fastest and the most accurate", "Fastest: cpu bs")
     assert sum(words in verdict for words in said) >= 1, verdict
     back = f"(#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=sweep-{parent_id}"
@@ -92,9 +101,12 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     # The experiment's description opens on the latest sweep's verdict in one line (the UI folds it to
     # that line) with the links to the best model, the view and the report; then each claim a line.
     first, _, _, claims = note.splitlines()[:4]
-    assert re.match(r"\*\*Best: cpu bs\d+ \(\d\.\d{3} s/epoch, test acc \d\.\d{4}\)\*\* · \[its model\]"
-                    rf"\(#/experiments/{experiment_id}/models/m-\w+\?workflowType=machine_learning\) · "
-                    rf"\[comparison view\]{re.escape(back)}", first), first
+    assert re.match(
+        r"\*\*Best: cpu bs\d+ \(\d\.\d{3} s/epoch, test acc \d\.\d{4}\)\*\* · \[its model\]"
+        rf"\(#/experiments/{experiment_id}/models/m-\w+\?workflowType=machine_learning\) · "
+        rf"\[comparison view\]{re.escape(back)}",
+        first,
+    ), first
     report = f"#/experiments/{experiment_id}/runs/{parent_id}/artifactPath/report.html?workflowType=machine_learning"
     assert first.endswith(f" · [report]({report})") and claims == parent.splitlines()[0], note
     assert f"[Open its comparison view]{back}" in note
@@ -111,9 +123,11 @@ def test_children_carry_the_figures_and_a_colour_of_their_own(swept):
     children = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
     for run in children:
         row = rows[run.info.run_id]  # n=1: the row is the run
-        for name, setting in (("steady_epoch_s", "setting_steady_epoch_s"),
-                              ("steady_images_per_s", "setting_images_per_s"),
-                              ("final_test_accuracy", "setting_final_test_accuracy")):
+        for name, setting in (
+            ("steady_epoch_s", "setting_steady_epoch_s"),
+            ("steady_images_per_s", "setting_images_per_s"),
+            ("final_test_accuracy", "setting_final_test_accuracy"),
+        ):
             assert run.data.metrics[name] == row[name], name
             assert run.data.metrics[setting] == row[name], name  # its setting's figure: here its own
         assert run.data.metrics["setting_n"] == row["n"] == 1
@@ -148,12 +162,23 @@ def test_each_model_carries_its_settings_name_and_keeps_its_runs_uri(swept, monk
 
 
 def test_sweep_wide_options_are_a_tag_of_the_parent_not_params(write_grid, data_dir, tracking_uri):
-    out = invoke("run", str(write_grid(GRID)), "--tracking-uri", tracking_uri, "--data-dir", str(data_dir),
-                 "--rerun", "--fail-fast", "--register", "ui-model")
+    out = invoke(
+        "run",
+        str(write_grid(GRID)),
+        "--tracking-uri",
+        tracking_uri,
+        "--data-dir",
+        str(data_dir),
+        "--rerun",
+        "--fail-fast",
+        "--register",
+        "ui-model",
+    )
     assert out.exit_code == 0, out.output
     client = mlflow.MlflowClient(tracking_uri)
-    (parent,) = client.search_runs([client.get_experiment_by_name("ui").experiment_id],
-                                   "tags.`pipeline.role` = 'sweep'")
+    (parent,) = client.search_runs(
+        [client.get_experiment_by_name("ui").experiment_id], "tags.`pipeline.role` = 'sweep'"
+    )
     assert parent.data.tags["pipeline.options"] == "--rerun --fail-fast --register ui-model"
     # The parent's params are what the grid sweeps (so the UI shows it as a training run), never the options.
     assert not {"rerun", "fail_fast", "register"} & set(parent.data.params)
@@ -167,15 +192,20 @@ def test_envelope_round_trip_and_size():
     assert len(value) < 20000  # the UI and the server refuse longer tag values
 
 
-@pytest.mark.parametrize("axes, expected", [
-    ((("device", ("cuda", "cpu")), ("batch_size", (1000, 10000)), ("num_workers", (0, 1))),
-     ["cuda bs1000 w0", "cuda bs1000 w1", "cuda bs10000 w0"]),
-    ((("lr", (0.01, 0.001)), ("device", ("cpu",))), ["cpu lr0.01", "cpu lr0.001"]),
-    ((("lr", (0.01, 0.001)),), ["lr0.01", "lr0.001"]),
-    ((("seed", (0, 1)), ("shuffle", (True, False))), ["seed0 shuffle", "seed0 noshuffle"]),
-    ((("device", ("cpu",)),), ["cpu"]),
-    ((), ["defaults"]),
-])
+@pytest.mark.parametrize(
+    "axes, expected",
+    [
+        (
+            (("device", ("cuda", "cpu")), ("batch_size", (1000, 10000)), ("num_workers", (0, 1))),
+            ["cuda bs1000 w0", "cuda bs1000 w1", "cuda bs10000 w0"],
+        ),
+        ((("lr", (0.01, 0.001)), ("device", ("cpu",))), ["cpu lr0.01", "cpu lr0.001"]),
+        ((("lr", (0.01, 0.001)),), ["lr0.01", "lr0.001"]),
+        ((("seed", (0, 1)), ("shuffle", (True, False))), ["seed0 shuffle", "seed0 noshuffle"]),
+        ((("device", ("cpu",)),), ["cpu"]),
+        ((), ["defaults"]),
+    ],
+)
 def test_point_names_are_short_and_lead_with_what_varies(axes, expected):
     from pathlib import Path
 
@@ -183,12 +213,13 @@ def test_point_names_are_short_and_lead_with_what_varies(axes, expected):
     from pipeline.grid import expand
 
     names = [p.name for p in expand(GridSpec(Path("g.yaml"), "g", axes=axes))]
-    assert names[:len(expected)] == expected
+    assert names[: len(expected)] == expected
     assert all(len(n) <= 24 for n in names)
 
 
 def test_an_unverified_mlflow_gets_the_filtered_link_and_a_note_and_publish_writes_the_view_later(
-        tmp_path, data_dir, _store_template, monkeypatch):
+    tmp_path, data_dir, _store_template, monkeypatch
+):
     """The saved view is MLflow's UI format, with no public API: on a version it was not checked on
     (here: this one, taken off the verified list) no view is written, and the printed link filters
     the runs page to the sweep's children, with a note. Nothing fails. Later, on a verified MLflow,
@@ -234,8 +265,14 @@ def test_the_parent_description_carries_speedup_intervals_and_the_not_significan
     from pipeline.records import RunRecord, SweepRecord
 
     def run(run_id, device, batch_size, seconds):
-        return RunRecord(run_id, run_id, {"batch_size": batch_size, "repeat": run_id[-1]}, {"test_accuracy": 0.8},
-                         {"pipeline.device": device}, histories={"epoch_duration_s": [9.0, *seconds]})
+        return RunRecord(
+            run_id,
+            run_id,
+            {"batch_size": batch_size, "repeat": run_id[-1]},
+            {"test_accuracy": 0.8},
+            {"pipeline.device": device},
+            histories={"epoch_duration_s": [9.0, *seconds]},
+        )
 
     # Each run's steady epochs; the comparison takes one value per run (their median), 1% apart run to run.
     runs = [run(f"c{b}{r}", "cpu", b, [1.0 + 0.01 * r] * 2) for b in ("64", "128") for r in range(4)]
@@ -254,8 +291,10 @@ def test_the_parent_description_carries_speedup_intervals_and_the_not_significan
 
 def test_markdown_text_shows_our_words_as_written():
     """Escaped as MLflow's markdown (showdown) reads them: no link, no italics, no tag; code spans kept."""
-    assert view.markdown_text("test_loss <= 0.3: 1.19x faster [0.66-1.72] (n.s.), `pipeline run a_b`") == \
-        "test\\_loss &lt;= 0.3: 1.19x faster \\[0.66-1.72\\] (n.s.), `pipeline run a_b`"
+    assert (
+        view.markdown_text("test_loss <= 0.3: 1.19x faster [0.66-1.72] (n.s.), `pipeline run a_b`")
+        == "test\\_loss &lt;= 0.3: 1.19x faster \\[0.66-1.72\\] (n.s.), `pipeline run a_b`"
+    )
 
 
 def test_settings_that_share_a_label_get_names_of_their_own():
@@ -264,9 +303,17 @@ def test_settings_that_share_a_label_get_names_of_their_own():
     from pipeline.compare import build
     from pipeline.records import RunRecord, SweepRecord
 
-    runs = [RunRecord(f"{h}{b}", f"cpu bs{b}", {"batch_size": b}, {"test_accuracy": 0.8},
-                      {"pipeline.device": "cpu", "pipeline.hardware": hardware},
-                      histories={"epoch_duration_s": [2.0, 1.0, 1.0]})
-            for h, hardware in (("a", "EPYC"), ("b", "Xeon")) for b in ("64", "128")]
+    runs = [
+        RunRecord(
+            f"{h}{b}",
+            f"cpu bs{b}",
+            {"batch_size": b},
+            {"test_accuracy": 0.8},
+            {"pipeline.device": "cpu", "pipeline.hardware": hardware},
+            histories={"epoch_duration_s": [2.0, 1.0, 1.0]},
+        )
+        for h, hardware in (("a", "EPYC"), ("b", "Xeon"))
+        for b in ("64", "128")
+    ]
     names = view.setting_names(build(SweepRecord("p", "p", "1", "x", runs)))
     assert len(names) == len(set(names)) == 4 and {n.split(" hardware=")[1] for n in names} == {"EPYC", "Xeon"}

@@ -39,8 +39,24 @@ grid:
   epochs: [1]
 """
 POINTS = 4  # 2 settings x 2 repeats: two runs a side, so the comparison's intervals (scipy) are computed
-PINNED = ("torch", "torchvision", "mlflow", "mlflow-skinny", "sqlalchemy", "alembic", "numpy", "pandas", "scipy",
-          "matplotlib", "click", "pyyaml", "rich", "psutil", "nvidia-ml-py", "cloudpickle")
+PINNED = (
+    "torch",
+    "torchvision",
+    "mlflow",
+    "mlflow-skinny",
+    "sqlalchemy",
+    "alembic",
+    "numpy",
+    "pandas",
+    "scipy",
+    "matplotlib",
+    "click",
+    "pyyaml",
+    "rich",
+    "psutil",
+    "nvidia-ml-py",
+    "cloudpickle",
+)
 
 
 class SmokeFailed(Exception):
@@ -115,8 +131,10 @@ def smoke(tmp: Path) -> None:
     check(listed == sorted(by_id), f"compare's {len(rows)} rows hold {len(listed)} runs, not the sweep's {POINTS}")
     versus = json.loads(cli("compare", "--experiment", EXPERIMENT, "--versus", "lr=0.01", "--format", "json").stdout)
     other = [row for row in versus if row["lr"] == 0.001]
-    check(len(other) == 1 and other[0]["versus_speedup_low"] is not None,
-          f"compare --versus lr=0.01 gave the lr 0.001 row no interval: {other}")
+    check(
+        len(other) == 1 and other[0]["versus_speedup_low"] is not None,
+        f"compare --versus lr=0.01 gave the lr 0.001 row no interval: {other}",
+    )
     report = tmp / "report"
     cli("compare", "--experiment", EXPERIMENT, "--out", str(report))  # the charts: matplotlib
     charts = sorted(path.name for path in report.glob("*.png"))
@@ -144,11 +162,15 @@ def smoke(tmp: Path) -> None:
     mlflow.set_tracking_uri(store)
     model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
     logits = np.asarray(model.predict(test_images[:, None].astype(np.float32) / 255))
-    check(logits.shape == (len(test_labels), 10),
-          f"pyfunc predicted shape {logits.shape}, expected ({len(test_labels)}, 10)")
+    check(
+        logits.shape == (len(test_labels), 10),
+        f"pyfunc predicted shape {logits.shape}, expected ({len(test_labels)}, 10)",
+    )
     pyfunc_accuracy = float((logits.argmax(axis=1) == test_labels).mean())
-    check(abs(pyfunc_accuracy - expected) < 1e-3,
-          f"pyfunc's accuracy {pyfunc_accuracy} is not the run's test_accuracy {expected}")
+    check(
+        abs(pyfunc_accuracy - expected) < 1e-3,
+        f"pyfunc's accuracy {pyfunc_accuracy} is not the run's test_accuracy {expected}",
+    )
 
     print("data --download where torchvision cannot be imported")
     importable = subprocess.run([sys.executable, "-c", "import torchvision"], capture_output=True).returncode == 0
@@ -157,8 +179,10 @@ def smoke(tmp: Path) -> None:
     else:
         done = cli("data", "--download", expect=2, store=False)
         lines = done.stderr.strip().splitlines()
-        check(len(lines) == 1 and "torchvision" in lines[0],
-              f"`pipeline data --download` said {done.stderr.strip()!r}; expected one line about torchvision")
+        check(
+            len(lines) == 1 and "torchvision" in lines[0],
+            f"`pipeline data --download` said {done.stderr.strip()!r}; expected one line about torchvision",
+        )
         print(f"  {lines[0]}")
 
 
