@@ -55,7 +55,6 @@ from pipeline.names import (
     RUN_DURATION,
     STEADY_EPOCH,
     STEADY_IMAGES,
-    TAG_BEST_RUN,
     TAG_DEVICE,
     TAG_ERROR,
     TAG_GRID_FILE,
@@ -691,9 +690,10 @@ def _log_sweep_summary(
     the verdict gives; each run's own where there is no comparison), how many finished
     (names.BEST_*), and the model of the
     best setting's run (compare.pick: what the verdict, `pipeline register` and the UI's first row
-    name) linked as the sweep's output, its run id in TAG_BEST_RUN (MLflow 3.17's UI lists a run
-    without a model output under "Evaluation runs" in GenAI experiments; with one it is a training
-    run). Where every run is contended there is no best: nothing is linked."""
+    name) linked as the sweep's output (MLflow 3.17's UI lists a run without a model output under
+    "Evaluation runs" in GenAI experiments; with one it is a training run); its run id is the
+    parent's TAG_BEST_RUN, which publishing the comparison wrote (comparison_folder.publish). Where
+    every run is contended there is no best: nothing is linked."""
     from pipeline.compare import BEST, pick  # pandas, scipy (seconds): after the inputs are checked
 
     finished = [o for o in outcomes if o.status == FINISHED and o.run_id]
@@ -712,7 +712,6 @@ def _log_sweep_summary(
         best = pick(comparison, BEST) if comparison is not None else None
         if best is not None:
             tracker.link_model(parent_id, best.run_id)
-            tracker.log_tags(parent_id, {TAG_BEST_RUN: best.run_id})
         tracker.log_epochs(parent_id, [], run_metrics=metrics)
     except Exception as exc:  # like the comparison: a summary must never cost the user their sweep
         reporter.note(f"could not record the sweep's summary on its parent run ({exc.__class__.__name__}: {exc})")
