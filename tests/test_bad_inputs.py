@@ -580,12 +580,15 @@ def _blank_candidates():
 def test_every_option_refuses_an_empty_value(command_name, param, monkeypatch):
     """`--experiment ""` (an unset shell variable) is a mistake: exit 2 naming the option, on every
     command, before anything starts."""
+    import pipeline.cli
     import pipeline.server
 
     def no_server(*args, **kwargs):
         raise AssertionError(f"{command_name} started a server")
 
+    # `pipeline server` starts it through pipeline.server, `pipeline ui` through the CLI's own name
     monkeypatch.setattr(pipeline.server, "run_mlflow", no_server)
+    monkeypatch.setattr(pipeline.cli, "run_mlflow", no_server)
     args = [command_name, param.opts[0], ""] if isinstance(param, click.Option) else [command_name, ""]
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 2, f"{args}: exit {out.exit_code}\n{out.output}"
