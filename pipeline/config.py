@@ -37,7 +37,8 @@ from typing import Any, Literal
 import yaml
 
 from pipeline.errors import UserError
-from pipeline.store import experiment_name_problem
+from pipeline.names import experiment_name_problem
+from pipeline.stats import MIN_RUNS
 from pipeline.target import Target
 from pipeline.target import parse as parse_target
 
@@ -469,9 +470,6 @@ _TOP_KEYS = (
 )
 MAX_REPEATS = 10_000  # far past any useful count; --max-points bounds the runs a sweep trains anyway
 AUTO = "auto"
-# The fewest runs a side that the comparison judges (stats.py: Welch's t on the logs of per-run values
-# needs two per side for a spread); `repeats: auto` starts with this many rounds.
-MIN_RUNS = 2
 DEFAULT_MAX_REPEATS = 8  # `repeats: auto`'s cap when the grid names none
 DEFAULT_QUALITY_MARGIN = 0.005
 # The checks of the top-level settings that take a number (`repeats` also takes auto: check_repeats).

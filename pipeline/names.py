@@ -1,4 +1,5 @@
-"""Names, defined once: the metrics, tags and artifacts a run carries, and the local files beside a store.
+"""Names, defined once: the metrics, tags and artifacts a run carries, the local files beside a store,
+and the longest experiment name MLflow takes.
 
 Every module that writes or reads MLflow data spells a name through these constants, so the UI, the
 comparison and the registry always agree on what a run holds.
@@ -124,3 +125,15 @@ ARTIFACT_EFFECTIVE_GRID = "grid/effective.yaml"  # the grid it trained, after an
 
 RESULTS_FILE = "pipeline-results.jsonl"
 CHECKPOINT_DIR = ".pipeline-checkpoints"
+
+
+# MLflow 3's limit on an experiment's name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH; a
+# test keeps the two equal), checked before anything is created: MLflow refuses it only at creation.
+MAX_EXPERIMENT_NAME_LENGTH = 500
+
+
+def experiment_name_problem(name: str) -> str | None:
+    """Why MLflow would refuse `name` as an experiment's name, or None."""
+    if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
+        return f"{len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: choose a shorter name"
+    return None

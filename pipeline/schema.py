@@ -33,7 +33,7 @@ from pipeline.config import (
     settable_keys,
     words_schema,
 )
-from pipeline.store import MAX_EXPERIMENT_NAME_LENGTH
+from pipeline.names import MAX_EXPERIMENT_NAME_LENGTH
 from pipeline.target import ACCURACIES, METRICS
 
 # Draft 7: the newest draft the VS Code YAML extension's language server supports.

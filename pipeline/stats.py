@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
-from pipeline.config import MIN_RUNS
-
 CONFIDENCE = 0.95
+# The fewest runs a side that the comparison judges: Welch's t on the logs of per-run values needs two
+# per side for a spread. `repeats: auto` starts with this many rounds (config.py).
+MIN_RUNS = 2
 TOO_SMALL = "n too small"
 
 

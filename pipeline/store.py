@@ -184,18 +184,6 @@ def store_failure(exc: BaseException, uri: str) -> UserError:
     return user_error(exc, subject) or UserError(f"{subject}: {first_line(exc)}")
 
 
-# MLflow 3's limit on an experiment's name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH; a
-# test keeps the two equal), checked before anything is created: MLflow refuses it only at creation.
-MAX_EXPERIMENT_NAME_LENGTH = 500
-
-
-def experiment_name_problem(name: str) -> str | None:
-    """Why MLflow would refuse `name` as an experiment's name, or None."""
-    if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
-        return f"{len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: choose a shorter name"
-    return None
-
-
 # MLflow's loggers that print what users need not read, and the level each is raised to.
 _QUIET_LOGGERS = {
     # A new sqlite store prints a page of alembic migration INFO lines; users need none of them.

@@ -22,11 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import UserError
 from pipeline.liveness import process_tags
-from pipeline.names import ARTIFACT_TRACEBACK, EPOCH_METRICS, FAILED, FINISHED, KILLED, MODEL_NAME, TAG_ERROR
+from pipeline.names import (
+    ARTIFACT_TRACEBACK,
+    EPOCH_METRICS,
+    FAILED,
+    FINISHED,
+    KILLED,
+    MODEL_NAME,
+    TAG_ERROR,
+    experiment_name_problem,
+)
 from pipeline.records import deleted_experiment
 from pipeline.store import (
     TrackingUnavailable,
-    experiment_name_problem,
     fluent_target,
     is_transient,
     open_client,
