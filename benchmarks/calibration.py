@@ -1,6 +1,6 @@
 """How often the comparison's statistics call a difference where there is none, and find one that is
 there: A/A and A/B simulated at the numbers of runs users make, through the very code the
-comparison and the gate use (pipeline.stats.log_ratios under stats.ratio; gate.judge).
+comparison and the gate use (pipeline.measures.stats.log_ratios under stats.ratio; gate.judge).
 
 Each trial draws one value per run for two settings, `n` runs a side, from lognormal distributions
 (timings are positive with multiplicative noise) whose coefficient of variation is `cv`:
@@ -26,7 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import gate, stats  # noqa: E402
+from pipeline.analysis import gate  # noqa: E402
+from pipeline.measures import stats
 
 SEED = 20_261_201
 TRIALS = 4000  # per cell: a rate's standard error at 5% is 0.34 points

@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tutorial_loop  # noqa: E402
 
-from pipeline import data as data_mod  # noqa: E402
-from pipeline import idx  # noqa: E402
-from pipeline.config import RunConfig  # noqa: E402
-from pipeline.device import DeviceUnavailable, hardware_name, resolve  # noqa: E402
-from pipeline.timing import steady_mean, timed_label  # noqa: E402
-from pipeline.train import fit  # noqa: E402
+from pipeline.measures.timing import steady_mean, timed_label  # noqa: E402
+from pipeline.settings.config import RunConfig  # noqa: E402
+from pipeline.training import data as data_mod  # noqa: E402
+from pipeline.training import idx  # noqa: E402
+from pipeline.training.device import DeviceUnavailable, hardware_name, resolve  # noqa: E402
+from pipeline.training.train import fit  # noqa: E402
 
 
 def synthetic_idx(folder: Path) -> Path:

@@ -52,12 +52,14 @@ from mlflow.utils.mlflow_tags import (  # noqa: E402
     MLFLOW_USER,
 )
 
-from pipeline import compare, names, records  # noqa: E402
-from pipeline.config import DEFAULTS  # noqa: E402
-from pipeline.device import cpu_name  # noqa: E402
-from pipeline.grid import format_value  # noqa: E402
-from pipeline.names import EPOCH_METRICS, FINISHED, MODEL_NAME, RUN_DURATION  # noqa: E402
-from pipeline.timing import run_figures  # noqa: E402
+from pipeline.analysis import compare  # noqa: E402
+from pipeline.base import names
+from pipeline.base.names import EPOCH_METRICS, FINISHED, MODEL_NAME, RUN_DURATION  # noqa: E402
+from pipeline.measures.timing import run_figures  # noqa: E402
+from pipeline.settings.config import DEFAULTS  # noqa: E402
+from pipeline.settings.grid import format_value  # noqa: E402
+from pipeline.tracking import records
+from pipeline.training.device import cpu_name  # noqa: E402
 
 # The settings that vary, as a grid would: device twins give the comparison its speedups, and the
 # seed, which grows with the sweep, its repeats.

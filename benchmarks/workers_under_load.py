@@ -61,12 +61,12 @@ def child(loop: str, workers: int, threads: int, images: int, epochs: int) -> di
     """One setting, in this process: the steady epochs' seconds and the thread count it ran with."""
     import torch
 
-    from pipeline.data import load
+    from pipeline.training.data import load
 
     dataset = load(train_size=images, test_size=100)
     if loop == "pipeline":
-        from pipeline.config import RunConfig
-        from pipeline.train import fit
+        from pipeline.settings.config import RunConfig
+        from pipeline.training.train import fit
 
         result = fit(
             RunConfig(batch_size=100, num_workers=workers, threads=threads, epochs=epochs, device="cpu"),
@@ -80,7 +80,7 @@ def child(loop: str, workers: int, threads: int, images: int, epochs: int) -> di
 
         import tutorial_loop
 
-        from pipeline import idx
+        from pipeline.training import idx
 
         if threads:
             torch.set_num_threads(threads)
@@ -159,7 +159,7 @@ def main() -> None:
 
     import torch
 
-    from pipeline.device import cpu_name
+    from pipeline.training.device import cpu_name
 
     print(
         f"{cpu_name()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, Python "

@@ -2,7 +2,7 @@
 
 A page says `<!-- grid-keys -->` where the grid-key reference table goes and `<!-- grid-key-values -->`
 where the short table of keys, values and defaults goes (both from the one table of keys,
-pipeline.config.KEYS: what a key accepts is its check's own words, the words its errors use),
+pipeline.settings.config.KEYS: what a key accepts is its check's own words, the words its errors use),
 `<!-- later-grid-keys -->` where a sentence names the keys added after runs were recorded, and
 `<!-- cli-reference -->` where the command-line reference goes (from the Click commands of
 pipeline.cli).
@@ -32,7 +32,7 @@ PROG_NAME = "pipeline"
 
 def grid_keys_table() -> str:
     """Every grid key: what it accepts, its default and what it does (the reference page)."""
-    from pipeline.config import KEYS
+    from pipeline.settings.config import KEYS
 
     rows = ["| key | values | default | what it does |", "|---|---|---|---|"]
     rows += [f"{row} {cell(key.help)} |" for row, key in zip(_key_rows(), KEYS.values())]
@@ -47,15 +47,15 @@ def grid_key_values_table() -> str:
 
 def later_keys() -> str:
     """The keys added after runs were recorded (config.Key.later), in a sentence: `a`, `b`, `c`."""
-    from pipeline.config import KEYS
+    from pipeline.settings.config import KEYS
 
     return ", ".join(f"`{name}`" for name, key in KEYS.items() if key.later)
 
 
 def _key_rows() -> list[str]:
     """Each grid key's row start, `| name | values | default |`, in the table's order."""
-    from pipeline.config import DEFAULTS, KEYS
-    from pipeline.grid import format_value
+    from pipeline.settings.config import DEFAULTS, KEYS
+    from pipeline.settings.grid import format_value
 
     return [
         f"| `{name}` | {cell(key.check.allowed)} | `{format_value(DEFAULTS[name])}` |" for name, key in KEYS.items()

@@ -19,18 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.compare import HISTORIES, CompareOptions, build, sweep_options
-from pipeline.config import check_repeats, load_grid
+from pipeline.analysis.compare import HISTORIES, CompareOptions, build, sweep_options
 from pipeline.errors import UserError
-from pipeline.records import read_sweep
-from pipeline.report import Reporter
-from pipeline.runner import Options, run_grid
-from pipeline.store import absolute_store_uri, open_client, process_settings, resolve_tracking_uri
+from pipeline.present.report import Reporter
+from pipeline.settings.config import check_repeats, load_grid
+from pipeline.sweep.runner import Options, run_grid
+from pipeline.tracking.records import read_sweep
+from pipeline.tracking.store import absolute_store_uri, open_client, process_settings, resolve_tracking_uri
 
 if TYPE_CHECKING:
     import pandas
 
-    from pipeline.point import Outcome
+    from pipeline.execution.point import Outcome
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,18 @@ from typing import Any, get_type_hints
 
 import click
 
-from pipeline import __version__, registry, results
-from pipeline.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats, load_grid
+from pipeline import __version__
+from pipeline.base.files import check_writable
 from pipeline.errors import UserError
-from pipeline.files import check_writable
-from pipeline.grid import MAX_POINTS, SHOWN_POINTS, expand
-from pipeline.records import latest_experiment_id, read_sweep
-from pipeline.schema import schema_text
-from pipeline.server import check_port, run_mlflow, serve
-from pipeline.starter import FIRST_GRID, write_examples
-from pipeline.store import (
+from pipeline.settings.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats, load_grid
+from pipeline.settings.grid import MAX_POINTS, SHOWN_POINTS, expand
+from pipeline.settings.schema import schema_text
+from pipeline.settings.starter import FIRST_GRID, write_examples
+from pipeline.sweep import registry
+from pipeline.tracking import results
+from pipeline.tracking.records import latest_experiment_id, read_sweep
+from pipeline.tracking.server import check_port, run_mlflow, serve
+from pipeline.tracking.store import (
     RUNS_PAGE,
     UI_OPTIONS,
     TrackingUnavailable,
@@ -341,8 +343,8 @@ def run(
     130 on Ctrl-C (143 on SIGTERM, 129 on SIGHUP).
     """
     # rich (report), and pandas and numpy (runner): loaded by the commands that use them only
-    from pipeline.report import Reporter
-    from pipeline.runner import Options, run_grid
+    from pipeline.present.report import Reporter
+    from pipeline.sweep.runner import Options, run_grid
 
     spec = load_grid(grid, overrides)
     if register_name:  # refused now, not after the sweep
@@ -393,8 +395,8 @@ def train(
 ) -> None:
     """Train one run with the given settings (each the grid key of its name) and track it in MLflow."""
     # rich (report), and pandas and numpy (runner): loaded by the commands that use them only
-    from pipeline.report import Reporter
-    from pipeline.runner import Options, run_single
+    from pipeline.present.report import Reporter
+    from pipeline.sweep.runner import Options, run_single
 
     config = RunConfig(**settings)
     for key, what in WORKERLESS.items():
@@ -411,7 +413,13 @@ def train(
 @set_option
 def validate(grid: str, overrides: tuple[str, ...]) -> None:
     """Check GRID.yaml and print its expanded grid and size, without training (or importing torch)."""
-    from pipeline.report import grid_notes, grid_table, make_console, sweep_size, target_line  # rich: not for --help
+    from pipeline.present.report import (  # rich: not for --help
+        grid_notes,
+        grid_table,
+        make_console,
+        sweep_size,
+        target_line,
+    )
 
     spec = load_grid(grid, overrides)
     title = f"{spec.path}: experiment {spec.experiment!r}, {sweep_size(spec)}"
@@ -443,8 +451,8 @@ def devices(peak: bool, remeasure: bool) -> None:
     With --peak, how fast each one is at most: what every run's MFU is a share of."""
     import torch
 
-    from pipeline.device import survey
-    from pipeline.report import devices_table, make_console, print_peaks
+    from pipeline.present.report import devices_table, make_console, print_peaks
+    from pipeline.training.device import survey
 
     if remeasure and not peak:
         raise click.UsageError("--remeasure goes with --peak")
@@ -455,7 +463,7 @@ def devices(peak: bool, remeasure: bool) -> None:
         console.print(note)
     console.print(f"torch.cuda.is_available(): {torch.cuda.is_available()}")
     if peak:
-        from pipeline import peak as peaks
+        from pipeline.training import peak as peaks
 
         print_peaks(console, [peaks.find(torch.device(d.name), remeasure) for d in found if d.works])
 
@@ -465,7 +473,7 @@ def devices(peak: bool, remeasure: bool) -> None:
 @click.option("--download", is_flag=True, help="Fetch Fashion-MNIST with torchvision into ./data (needs a network).")
 def data(data_dir: str | None, download: bool) -> None:
     """Find, verify and describe the Fashion-MNIST files the pipeline would use."""
-    from pipeline import data as data_mod  # torch
+    from pipeline.training import data as data_mod  # torch
 
     if download:
         click.echo(f"downloaded into {data_mod.download(data_dir or 'data')}")
@@ -586,12 +594,13 @@ def compare(
     from dataclasses import replace
 
     # pandas (the comparison and everything that reads it) and rich: loaded by compare only
-    from pipeline import gate, view
-    from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, sweep_options
-    from pipeline.comparison_folder import publish as publish_sweep
-    from pipeline.comparison_folder import write_html, write_report
-    from pipeline.report import Reporter
-    from pipeline.tables import render, render_gate
+    from pipeline.analysis import gate
+    from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, sweep_options
+    from pipeline.present import view
+    from pipeline.present.comparison_folder import publish as publish_sweep
+    from pipeline.present.comparison_folder import write_html, write_report
+    from pipeline.present.report import Reporter
+    from pipeline.present.tables import render, render_gate
 
     if fail_if_slower is not None and baseline is None:
         raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
@@ -679,7 +688,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     if uri.startswith(("http://", "https://")):
         click.echo(f"{redact(uri)} is a tracking server: its UI is at that address")
         return
-    from pipeline import view  # pandas: not before a server's address is all there is to say
+    from pipeline.present import view  # pandas: not before a server's address is all there is to say
 
     check_port(host, port)
     client = open_client(uri, must_exist=True)
@@ -844,9 +853,9 @@ def predict(
     """Classify IMAGE_FILES (PNG/JPEG, any size, colour or grey), or measure accuracy on a
     Fashion-MNIST split when no files are given."""
     # torch (data, predict) and rich (report): loaded by predict only
-    from pipeline import data as data_mod
-    from pipeline import predict as predict_mod
-    from pipeline.report import class_accuracy_table, make_console
+    from pipeline.present.report import class_accuracy_table, make_console
+    from pipeline.tracking import predict as predict_mod
+    from pipeline.training import data as data_mod
 
     target = predict_mod.check_inputs(device, images, bool(data_dir or limit))
     batch = predict_mod.read_images(list(images)) if images else None

@@ -6,10 +6,10 @@ import os
 import sys
 import time
 
-import pipeline.train
+import pipeline.training.train
 from pipeline.cli import main
 
-real_fit = pipeline.train.fit
+real_fit = pipeline.training.train.fit
 
 
 def fit(config, *args, **kwargs):
@@ -20,5 +20,5 @@ def fit(config, *args, **kwargs):
     return real_fit(config, *args, **kwargs)
 
 
-pipeline.train.fit = fit
+pipeline.training.train.fit = fit
 sys.exit(main(sys.argv[1:], prog_name="pipeline"))

@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 
-import pipeline.point
-import pipeline.tracking
+import pipeline.execution.point
+import pipeline.tracking.tracker
 from pipeline.cli import main
 
 TARGET, AT, HOW = os.environ["END_BATCH_SIZE"], os.environ["END_AT"], os.environ["END_HOW"]
@@ -44,7 +44,7 @@ def fill(folder: str) -> None:
             pass
 
 
-real_step = pipeline.point._PointHooks.step
+real_step = pipeline.execution.point._PointHooks.step
 
 
 def step(self) -> None:
@@ -53,7 +53,7 @@ def step(self) -> None:
     real_step(self)
 
 
-real_log_network = pipeline.tracking.log_network
+real_log_network = pipeline.tracking.tracker.log_network
 
 
 def log_network(model, example, step, params):
@@ -62,6 +62,6 @@ def log_network(model, example, step, params):
     return real_log_network(model, example, step, params)
 
 
-pipeline.point._PointHooks.step = step
-pipeline.tracking.log_network = log_network
+pipeline.execution.point._PointHooks.step = step
+pipeline.tracking.tracker.log_network = log_network
 sys.exit(main(sys.argv[1:], prog_name="pipeline"))

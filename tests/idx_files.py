@@ -1,4 +1,4 @@
-"""Small IDX files of Fashion-MNIST's shape and names, made for tests: numpy and pipeline.idx only,
+"""Small IDX files of Fashion-MNIST's shape and names, made for tests: numpy and pipeline.training.idx only,
 so that the compat smoke (tests/compat/smoke.py, run in a venv without pytest) makes them too."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.idx import FILES
+from pipeline.training.idx import FILES
 
 SEEDS = {"train": 1, "test": 2}
 

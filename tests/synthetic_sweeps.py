@@ -13,7 +13,7 @@ import mlflow
 import numpy as np
 from mlflow.entities import Metric, Param, RunTag
 
-from pipeline import names
+from pipeline.base import names
 
 SETTINGS = {"lr": "0.01", "batch_size": "128", "num_workers": "0", "epochs": "4", "seed": "0", "shuffle": "true"}
 

@@ -7,7 +7,8 @@ import pandas
 import pytest
 
 from conftest import invoke
-from pipeline import api, names
+from pipeline import api
+from pipeline.base import names
 from pipeline.errors import UserError
 
 
@@ -49,7 +50,7 @@ def test_the_getting_started_block_runs_a_mapping_and_compares(tmp_path, data_di
 
 
 def test_a_mapping_is_not_changed_by_overrides():
-    from pipeline.config import load_grid
+    from pipeline.settings.config import load_grid
 
     grid = {"grid": {"batch_size": [128, 256], "device": ["cpu"]}}
     spec = load_grid(grid, ["batch_size=64", "epochs=2"])

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from catalogue import BAD_GRID_FILES, BAD_GRIDS
 from conftest import free_port, make_idx
 from idx_files import write_idx
-from pipeline import idx
 from pipeline.cli import main
-from pipeline.idx import FILES
+from pipeline.training import idx
+from pipeline.training.idx import FILES
 
 GOOD_GRID = "experiment: existing\ngrid:\n  batch_size: [256]\n  device: [cpu]\n"
 
@@ -581,13 +581,13 @@ def test_every_option_refuses_an_empty_value(command_name, param, monkeypatch):
     """`--experiment ""` (an unset shell variable) is a mistake: exit 2 naming the option, on every
     command, before anything starts."""
     import pipeline.cli
-    import pipeline.server
+    import pipeline.tracking.server
 
     def no_server(*args, **kwargs):
         raise AssertionError(f"{command_name} started a server")
 
-    # `pipeline server` starts it through pipeline.server, `pipeline ui` through the CLI's own name
-    monkeypatch.setattr(pipeline.server, "run_mlflow", no_server)
+    # `pipeline server` starts it through pipeline.tracking.server, `pipeline ui` through the CLI's own name
+    monkeypatch.setattr(pipeline.tracking.server, "run_mlflow", no_server)
     monkeypatch.setattr(pipeline.cli, "run_mlflow", no_server)
     args = [command_name, param.opts[0], ""] if isinstance(param, click.Option) else [command_name, ""]
     out = CliRunner().invoke(main, args)
@@ -697,7 +697,7 @@ def test_relog_relogs_the_good_lines_and_names_the_bad_one(tracking_uri, tmp_pat
 def test_a_server_that_stops_before_it_listens_is_reported(tmp_path, _store_template, capfd):
     """The port taken between the check and the server's own bind: MLflow's server prints its error
     and exits 0; the pipeline says, in one line, that it never listened, and exits 1."""
-    from pipeline.server import run_mlflow
+    from pipeline.tracking.server import run_mlflow
 
     shutil.copy(_store_template, tmp_path / "mlflow.db")
     with socket.socket() as taken:  # bound, not listening: the server cannot bind it, and nothing answers there

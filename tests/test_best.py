@@ -10,7 +10,8 @@ import re
 import mlflow
 
 from conftest import invoke as invoke_cli
-from pipeline import names, view
+from pipeline.base import names
+from pipeline.present import view
 
 GRID = """experiment: best
 repeats: 2

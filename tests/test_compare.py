@@ -17,17 +17,18 @@ from mlflow.entities import Metric, Param, RunTag
 from PIL import Image
 
 from conftest import isolated, new_store
-from pipeline import charts, names
+from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build
+from pipeline.base import names
 from pipeline.cli import main
-from pipeline.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build
-from pipeline.config import load_grid
-from pipeline.palette import colours
-from pipeline.records import read_sweep
-from pipeline.report import Reporter
-from pipeline.runner import Options, run_grid
-from pipeline.sentences import notes, speedup_lines
-from pipeline.tables import render
-from pipeline.timing import histories_of
+from pipeline.measures.timing import histories_of
+from pipeline.present import charts
+from pipeline.present.palette import colours
+from pipeline.present.report import Reporter
+from pipeline.present.sentences import notes, speedup_lines
+from pipeline.present.tables import render
+from pipeline.settings.config import load_grid
+from pipeline.sweep.runner import Options, run_grid
+from pipeline.tracking.records import read_sweep
 from synthetic_sweeps import Run, jittered, write_sweep
 
 GRID = "experiment: cmp\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
@@ -261,7 +262,7 @@ def test_energy_is_measured_or_absent_with_the_reason(sweep_store):
     the comparison says why; where one is (RAPL readable), every epoch has a positive energy."""
     import torch
 
-    from pipeline.energy import energy_source
+    from pipeline.training.energy import energy_source
 
     result, client, cpu = sweep_store
     comparison = build(read_sweep(client, parent_run_id=result.parent_run_id, histories=HISTORIES))
@@ -277,7 +278,7 @@ def test_energy_is_measured_or_absent_with_the_reason(sweep_store):
 def test_an_energy_counter_that_did_not_advance_is_unknown_not_free():
     """NVML's counter moves every 100 ms: on an H200 an epoch of 25 ms read 0 J or one whole step.
     Zeros average in (the mean over the steady epochs is right to one step); all zeros mean unknown."""
-    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def run(run_id, joules, batch_size):
         return RunRecord(
@@ -306,7 +307,7 @@ def test_repeats_are_one_row_with_the_median_and_iqr_of_their_steady_epochs():
     """Runs that differ only in `repeat` are one setting: n, run ids, and the epoch time's median and
     quartiles over its runs, one value each (each run's median steady epoch, never epoch 1's 99 s);
     seeds stay rows of their own."""
-    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def run(run_id, repeat, seconds, accuracy, seed="0"):
         return RunRecord(
@@ -557,8 +558,8 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
     the figures come first, and nothing is dropped."""
     from rich.console import Console
 
-    from pipeline.report import comparison_tables
-    from pipeline.tables import display_frame
+    from pipeline.present.report import comparison_tables
+    from pipeline.present.tables import display_frame
 
     _, comparison = eight
     console = Console(width=width, file=io.StringIO(), highlight=False)
@@ -597,7 +598,7 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
 def test_compare_fits_an_80_column_terminal(eight, wide):
     """The real command at COLUMNS=80: the same guarantees as above, as a user's terminal shows it, up
     to the UI's link (never wrapped, so that it can be pasted)."""
-    from pipeline.tables import display_frame
+    from pipeline.present.tables import display_frame
 
     uri, comparison = eight
     args = ["compare", "--tracking-uri", uri, *(["--wide"] if wide else [])]
@@ -635,8 +636,8 @@ def test_the_verdict_comes_first_in_plain_words(tracking_uri):
 def test_a_setting_of_one_run_shows_its_runs_figures():
     """A run that logged its summary shows it as logged; one made before (no summary metrics) shows
     what timing.summary makes of its history: the same rounding either way, in every column."""
-    from pipeline.records import RunRecord, SweepRecord
-    from pipeline.timing import summary
+    from pipeline.measures.timing import summary
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     history = {"epoch_duration_s": [2.0, 0.12345, 0.12361, 0.5], "images_per_s": [10.0, 1000.4, 1001.6, 250.0]}
     # As logged (the run's own figures, from its in-memory epochs), told apart from the history's.

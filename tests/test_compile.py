@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from conftest import invoke, make_idx
-from pipeline.config import RunConfig
-from pipeline.data import load
-from pipeline.train import Hooks, fit
+from pipeline.settings.config import RunConfig
+from pipeline.training.data import load
+from pipeline.training.train import Hooks, fit
 
 GRID = "experiment: compiled\ngrid:\n  batch_size: [100]\n  compile: [false, true]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -150,9 +150,9 @@ def test_a_compile_failure_fails_that_run_only(write_grid, small, tracking_uri, 
 
 
 def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid, monkeypatch):
-    from pipeline.config import load_grid
-    from pipeline.executors import plan
-    from pipeline.grid import expand
+    from pipeline.execution.executors import plan
+    from pipeline.settings.config import load_grid
+    from pipeline.settings.grid import expand
 
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     planned = plan(expand(load_grid(write_grid(GRID))))
@@ -164,9 +164,9 @@ def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid, mo
 
 def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged():
     """A run made before `compile` existed is the eager twin; boolean params are logged lower-case."""
-    from pipeline.compare import build
-    from pipeline.records import RunRecord, SweepRecord
-    from pipeline.tables import display_frame
+    from pipeline.analysis.compare import build
+    from pipeline.present.tables import display_frame
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def run(run_id, seconds, **params):
         return RunRecord(

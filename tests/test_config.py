@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from catalogue import BAD_GRID_FILES, BAD_GRIDS
-from pipeline.config import GridSpec, RunConfig, load_grid
 from pipeline.errors import UserError
-from pipeline.grid import check_size, config_hash, expand, grid_size, iter_points
+from pipeline.settings.config import GridSpec, RunConfig, load_grid
+from pipeline.settings.grid import check_size, config_hash, expand, grid_size, iter_points
 
 TUTORIAL = """
 experiment: fashion-devices
@@ -167,7 +167,7 @@ def test_shipped_grids_are_valid():
 
 
 def test_a_cuda_graph_point_needs_a_cuda_device():
-    from pipeline.executors import plan
+    from pipeline.execution.executors import plan
 
     spec = GridSpec(Path("g.yaml"), "g", axes=(("cuda_graph", (True, False)), ("device", ("cpu",))))
     graph, eager = plan(expand(spec))
@@ -176,7 +176,7 @@ def test_a_cuda_graph_point_needs_a_cuda_device():
 
 
 def test_a_prefetch_point_needs_a_cuda_device_and_the_host_data_path():
-    from pipeline.executors import plan
+    from pipeline.execution.executors import plan
 
     spec = GridSpec(Path("g.yaml"), "g", axes=(("prefetch", (True, False)), ("device", ("cpu",))))
     prefetch, plain = plan(expand(spec))
@@ -273,7 +273,7 @@ def test_config_takes_numpy_values_without_importing_numpy():
     import sys
 
     code = (
-        "import sys; import pipeline.config, pipeline.grid; "
+        "import sys; import pipeline.settings.config, pipeline.settings.grid; "
         "assert 'numpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -17,12 +17,13 @@ import psutil
 import pytest
 
 from conftest import children, invoke, runs_of
-from pipeline import contention, names
-from pipeline.config import RunConfig
-from pipeline.contention import CONTENDED_SHARE, Contention, CpuSample, measure
-from pipeline.executors import concurrency, concurrency_by_node
-from pipeline.grid import GridPoint
-from pipeline.point import DONE, FINISHED, Outcome
+from pipeline.base import names
+from pipeline.execution.executors import concurrency, concurrency_by_node
+from pipeline.execution.point import DONE, FINISHED, Outcome
+from pipeline.measures import contention
+from pipeline.measures.contention import CONTENDED_SHARE, Contention, CpuSample, measure
+from pipeline.settings.config import RunConfig
+from pipeline.settings.grid import GridPoint
 
 
 def test_others_share_is_the_machines_busy_time_less_our_own_over_wall_times_cores():

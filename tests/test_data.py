@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from conftest import make_idx, requires_real_data
-from pipeline import idx
-from pipeline.data import batches, load
 from pipeline.errors import UserError
-from pipeline.idx import FILES, locate
+from pipeline.training import idx
+from pipeline.training.data import batches, load
+from pipeline.training.idx import FILES, locate
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -162,7 +162,7 @@ def test_the_batch_image_grid_is_torchvisions_layout(n):
     padding of 2, at most 64 images; grey, which make_grid repeats in three equal channels."""
     from torchvision.utils import make_grid
 
-    from pipeline.data import image_grid
+    from pipeline.training.data import image_grid
 
     images = torch.randint(0, 256, (n, 1, 28, 28), dtype=torch.uint8)
     red, green, blue = make_grid(images[:64], nrow=8, padding=2, pad_value=255).numpy()
@@ -212,7 +212,7 @@ def test_a_split_of_zero_images_is_refused_at_load(tmp_path, split):
 
 
 def test_a_subset_size_of_zero_is_refused_by_the_grid():
-    from pipeline.config import load_grid
+    from pipeline.settings.config import load_grid
 
     for key in ("train_size", "test_size"):
         with pytest.raises(UserError, match=f"{key}: got 0"):

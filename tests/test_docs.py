@@ -22,7 +22,7 @@ def _page(site: Path, name: str) -> str:
 
 
 def test_the_grid_key_reference_lists_every_key_with_its_help(site):
-    from pipeline.config import KEYS
+    from pipeline.settings.config import KEYS
 
     page = _page(site, "reference/grid-keys")
     assert [name for name, key in KEYS.items() if name not in page or key.help not in page] == []
@@ -410,7 +410,7 @@ def _the_nightly_sweeps(folder: Path, text: str, line: int) -> Iterator[dict[str
     epoch), and nightly with 128 made 12% slower and no 512."""
     import numpy as np
 
-    from pipeline import names
+    from pipeline.base import names
     from synthetic_sweeps import Run, jittered, write_sweep
 
     rng = np.random.default_rng(12)

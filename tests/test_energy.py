@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline import energy
+from pipeline.training import energy
 
 
 def _package(root, name, uj, max_uj=1000_000_000):

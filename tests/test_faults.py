@@ -466,7 +466,7 @@ def test_a_results_line_that_crashed_relog_fails_alone(world, tmp_path, case):
 
     import mlflow
 
-    from pipeline import names
+    from pipeline.base import names
 
     change, code, says = RELOG_CRASHES[case]
     copy = fresh(world, tmp_path)

@@ -13,12 +13,20 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 
 from conftest import isolated, new_store
-from pipeline import names
-from pipeline.compare import CHART_HISTORIES, HISTORIES, LOAD_MEDIANS, QUALITY_MEDIANS, SPEED_MEDIANS, SUMMARY, build
-from pipeline.config import load_grid
-from pipeline.records import read_sweep
-from pipeline.report import Reporter
-from pipeline.runner import Options, run_grid
+from pipeline.analysis.compare import (
+    CHART_HISTORIES,
+    HISTORIES,
+    LOAD_MEDIANS,
+    QUALITY_MEDIANS,
+    SPEED_MEDIANS,
+    SUMMARY,
+    build,
+)
+from pipeline.base import names
+from pipeline.present.report import Reporter
+from pipeline.settings.config import load_grid
+from pipeline.sweep.runner import Options, run_grid
+from pipeline.tracking.records import read_sweep
 
 GRID = "experiment: figures\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [3]\n"
 # What an older child did not log: its summary and end figures, worked out later from its history.

@@ -1,4 +1,4 @@
-"""pipeline/files.py: unique temporaries beside their target, atomic renames, folders probed for writing."""
+"""pipeline/base/files.py: unique temporaries beside their target, atomic renames, folders probed for writing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
+from pipeline.base.files import atomic_write, check_writable, replacing
 from pipeline.errors import UserError
-from pipeline.files import atomic_write, check_writable, replacing
 
 
 def test_a_write_leaves_the_target_and_nothing_beside_it(tmp_path):

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import invoke, isolated, new_store
-from pipeline import data, flops, view
 from pipeline.model import Network
-from pipeline.tables import percent
+from pipeline.present import view
+from pipeline.present.tables import percent
+from pipeline.training import data, flops
 
 # 300 training images: batch size 64 gives 4 full batches and one of 44, 128 gives 2 and one of 44.
 GRID = """experiment: mfu

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import new_store
-from pipeline import names
+from pipeline.base import names
 from pipeline.cli import main
 from synthetic_sweeps import Run, jittered, write_sweep
 

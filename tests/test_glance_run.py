@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from conftest import children, history, invoke, isolated, new_store, runs_of
-from pipeline import names, timing
-from pipeline.data import load
+from pipeline.base import names
+from pipeline.measures import timing
+from pipeline.training.data import load
 
 GRID = "experiment: glance\ngrid:\n  lr: [0.01]\n  batch_size: [512]\n  device: [cpu]\n  epochs: [1]\n"
 SETS = ("--set", "batch_size=128,256", "--set", "epochs=2", "--set", "repeats=1")
@@ -148,7 +149,7 @@ def test_a_done_point_says_its_summary(sweep, data_dir):
 
 
 def test_the_printed_ui_command_is_the_one_pipeline_ui_runs(sweep):
-    from pipeline.store import UI_ENV, UI_OPTIONS
+    from pipeline.tracking.store import UI_ENV, UI_OPTIONS
 
     assert UI_OPTIONS == ("--workers", "1")
     assert UI_ENV == {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -161,7 +162,7 @@ def test_the_printed_ui_command_is_the_one_pipeline_ui_runs(sweep):
 def test_relog_logs_the_summary_of_a_line_without_one(tracking_uri, tmp_path):
     """A results line written before the summary and end figures existed: relog works them out from
     the epochs."""
-    from pipeline import results
+    from pipeline.tracking import results
 
     epochs = [
         {

@@ -9,10 +9,10 @@ import warnings
 import pytest
 import torch
 
-from pipeline.config import RunConfig
-from pipeline.data import load
-from pipeline.device import PeakMemory, resolve
-from pipeline.train import Hooks, _normalise, _warm_up, fit
+from pipeline.settings.config import RunConfig
+from pipeline.training.data import load
+from pipeline.training.device import PeakMemory, resolve
+from pipeline.training.train import Hooks, _normalise, _warm_up, fit
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -38,7 +38,7 @@ def test_cuda_time_buckets_fit_in_the_epoch(data_dir):
 
 def test_resume_on_cuda_continues_where_it_stopped(data_dir, tmp_path):
     """The checkpoint loads on the CPU (generator state stays a CPU ByteTensor) and the run goes on."""
-    from pipeline.point import _load_checkpoint
+    from pipeline.execution.point import _load_checkpoint
 
     path, dataset, device = tmp_path / "point.pt", load(data_dir), resolve("cuda")
 
@@ -80,7 +80,7 @@ def test_warm_up_leaves_the_model_and_streams_untouched(data_dir):
 
 def test_out_of_memory_fails_the_run_and_the_next_one_trains(data_dir):
     """After the exception is gone, the failed run's model and activations are released."""
-    from pipeline.point import _failure_reason, _free_device_memory
+    from pipeline.execution.point import _failure_reason, _free_device_memory
 
     device, dataset = resolve("cuda"), load(data_dir)
     baseline = torch.cuda.memory_allocated(device)
@@ -161,7 +161,7 @@ def test_fp16_trains_with_a_gradient_scaler(data_dir):
 
 
 def test_nvml_counts_the_energy_of_a_busy_gpu():
-    from pipeline import energy
+    from pipeline.training import energy
 
     meter = energy.EnergyMeter(torch.device("cuda", 0))
     assert meter.why_not == ""
@@ -196,7 +196,7 @@ def test_compile_on_cuda_compiles_in_the_warm_up_and_learns_like_eager(data_dir)
 def test_the_gpus_measured_peaks_are_within_2x_of_its_datasheet(tmp_path, monkeypatch):
     """`pipeline devices --peak`'s measurement on a real card: each matmul precision and the copy
     bandwidth within 2x of the datasheet's figures (no higher than them, give or take a tenth)."""
-    from pipeline import peak
+    from pipeline.training import peak
 
     monkeypatch.setenv(peak.CACHE_ENV, str(tmp_path))
     found = peak.find(resolve("cuda"))
@@ -214,8 +214,8 @@ def test_the_gpus_measured_peaks_are_within_2x_of_its_datasheet(tmp_path, monkey
 def test_a_cuda_runs_mfu_is_a_share_of_the_measured_peak(data_dir, tmp_path, monkeypatch):
     """What point._utilisation logs for a cuda run, without a tracking store: the epoch's FLOPs over
     its steady epoch, over the card's measured fp32 matmul peak, in (0, 1]."""
-    from pipeline import flops, peak
-    from pipeline.timing import steady_median
+    from pipeline.measures.timing import steady_median
+    from pipeline.training import flops, peak
 
     monkeypatch.setenv(peak.CACHE_ENV, str(tmp_path))
     dataset, device = load(data_dir), resolve("cuda")

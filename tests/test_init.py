@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, invoke
-from pipeline.starter import shipped
+from pipeline.settings.starter import shipped
 
 GRIDS = ("devices.yaml", "quickstart.yaml", "sweep.yaml")
 

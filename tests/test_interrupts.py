@@ -15,8 +15,8 @@ import pytest
 
 from conftest import children, invoke, runs_of
 from faults import running_runs
-from pipeline import names
-from pipeline.records import complete
+from pipeline.base import names
+from pipeline.tracking.records import complete
 
 GRID = "experiment: ends\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [1]\n"
 # How the process ends, and its exit code: 128 + the signal for the handled ones (SIGKILL: killed).

@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from conftest import REPO, children, invoke, runs_of
-from pipeline import names
+from pipeline.analysis.compare import CompareOptions, build
+from pipeline.base import names
 from pipeline.cli import main
-from pipeline.compare import CompareOptions, build
-from pipeline.config import DEFAULTS, KEYS, RunConfig, load_grid
 from pipeline.errors import UserError
-from pipeline.grid import config_hash, expand, format_value
-from pipeline.records import RunRecord, SweepRecord
-from pipeline.tables import display_frame
+from pipeline.present.tables import display_frame
+from pipeline.settings.config import DEFAULTS, KEYS, RunConfig, load_grid
+from pipeline.settings.grid import config_hash, expand, format_value
+from pipeline.tracking.records import RunRecord, SweepRecord
 
 # Two values of every grid key, as a grid file writes them. A key added to RunConfig needs a line
 # here (test_every_key_has_two_values_here), and then every test below covers it.
@@ -127,7 +127,7 @@ def test_runs_recorded_before_a_later_key_are_at_its_default():
 def test_every_setting_is_a_bar_of_its_own_in_the_epoch_chart():
     """Settings that differ in any key have a bar each, never averaged into one; runs that differ only
     in a key that is no twin key (where a point runs) are one setting: one row, one bar."""
-    from pipeline.charts import EPOCH_DURATION_PNG, plan
+    from pipeline.present.charts import EPOCH_DURATION_PNG, plan
 
     for key in TWO_VALUES:
         first, second = (format_value(v) for v in TWO_VALUES[key])
@@ -266,8 +266,8 @@ def test_threads_is_the_pool_a_run_trains_with_and_the_pool_comes_back(data_dir)
     found it."""
     import torch
 
-    from pipeline.data import load
-    from pipeline.train import fit
+    from pipeline.training.data import load
+    from pipeline.training.train import fit
 
     before = torch.get_num_threads()
     other = 2 if before == 1 else 1
@@ -307,16 +307,16 @@ FAKE_KEY = (
 PROBE = r"""
 import json, sys, types
 from click.testing import CliRunner
-from pipeline.charts import EPOCH_DURATION_PNG, plan
+from pipeline.present.charts import EPOCH_DURATION_PNG, plan
 from pipeline.cli import main
-from pipeline.compare import ROW_KEYS, TWIN_KEYS, CompareOptions, build
-from pipeline.tables import display_frame
-from pipeline.config import RunConfig, load_grid
+from pipeline.analysis.compare import ROW_KEYS, TWIN_KEYS, CompareOptions, build
+from pipeline.present.tables import display_frame
+from pipeline.settings.config import RunConfig, load_grid
 from pipeline.errors import UserError
-from pipeline.grid import expand, single_name
-from pipeline.records import RunRecord, SweepRecord
-from pipeline.registry import Reason, version_tags
-from pipeline.schema import grid_schema
+from pipeline.settings.grid import expand, single_name
+from pipeline.tracking.records import RunRecord, SweepRecord
+from pipeline.sweep.registry import Reason, version_tags
+from pipeline.settings.schema import grid_schema
 
 sys.path.insert(0, sys.argv[1])  # docs/, for the docs' generator
 import hooks

@@ -91,14 +91,14 @@ def test_server_down_mid_point_then_relog_then_rerun(server, tmp_path, write_gri
 def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid, data_dir, tracking_uri, monkeypatch):
     """A dropped connection while the model is logged is an outage too, not a FAILED run that loses
     the training."""
-    import pipeline.tracking
+    import pipeline.tracking.tracker
 
-    real = pipeline.tracking.log_network
+    real = pipeline.tracking.tracker.log_network
 
     def refused(*args, **kwargs):
         raise ConnectionError("Connection refused")
 
-    monkeypatch.setattr(pipeline.tracking, "log_network", refused)
+    monkeypatch.setattr(pipeline.tracking.tracker, "log_network", refused)
     args = [
         "run",
         str(write_grid("experiment: lost-model\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")),
@@ -110,7 +110,7 @@ def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid
     out = invoke(*args)
     assert out.exit_code == 1 and "UNLOGGED" in out.output and "1 not run" in out.output, out.output
 
-    monkeypatch.setattr(pipeline.tracking, "log_network", real)
+    monkeypatch.setattr(pipeline.tracking.tracker, "log_network", real)
     assert "logged 1 run(s)" in invoke("relog", "--tracking-uri", tracking_uri).output
     (run,) = [r for r in children(runs_of(tracking_uri, "lost-model")) if r.info.status == "FINISHED"]
     assert run.outputs.model_outputs and run.data.params["batch_size"] == "128"
@@ -123,9 +123,9 @@ def test_relog_after_the_orphans_were_reaped_tells_the_outage_story(tracking_uri
     parent becomes FAILED with the outage as its reason."""
     import json
 
-    from pipeline.names import TAG_KILLED_REASON
-    from pipeline.results import relog
-    from pipeline.tracking import Tracker
+    from pipeline.base.names import TAG_KILLED_REASON
+    from pipeline.tracking.results import relog
+    from pipeline.tracking.tracker import Tracker
 
     tracker = Tracker.open(tracking_uri, "reaped")
     parent = tracker.start_run("sweep", tags={"pipeline.role": "sweep"})

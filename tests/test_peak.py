@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import invoke
-from pipeline import peak
+from pipeline.training import peak
 
 # Two logical CPUs on one core (SMT) and one on another, as /proc/cpuinfo lists them.
 CPUINFO = """processor\t: 0

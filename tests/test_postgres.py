@@ -106,10 +106,12 @@ def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
     MLflow's app through its environment; the command it would become holds neither that password
     nor the store's URI, and a non-loopback --host is warned about (clear-text passwords with auth,
     open doors without). The real server creating the admin from it: pg_server's tests."""
-    import pipeline.server
+    import pipeline.tracking.server
 
     became = []
-    monkeypatch.setattr(pipeline.server, "run_mlflow", lambda args, host, port, env: became.append((args, env)) or 0)
+    monkeypatch.setattr(
+        pipeline.tracking.server, "run_mlflow", lambda args, host, port, env: became.append((args, env)) or 0
+    )
     monkeypatch.delenv("MLFLOW_AUTH_CONFIG_PATH", raising=False)  # restored after the test
     store = f"sqlite:///{tmp_path / 'store.db'}"
     out = invoke("server", "--auth", "--backend-store-uri", store, "--host", "0.0.0.0")

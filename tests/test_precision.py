@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import invoke
-from pipeline.config import RunConfig
-from pipeline.data import load
-from pipeline.train import fit
+from pipeline.settings.config import RunConfig
+from pipeline.training.data import load
+from pipeline.training.train import fit
 
 GRID = (
     "experiment: precision\n"
@@ -67,8 +67,8 @@ def test_a_precision_sweep_skips_what_the_device_cannot_and_compares_with_fp32(w
 
 def test_old_runs_count_as_fp32_twins(tmp_path):
     """A run made before the precision key existed has no precision param: it is the fp32 twin."""
-    from pipeline.compare import build
-    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.analysis.compare import build
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def run(run_id, seconds, **params):
         return RunRecord(

@@ -1,4 +1,4 @@
-"""pipeline.predict's checks before a model is loaded."""
+"""pipeline.tracking.predict's checks before a model is loaded."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from pipeline.errors import UserError
-from pipeline.predict import REMOTE_CLIENTS, check_remote_client
+from pipeline.tracking.predict import REMOTE_CLIENTS, check_remote_client
 
 
 def _installed(module: str) -> bool:

@@ -11,9 +11,9 @@ import mlflow
 import pytest
 from click.testing import CliRunner
 
+from pipeline.base.names import TAG_ERROR
 from pipeline.cli import main
 from pipeline.errors import UserError
-from pipeline.names import TAG_ERROR
 
 ray = pytest.importorskip("ray")
 
@@ -124,8 +124,8 @@ def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_gri
 
 def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_dir, tracking_uri):
     """Two nodes cannot share a local sqlite file: exit 2 at once, before any run is made."""
-    from pipeline.executors import RayExecutor
-    from pipeline.report import Reporter
+    from pipeline.execution.executors import RayExecutor
+    from pipeline.present.report import Reporter
 
     with pytest.raises(UserError, match="cannot share; start a tracking server"):
         RayExecutor(cluster.address, tracking_uri, Reporter())
@@ -171,9 +171,9 @@ def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, pg):
 def _planned(device: str, resolved=None):
     import torch
 
-    from pipeline.config import RunConfig
-    from pipeline.executors import Planned
-    from pipeline.grid import GridPoint
+    from pipeline.execution.executors import Planned
+    from pipeline.settings.config import RunConfig
+    from pipeline.settings.grid import GridPoint
 
     config = RunConfig(device=device, gpus_per_run=0.5)
     return Planned(GridPoint(1, config, device), torch.device(resolved) if resolved else None)
@@ -181,8 +181,8 @@ def _planned(device: str, resolved=None):
 
 def test_gpu_resources_follow_the_planned_device(cluster, pg):
     """auto asks for a GPU exactly when it resolves to cuda; cuda:N cannot be pinned under Ray."""
-    from pipeline.executors import RayExecutor, task_resources
-    from pipeline.report import Reporter
+    from pipeline.execution.executors import RayExecutor, task_resources
+    from pipeline.present.report import Reporter
 
     executor = RayExecutor(None, pg["uri"], Reporter())
     executor.resources = {"CPU": 4.0, "GPU": 2.0}  # as a GPU cluster reports them
@@ -198,8 +198,8 @@ def test_gpu_resources_follow_the_planned_device(cluster, pg):
 def test_a_task_asks_for_its_threads_and_its_workers():
     """A cpu point asks Ray for a CPU per torch thread it will train with (1 at torch's default,
     where the task gives torch the CPUs it got) and one per DataLoader worker."""
-    from pipeline.config import RunConfig
-    from pipeline.executors import task_resources
+    from pipeline.execution.executors import task_resources
+    from pipeline.settings.config import RunConfig
 
     for threads, workers, cpus in ((0, 0, 1), (0, 2, 3), (4, 0, 4), (4, 1, 5)):
         config = RunConfig(device="cpu", threads=threads, num_workers=workers)
@@ -214,12 +214,12 @@ def test_a_gpu_task_runs_once_per_worker(cluster, pg, data_dir):
     cpu-only cluster runs them; each point diverges at its first step, so no training is spent.)"""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from pipeline.config import RunConfig
-    from pipeline.executors import Login, RayExecutor
-    from pipeline.grid import GridPoint
-    from pipeline.names import FAILED, TAG_DEVICE, TAG_PID
-    from pipeline.point import DataRef, PointJob
-    from pipeline.report import Reporter
+    from pipeline.base.names import FAILED, TAG_DEVICE, TAG_PID
+    from pipeline.execution.executors import Login, RayExecutor
+    from pipeline.execution.point import DataRef, PointJob
+    from pipeline.present.report import Reporter
+    from pipeline.settings.config import RunConfig
+    from pipeline.settings.grid import GridPoint
 
     tasks = RayExecutor(None, pg["uri"], Reporter()).tasks()
     client = mlflow.MlflowClient(pg["uri"])
@@ -275,7 +275,7 @@ def test_the_login_handed_to_ray_tasks_never_shows_the_password(monkeypatch):
     error or log Ray might print) names the variables only."""
     import os
 
-    from pipeline.executors import Login
+    from pipeline.execution.executors import Login
 
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "alice-s3cret-password")

@@ -258,8 +258,8 @@ def test_predict_png_and_jpeg_files_from_real_test_images(tmp_path):
     training is also the full-data accuracy check: the tutorial's settings (bs 100, lr 0.01, seed 0)
     reach 0.844 after 1 epoch, 0.864 after 2, 0.867 after 3 (the first acceptance asked 0.85 of 3;
     one epoch against 0.83 keeps the suite inside its time)."""
-    from pipeline.data import load
-    from pipeline.predict import image_tensor
+    from pipeline.tracking.predict import image_tensor
+    from pipeline.training.data import load
 
     out = invoke("train", "--device", "cpu", "--batch-size", "100", "--epochs", "1", "--experiment", "real")
     assert out.exit_code == 0, out.output

@@ -16,7 +16,7 @@ import torch
 
 from conftest import children, invoke, make_idx, read_until, runs_of
 from conftest import start_pipeline as start
-from pipeline import names
+from pipeline.base import names
 
 FOUR = "experiment: four\ngrid:\n  batch_size: [32, 48, 64, 80]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -91,8 +91,8 @@ def test_kill_9_leaves_an_orphan_that_is_reaped_and_a_checkpoint_that_resumes(wr
     args = ["run", str(grid), "--data-dir", str(slow_data), "--tracking-uri", tracking_uri]
     process = start(args)
     read_until(process, "epoch 1/3")  # printed before the epoch's checkpoint is saved: wait for the file
-    from pipeline.names import CHECKPOINT_DIR
-    from pipeline.store import local_state_dir
+    from pipeline.base.names import CHECKPOINT_DIR
+    from pipeline.tracking.store import local_state_dir
 
     saved, deadline = local_state_dir(tracking_uri) / CHECKPOINT_DIR, time.monotonic() + 120
     while not list(saved.glob("*.pt")) and process.poll() is None and time.monotonic() < deadline:
@@ -127,9 +127,9 @@ def tracking_uri_dir(uri: str):
 
 def test_resumed_training_equals_uninterrupted_training(data_dir):
     """A checkpoint carries weights, optimizer moments and the shuffling order."""
-    from pipeline.config import RunConfig
-    from pipeline.data import load
-    from pipeline.train import Hooks, fit
+    from pipeline.settings.config import RunConfig
+    from pipeline.training.data import load
+    from pipeline.training.train import Hooks, fit
 
     class Keep(Hooks):
         checkpointing = True
@@ -168,7 +168,7 @@ def test_fail_fast_stops_the_grid(write_grid, data_dir, tracking_uri):
 
 
 def test_cuda_oom_is_a_failed_run_with_a_hint(write_grid, data_dir, tracking_uri, monkeypatch):
-    import pipeline.train as train_mod
+    import pipeline.training.train as train_mod
 
     real_fit = train_mod.fit
 
@@ -187,7 +187,7 @@ def test_cuda_oom_is_a_failed_run_with_a_hint(write_grid, data_dir, tracking_uri
 
 
 def test_dataloader_worker_crash_fails_the_run(write_grid, data_dir, tracking_uri, monkeypatch):
-    from pipeline import data as data_mod
+    from pipeline.training import data as data_mod
 
     real = data_mod._IndexedSplit.__getitem__
 
@@ -206,8 +206,8 @@ def test_dataloader_worker_crash_fails_the_run(write_grid, data_dir, tracking_ur
 
 
 def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_uri, monkeypatch):
-    from pipeline.store import TrackingUnavailable
-    from pipeline.tracking import Tracker
+    from pipeline.tracking.store import TrackingUnavailable
+    from pipeline.tracking.tracker import Tracker
 
     grid = write_grid("experiment: outage\ngrid:\n  batch_size: [64, 128, 256]\n  device: [cpu]\n  epochs: [2]\n")
     real = Tracker.log_epochs
@@ -277,7 +277,7 @@ def test_a_new_store_created_by_a_foreign_client_at_the_same_moment(tmp_path):
     copies (about one race in ten), the store is left half made, and no migration can go on from
     there without repairing MLflow's schema: ours then says so in one line, naming the file to delete."""
     from pipeline.errors import UserError
-    from pipeline.store import open_client
+    from pipeline.tracking.store import open_client
 
     for attempt in range(2):
         path = tmp_path / f"race{attempt}" / "mlflow.db"

@@ -12,10 +12,13 @@ from pathlib import Path
 import mlflow
 
 from conftest import children, invoke, runs_of
-from pipeline import names, rounds, sentences, stats
-from pipeline.config import GridSpec, RunConfig, load_grid
-from pipeline.grid import config_hash, expand, run_count
-from pipeline.runner import run_key
+from pipeline.analysis import rounds
+from pipeline.base import names
+from pipeline.measures import stats
+from pipeline.present import sentences
+from pipeline.settings.config import GridSpec, RunConfig, load_grid
+from pipeline.settings.grid import config_hash, expand, run_count
+from pipeline.sweep.runner import run_key
 
 GRID = "experiment: reps\nrepeats: 2\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n"
 
@@ -119,8 +122,8 @@ def test_auto_judges_each_varying_key_against_its_reference(tracking_uri):
     reference is the one the runs used ("cuda:0" for the grid's "cuda"). A clear 2x is significant."""
     import numpy as np
 
-    from pipeline.compare import build
-    from pipeline.records import read_sweep
+    from pipeline.analysis.compare import build
+    from pipeline.tracking.records import read_sweep
     from synthetic_sweeps import Run, jittered, write_sweep
 
     assert rounds.references(

@@ -11,13 +11,13 @@ import pytest
 import torch
 from rich.console import Console
 
-from pipeline import results
-from pipeline.config import load_grid
-from pipeline.executors import LocalExecutor
-from pipeline.point import FAILED, FINISHED, NOT_RUN, UNLOGGED, Outcome, PointJob
-from pipeline.report import Reporter
-from pipeline.runner import Options, run_grid
-from pipeline.train import EpochStats
+from pipeline.execution.executors import LocalExecutor
+from pipeline.execution.point import FAILED, FINISHED, NOT_RUN, UNLOGGED, Outcome, PointJob
+from pipeline.present.report import Reporter
+from pipeline.settings.config import load_grid
+from pipeline.sweep.runner import Options, run_grid
+from pipeline.tracking import results
+from pipeline.training.train import EpochStats
 
 THREE = "experiment: fake\ngrid:\n  batch_size: [16, 32, 64]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -56,7 +56,7 @@ def sweep(write_grid, data_dir, tracking_uri, fake: FakePoint, grid: str = THREE
 
 
 def results_lines(tracking_uri: str) -> list[dict]:
-    from pipeline.store import local_state_dir
+    from pipeline.tracking.store import local_state_dir
 
     path = results.path_in(local_state_dir(tracking_uri))
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -154,13 +154,13 @@ def test_checkpoint_jobs_resume_unless_rerun(write_grid, data_dir, tracking_uri,
 
 def test_an_executor_that_cannot_start_leaves_no_experiment_behind(write_grid, data_dir, tracking_uri, monkeypatch):
     """Ray (say) refusing to start is bad input: exit 2 and nothing in the store, not an empty experiment."""
-    import pipeline.runner
+    import pipeline.sweep.runner
     from pipeline.errors import UserError
 
     def refuse(*args):
         raise UserError("--ray-address ray://nowhere:10001: cannot join the Ray cluster")
 
-    monkeypatch.setattr(pipeline.runner, "open_executor", refuse)
+    monkeypatch.setattr(pipeline.sweep.runner, "open_executor", refuse)
     with pytest.raises(UserError, match="cannot join"):
         run_grid(
             load_grid(write_grid(THREE)),
@@ -177,7 +177,7 @@ def test_a_failed_point_releases_its_model_before_freeing_device_memory(
     import gc
     import weakref
 
-    import pipeline.point
+    import pipeline.execution.point
     from pipeline.model import Network
 
     models, alive_at_cleanup = [], []
@@ -186,7 +186,7 @@ def test_a_failed_point_releases_its_model_before_freeing_device_memory(
         models.append(weakref.ref(self))
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    real_free = pipeline.point._free_device_memory
+    real_free = pipeline.execution.point._free_device_memory
 
     def free(device):
         gc.collect()
@@ -194,7 +194,7 @@ def test_a_failed_point_releases_its_model_before_freeing_device_memory(
         real_free(device)
 
     monkeypatch.setattr(Network, "forward", forward_fails)
-    monkeypatch.setattr(pipeline.point, "_free_device_memory", free)
+    monkeypatch.setattr(pipeline.execution.point, "_free_device_memory", free)
     grid = write_grid("experiment: oom-free\ngrid:\n  device: [cpu]\n")
     result = run_grid(load_grid(grid), Reporter(), Options(tracking_uri=tracking_uri, data_dir=str(data_dir)))
     assert [o.status for o in result.outcomes] == [FAILED]
@@ -204,9 +204,9 @@ def test_a_failed_point_releases_its_model_before_freeing_device_memory(
 def test_a_checkpoint_loads_on_the_cpu_whatever_the_device(data_dir, tmp_path):
     """The sampler's generator state must stay a CPU ByteTensor: loaded onto a GPU (here the meta
     device stands in for one) Generator.set_state refuses it, and every retry would fail."""
-    from pipeline.data import load
-    from pipeline.point import _load_checkpoint
-    from pipeline.train import Hooks, fit
+    from pipeline.execution.point import _load_checkpoint
+    from pipeline.training.data import load
+    from pipeline.training.train import Hooks, fit
 
     path = tmp_path / "point.pt"
 
@@ -216,7 +216,7 @@ def test_a_checkpoint_loads_on_the_cpu_whatever_the_device(data_dir, tmp_path):
         def save_state(self, state):
             torch.save(state, path)
 
-    from pipeline.config import RunConfig
+    from pipeline.settings.config import RunConfig
 
     fit(RunConfig(batch_size=128, epochs=1), load(data_dir), torch.device("cpu"), Save())
     state = _load_checkpoint(path)
@@ -229,9 +229,9 @@ def test_a_checkpoint_loads_on_the_cpu_whatever_the_device(data_dir, tmp_path):
 def test_after_a_sticky_cuda_error_the_other_cuda_points_are_not_run(data_dir):
     """An illegal memory access poisons the process's CUDA context: the cuda points after it are
     NOT RUN with the reason, the cpu points go on. Out of memory is not sticky."""
-    from pipeline.config import RunConfig
-    from pipeline.grid import GridPoint
-    from pipeline.point import DataRef, cuda_context_lost
+    from pipeline.execution.point import DataRef, cuda_context_lost
+    from pipeline.settings.config import RunConfig
+    from pipeline.settings.grid import GridPoint
 
     assert cuda_context_lost(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
     assert not cuda_context_lost(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
@@ -257,7 +257,7 @@ def test_after_a_sticky_cuda_error_the_other_cuda_points_are_not_run(data_dir):
 
 
 def _store_folder(tracking_uri: str):
-    from pipeline.store import local_state_dir
+    from pipeline.tracking.store import local_state_dir
 
     return local_state_dir(tracking_uri)
 
@@ -266,8 +266,8 @@ def _store_folder(tracking_uri: str):
 def test_a_folder_the_sweep_writes_in_is_checked_before_anything_exists(write_grid, data_dir, tracking_uri, fault):
     """A checkpoint folder that is a file made every point train, then fail: refused before the
     experiment, the parent or any run exists, and no point trains."""
+    from pipeline.base.names import CHECKPOINT_DIR
     from pipeline.errors import UserError
-    from pipeline.names import CHECKPOINT_DIR
 
     if fault == "checkpoint folder a file":
         (_store_folder(tracking_uri) / CHECKPOINT_DIR).write_text("a file of the user's")
@@ -283,7 +283,7 @@ def test_a_folder_the_sweep_writes_in_is_checked_before_anything_exists(write_gr
 
 
 def test_the_checkpoint_folder_is_checked_only_with_checkpoints(write_grid, data_dir, tracking_uri):
-    from pipeline.names import CHECKPOINT_DIR
+    from pipeline.base.names import CHECKPOINT_DIR
 
     (_store_folder(tracking_uri) / CHECKPOINT_DIR).write_text("a file of the user's")
     fake = FakePoint({})
@@ -296,7 +296,7 @@ def test_free_space_refuses_a_sweep_that_clearly_cannot_fit(tracking_uri, tmp_pa
     import shutil
 
     from pipeline.errors import UserError
-    from pipeline.runner import ARTIFACT_BYTES_PER_RUN, STORE_BYTES_PER_RUN, _check_free_space
+    from pipeline.sweep.runner import ARTIFACT_BYTES_PER_RUN, STORE_BYTES_PER_RUN, _check_free_space
 
     folder = _store_folder(tracking_uri)
     free = shutil.disk_usage(folder).free

@@ -73,8 +73,8 @@ def test_a_sweep_past_one_page_compares_as_all_of_its_runs(big_sweep):
 
 @pytest.mark.slow
 def test_a_sweep_whose_children_logged_their_end_figures_is_read_without_histories(big_sweep):
-    from pipeline.compare import HISTORIES
-    from pipeline.records import read_sweep
+    from pipeline.analysis.compare import HISTORIES
+    from pipeline.tracking.records import read_sweep
 
     sweep = read_sweep(big_sweep.client, parent_run_id=big_sweep.parent_run_id, histories=HISTORIES)
     assert len(sweep.children) == BIG and all(child.histories == {} for child in sweep.children)
@@ -82,7 +82,7 @@ def test_a_sweep_whose_children_logged_their_end_figures_is_read_without_histori
 
 @pytest.mark.slow
 def test_the_resume_lookup_finds_every_finished_run_past_one_page(big_sweep):
-    from pipeline.records import finished_by_key
+    from pipeline.tracking.records import finished_by_key
 
     finished = finished_by_key(big_sweep.client, big_sweep.experiment_id)
     assert sorted(finished) == sorted(f"synthetic-{BIG}-{i}" for i in range(BIG))
@@ -92,7 +92,7 @@ def test_paging_crosses_page_boundaries_without_losing_or_repeating_runs(trackin
     """25 runs with one start time (the order's tie is broken by run id), read 10 at a time."""
     import mlflow
 
-    from pipeline.records import all_runs, every
+    from pipeline.tracking.records import all_runs, every
 
     client = mlflow.MlflowClient(tracking_uri)
     experiment_id = client.create_experiment("paging")

@@ -1,4 +1,4 @@
-"""The grid files' JSON Schema (pipeline.schema): the committed file is what the code generates, it
+"""The grid files' JSON Schema (pipeline.settings.schema): the committed file is what the code generates, it
 accepts every shipped grid, it refuses the mistakes an editor should flag, and it never refuses a
 value the grid loader accepts (probed key by key with the same values through both)."""
 
@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from conftest import invoke
-from pipeline.config import KEYS, load_grid
 from pipeline.errors import UserError
-from pipeline.schema import FILE_NAME, MODELINE, grid_schema
+from pipeline.settings.config import KEYS, load_grid
+from pipeline.settings.schema import FILE_NAME, MODELINE, grid_schema
 
 EXAMPLES = resources.files("pipeline").joinpath("examples")  # the shipped grids (package data)
 

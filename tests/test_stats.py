@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pipeline import stats
+from pipeline.measures import stats
 
 
 def _runs(seconds: float, runs: int, seed: int, spread: float = 0.03) -> list[float]:

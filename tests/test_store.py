@@ -18,10 +18,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import ErrorCode
 
 from conftest import free_port
-from pipeline import store
+from pipeline.base.names import TAG_CREATE_TOKEN, TAG_RUN_KEY
 from pipeline.errors import UserError
-from pipeline.names import TAG_CREATE_TOKEN, TAG_RUN_KEY
-from pipeline.store import redact
+from pipeline.tracking import store
+from pipeline.tracking.store import redact
 
 
 def locked_error(tmp_path: Path) -> sqlite3.OperationalError:
@@ -103,7 +103,7 @@ def test_server_answers_are_retried_by_their_code_not_their_text(code, retried):
 def test_our_limit_is_mlflows():
     from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH
 
-    from pipeline.names import MAX_EXPERIMENT_NAME_LENGTH as ours
+    from pipeline.base.names import MAX_EXPERIMENT_NAME_LENGTH as ours
 
     assert ours == MAX_EXPERIMENT_NAME_LENGTH
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import checksums, invoke
-from pipeline import names
+from pipeline.base import names
 from synthetic_sweeps import Run, jittered, write_sweep
 
 SETTING_FIGURES = {
@@ -91,7 +91,7 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
 
     # one row per setting: the view groups the runs by their setting's name, every group closed; each
     # setting's part of the verdict beside its figures
-    from pipeline import view
+    from pipeline.present import view
 
     state = view.read_envelope(
         client.get_experiment_by_name("surfaces").tags[f"mlflow.sharedViewState.sweep-{parent_id}"]
@@ -117,9 +117,9 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
         assert f"{row['steady_epoch_s']:.3f}" in parent
 
     # the PNG charts: each setting's point and bar at its figures, as the charts round them
-    from pipeline import charts
-    from pipeline.compare import CHART_HISTORIES, HISTORIES, build
-    from pipeline.records import read_sweep
+    from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, build
+    from pipeline.present import charts
+    from pipeline.tracking.records import read_sweep
 
     comparison = build(read_sweep(client, parent_run_id=parent_id, histories=HISTORIES, charted=CHART_HISTORIES))
     planned = charts.plan(comparison)
@@ -213,9 +213,9 @@ def test_compare_html_refuses_a_folder_and_the_gate(repeated, tmp_path):
 
 
 def test_a_report_of_100_settings_stays_under_3_mb():
-    from pipeline import html_report
-    from pipeline.compare import build
-    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.analysis.compare import build
+    from pipeline.present import html_report
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def name(b, lr):  # one name tries to close the report's script element
         return f"cpu bs{b} lr{lr}" + ("</script><!--<script>" if b == 32 and lr == 0.001 else "")
@@ -246,9 +246,9 @@ def test_a_report_of_100_settings_stays_under_3_mb():
 def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
     """No speed figure counts, so there is no speed chart; the accuracy per epoch still is one, and the
     page says why the speed charts are missing (the Charts heading stood empty)."""
-    from pipeline import html_report
-    from pipeline.compare import build
-    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.analysis.compare import build
+    from pipeline.present import html_report
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     runs = [
         RunRecord(
@@ -269,9 +269,9 @@ def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
 
 
 def test_the_contended_note_names_five_runs_and_counts_the_rest():
-    from pipeline.compare import build
-    from pipeline.records import RunRecord, SweepRecord
-    from pipeline.sentences import notes
+    from pipeline.analysis.compare import build
+    from pipeline.present.sentences import notes
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     runs = [
         RunRecord(
@@ -289,7 +289,7 @@ def test_the_contended_note_names_five_runs_and_counts_the_rest():
     assert note.startswith("7 of 7 runs contended") and "others took 84%" in note, note
     assert "others took 85%" not in note and "; and 2 more; --include-contended counts them" in note, note
     # Every withheld figure of the wide table reads "-", none "nan".
-    from pipeline.tables import display_frame
+    from pipeline.present.tables import display_frame
 
     wide = display_frame(comparison, compact=False, stacked=True)
     assert not [column for column in wide if wide[column].astype(str).str.contains("nan").any()], wide.T

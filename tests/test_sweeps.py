@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from conftest import children, free_port, invoke, runs_of
-from pipeline import names, store
+from pipeline.base import names
+from pipeline.tracking import store
 
 TWO = "experiment: two\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -40,9 +41,9 @@ def test_dry_run_on_a_new_store_creates_nothing(write_grid, data_dir, tmp_path):
 
 
 def test_done_rows_show_the_steady_state_epoch_time(sweep_copy):
-    from pipeline.config import load_grid
-    from pipeline.report import Reporter
-    from pipeline.runner import Options, run_grid
+    from pipeline.present.report import Reporter
+    from pipeline.settings.config import load_grid
+    from pipeline.sweep.runner import Options, run_grid
 
     spec = load_grid(sweep_copy.grid)
     result = run_grid(spec, Reporter(), Options(tracking_uri=sweep_copy.uri, data_dir=str(sweep_copy.data_dir)))
@@ -108,13 +109,13 @@ def test_compare_sorts_by_the_labels_it_shows(shared_sweep):
 def test_a_finished_point_removes_its_checkpoint_and_rerun_never_resumes(write_grid, data_dir, tracking_uri):
     """A stale checkpoint (an interrupted --checkpoint run) must not be continued by --rerun, and a
     point that finishes removes it whatever the flags."""
-    from pipeline.config import load_grid
-    from pipeline.data import load
-    from pipeline.device import hardware_name
-    from pipeline.grid import expand
-    from pipeline.runner import run_key
-    from pipeline.store import local_state_dir
-    from pipeline.train import Hooks, fit
+    from pipeline.settings.config import load_grid
+    from pipeline.settings.grid import expand
+    from pipeline.sweep.runner import run_key
+    from pipeline.tracking.store import local_state_dir
+    from pipeline.training.data import load
+    from pipeline.training.device import hardware_name
+    from pipeline.training.train import Hooks, fit
 
     grid = write_grid("experiment: stale\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [2]\n")
     config = expand(load_grid(grid))[0].config

@@ -13,9 +13,10 @@ import mlflow
 import pytest
 
 from conftest import children, history, invoke, new_store, runs_of
-from pipeline import names, results
-from pipeline.config import load_grid
-from pipeline.target import Target, parse, timing
+from pipeline.base import names
+from pipeline.measures.target import Target, parse, timing
+from pipeline.settings.config import load_grid
+from pipeline.tracking import results
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,9 @@ def test_the_wall_clock_counts_the_set_up_and_every_evaluation_and_survives_a_re
     checkpointed epochs' clock and counts on from it."""
     import torch
 
-    from pipeline import train
-    from pipeline.config import RunConfig
-    from pipeline.data import load
+    from pipeline.settings.config import RunConfig
+    from pipeline.training import train
+    from pipeline.training.data import load
 
     evaluations: list[float] = []
     evaluate = train.evaluate
@@ -161,7 +162,7 @@ def test_time_to_target_and_stop_at_target_end_to_end(write_grid, data_dir, trac
     assert stopped.data.tags[names.TAG_RUN_KEY] != missed.data.tags[names.TAG_RUN_KEY]
 
     # The results file keeps them for relog; relogged into another store, they come back.
-    from pipeline.store import local_state_dir
+    from pipeline.tracking.store import local_state_dir
 
     lines = [json.loads(line) for line in results.path_in(local_state_dir(tracking_uri)).read_text().splitlines()]
     (line,) = [entry for entry in lines if entry["run_id"] == stopped.info.run_id]

@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from conftest import children_of
-from pipeline import names, point, store
-from pipeline.config import load_grid
+from pipeline.base import names
 from pipeline.errors import UserError
-from pipeline.report import Reporter
-from pipeline.runner import Options, run_grid, run_single
+from pipeline.execution import point
+from pipeline.present.report import Reporter
+from pipeline.settings.config import load_grid
+from pipeline.sweep.runner import Options, run_grid, run_single
+from pipeline.tracking import store
 
 GRID = """
 experiment: sweep-test
@@ -126,7 +128,7 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
 ):
     """A run whose model cannot be saved (FAILED), or one interrupted (KILLED), still records its
     one-off costs, their tags and every epoch it finished, once each."""
-    import pipeline.tracking
+    import pipeline.tracking.tracker
 
     grid = write_grid("experiment: ends\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [2]\n")
     if stop == "model fails":
@@ -151,13 +153,13 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
 
         monkeypatch.setattr(Reporter, "epoch_end", interrupted)
     else:
-        real_log = pipeline.tracking.log_network
+        real_log = pipeline.tracking.tracker.log_network
 
         def held(*args, **kwargs):
             real_log(*args, **kwargs)
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(pipeline.tracking, "log_network", held)
+        monkeypatch.setattr(pipeline.tracking.tracker, "log_network", held)
     options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir), rerun=True)
     if stop == "model fails":
         (outcome,) = run_grid(load_grid(grid), Reporter(), options).outcomes
@@ -185,7 +187,7 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
 
 
 def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, tracking_uri, monkeypatch):
-    import pipeline.train as train_mod
+    import pipeline.training.train as train_mod
 
     real_fit = train_mod.fit
 
@@ -212,7 +214,7 @@ def test_failed_point_is_marked_and_the_grid_goes_on(write_grid, data_dir, track
 
 
 def test_interrupt_marks_child_and_parent_killed(write_grid, data_dir, tracking_uri, monkeypatch):
-    import pipeline.train as train_mod
+    import pipeline.training.train as train_mod
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -297,7 +299,7 @@ def test_single_run_adopts_the_mlflow_run_project_run(data_dir, tracking_uri, mo
     project_run = client.create_run(experiment_id)
     client.log_param(project_run.info.run_id, "lr", "0.010")  # as `mlflow run -P lr=0.010` would
     monkeypatch.setenv("MLFLOW_RUN_ID", project_run.info.run_id)
-    from pipeline.config import RunConfig
+    from pipeline.settings.config import RunConfig
 
     result = run_single(
         RunConfig(lr=0.01, batch_size=128, device="cpu"),
@@ -350,9 +352,9 @@ def test_ui_hint_points_at_the_training_runs_page(tmp_path):
 
 
 def test_outcome_statistics():
-    from pipeline.config import RunConfig
-    from pipeline.grid import GridPoint
-    from pipeline.train import EpochStats
+    from pipeline.settings.config import RunConfig
+    from pipeline.settings.grid import GridPoint
+    from pipeline.training.train import EpochStats
 
     epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i * i), 10) for i in (1, 2, 3)]
     outcome = point.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
@@ -367,7 +369,7 @@ def test_logged_model_loads_where_pipeline_is_not_installed(data_dir, tracking_u
     import sys
 
     from conftest import REPO
-    from pipeline.config import RunConfig
+    from pipeline.settings.config import RunConfig
 
     result = run_single(
         RunConfig(batch_size=256, device="cpu"),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.config import RunConfig
-from pipeline.data import PinnedPrefetch, batches, load
-from pipeline.device import DeviceUnavailable, resolve
-from pipeline.train import Diverged, Hooks, evaluate, fit
+from pipeline.settings.config import RunConfig
+from pipeline.training.data import PinnedPrefetch, batches, load
+from pipeline.training.device import DeviceUnavailable, resolve
+from pipeline.training.train import Diverged, Hooks, evaluate, fit
 
 
 class Recorder(Hooks):
@@ -78,7 +78,7 @@ def test_cuda_runs_record_their_arithmetic(monkeypatch):
     """TF32 convolutions, cuDNN's choices and the physical GPU are tags of every cuda run."""
     from types import SimpleNamespace
 
-    from pipeline.device import arithmetic_tags
+    from pipeline.training.device import arithmetic_tags
 
     assert arithmetic_tags(torch.device("cpu")) == {}
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(uuid="GPU-1234"))
@@ -113,7 +113,7 @@ def test_the_clock_charges_waiting_to_data_and_work_to_compute(data_dir, monkeyp
     anything else."""
     import time
 
-    from pipeline import train
+    from pipeline.training import train
 
     real_batches, real_loss = train.batches, train.F.cross_entropy
     config, dataset, delay = RunConfig(batch_size=128, epochs=1), load(data_dir), 0.1
@@ -137,7 +137,7 @@ def test_the_clock_charges_waiting_to_data_and_work_to_compute(data_dir, monkeyp
 
 def test_warm_up_is_untimed_and_changes_nothing(data_dir, monkeypatch):
     """The warm-up runs on a copy: the same seed gives bit-identical results with or without it."""
-    from pipeline import train
+    from pipeline.training import train
 
     config, dataset = RunConfig(batch_size=128, epochs=2, seed=3), load(data_dir)
     warmed = fit(config, dataset, torch.device("cpu"))
@@ -149,7 +149,7 @@ def test_warm_up_is_untimed_and_changes_nothing(data_dir, monkeypatch):
 
 
 def test_peak_memory_on_the_cpu_is_the_footprint_of_the_pass():
-    from pipeline.device import PeakMemory
+    from pipeline.training.device import PeakMemory
 
     memory = PeakMemory(torch.device("cpu"))
     memory.start()
@@ -187,7 +187,7 @@ def _ops(function, *args, device="cpu"):
 def test_normalising_is_one_division_with_the_same_numbers():
     """One aten::div from uint8 to float32 (on CUDA the cast happens inside that one kernel; on the
     CPU aten casts first), not a float() copy followed by an in-place div_."""
-    from pipeline.train import _normalise
+    from pipeline.training.train import _normalise
 
     images = torch.randint(0, 256, (8, 1, 28, 28), dtype=torch.uint8)
     out, ops = _ops(_normalise, images)
@@ -198,7 +198,7 @@ def test_normalising_is_one_division_with_the_same_numbers():
 
 def test_cuda_uses_fused_adam_and_the_cpu_does_not():
     from pipeline.model import Network
-    from pipeline.train import make_optimizer as make
+    from pipeline.training.train import make_optimizer as make
 
     model = Network()
     assert make(model.parameters(), RunConfig(), torch.device("cuda")).defaults["fused"] is True

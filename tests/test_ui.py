@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port, invoke, isolated, service_output, start_service, stop_service, wait_for
-from pipeline import view
+from pipeline.present import view
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NO_BROWSER = "needs Debian's chromium: sudo apt-get install chromium (make test installs it when run as root)"

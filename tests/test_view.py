@@ -9,7 +9,7 @@ import mlflow
 import pytest
 
 from conftest import Sweep, checksums, invoke, isolated, new_store
-from pipeline import view
+from pipeline.present import view
 
 GRID = "experiment: ui\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -209,8 +209,8 @@ def test_envelope_round_trip_and_size():
 def test_point_names_are_short_and_lead_with_what_varies(axes, expected):
     from pathlib import Path
 
-    from pipeline.config import GridSpec
-    from pipeline.grid import expand
+    from pipeline.settings.config import GridSpec
+    from pipeline.settings.grid import expand
 
     names = [p.name for p in expand(GridSpec(Path("g.yaml"), "g", axes=axes))]
     assert names[: len(expected)] == expected
@@ -261,8 +261,8 @@ def test_an_unverified_mlflow_gets_the_filtered_link_and_a_note_and_publish_writ
 def test_the_parent_description_carries_speedup_intervals_and_the_not_significant_label():
     """The parent run's description says each speedup as the comparison does: its 95% interval in
     words, (n.s.) where the interval includes no difference, and the summary lines under the table."""
-    from pipeline.compare import build
-    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.analysis.compare import build
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def run(run_id, device, batch_size, seconds):
         return RunRecord(
@@ -300,8 +300,8 @@ def test_markdown_text_shows_our_words_as_written():
 def test_settings_that_share_a_label_get_names_of_their_own():
     """Rows on two kinds of hardware share a label ("cpu bs64"); the view folds runs by name, so each
     row's name says what tells it apart."""
-    from pipeline.compare import build
-    from pipeline.records import RunRecord, SweepRecord
+    from pipeline.analysis.compare import build
+    from pipeline.tracking.records import RunRecord, SweepRecord
 
     runs = [
         RunRecord(

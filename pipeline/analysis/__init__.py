@@ -1,0 +1,3 @@
+"""Judging a sweep, as data: the comparison of its settings (`compare`), the gate that passes or fails
+a candidate against a baseline, and the repeat rounds of `repeats: auto`. Renders nothing.
+"""

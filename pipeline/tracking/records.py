@@ -1,0 +1,225 @@
+"""What a store holds, read back as plain data: a sweep and its runs, and the runs already done.
+
+`compare`, `report` and the runner work on these records, so they need no MLflow types of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pipeline.base.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
+from pipeline.errors import UserError
+from pipeline.measures.timing import has_end_figures
+from pipeline.tracking.store import first_line, redact
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+# Runs per store read. MLflow's search calls return one page (search_runs: 1000 by default, 50000 at
+# most) and a token for the next; every read here follows the tokens to the end (`every`).
+PAGE_SIZE = 1000
+NAMES_SHOWN = 20  # experiment names an error message lists; it counts the rest
+
+
+def every(search: Callable[..., Any], *args: Any, page_size: int = PAGE_SIZE, **kwargs: Any) -> Iterator[Any]:
+    """Each result of one of MLflow's paged searches (`client.search_runs`, `search_experiments`,
+    `search_model_versions`, ...), page after page until the store returns no next-page token: a
+    read of many runs never stops silently at the first page."""
+    token = None
+    while True:
+        page = search(*args, max_results=page_size, page_token=token, **kwargs)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def all_runs(
+    client,
+    experiment_ids: list[str],
+    filter_string: str = "",
+    order_by: list[str] | None = None,
+    page_size: int = PAGE_SIZE,
+) -> list:
+    """Every run of `experiment_ids` that matches `filter_string`, in `order_by`'s order: all pages."""
+    return list(every(client.search_runs, experiment_ids, filter_string, order_by=order_by, page_size=page_size))
+
+
+@dataclass
+class RunRecord:
+    """A finished run as plain data."""
+
+    run_id: str
+    name: str
+    params: dict[str, str]
+    metrics: dict[str, float]  # last values
+    tags: dict[str, str]
+    histories: dict[str, list[float]] = field(default_factory=dict)  # per-epoch values, step order
+
+
+@dataclass
+class SweepRecord:
+    run_id: str
+    name: str
+    experiment_id: str
+    experiment_name: str
+    children: list[RunRecord]
+
+
+def record(
+    client,
+    run,
+    histories: tuple[str, ...] = (),
+    known: dict[str, list[float]] | None = None,
+    charted: tuple[str, ...] = (),
+) -> RunRecord:
+    """One MLflow run as a RunRecord, with per-epoch histories: of each metric in `charted` (what a
+    chart draws), and of each in `histories` only where the run did not log its end figures
+    (timing.has_end_figures: a run made before children logged them, whose figures are worked out
+    from these). Each is read from the store, or taken from `known` (what this process logged, see
+    timing.histories_of)."""
+    result = RunRecord(
+        run.info.run_id, run.info.run_name, dict(run.data.params), dict(run.data.metrics), dict(run.data.tags)
+    )
+    wanted = charted if has_end_figures(result.metrics) else (*charted, *(h for h in histories if h not in charted))
+    for name in wanted:
+        if known is not None and name in known:
+            result.histories[name] = known[name]
+            continue
+        if name not in result.metrics:  # never logged (energy on most CPUs): its history is empty, no read
+            result.histories[name] = []
+            continue
+        # One read per run and metric: MLflow 3.17's client has no public bulk history read.
+        steps = client.get_metric_history(run.info.run_id, name)
+        result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
+    return result
+
+
+def finished_by_key(client, experiment_id: str | None) -> dict[str, Run]:
+    """Complete runs of an experiment by run key (the newest per key): FINISHED with their summary and
+    model logged (`complete`); none when the experiment does not exist yet."""
+    if experiment_id is None:
+        return {}
+    runs = all_runs(
+        client,
+        [experiment_id],
+        f"tags.`{TAG_RUN_KEY}` LIKE '%' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time ASC"],
+    )
+    return {run.data.tags[TAG_RUN_KEY]: run for run in runs if complete(run)}  # oldest first: the newest per key stays
+
+
+def complete(run) -> bool:
+    """Whether a FINISHED run is done: it carries the completion tag, set once its summary and model
+    were logged, or (a run written before that tag) it has a logged model. A run that ended in
+    between (MLflow's FINISHED before the model) is trained again."""
+    if run.data.tags.get(TAG_COMPLETE) == "true":
+        return True
+    return bool(run.outputs and run.outputs.model_outputs)
+
+
+def experiment_id_of(client, name: str) -> str | None:
+    """The id of a live experiment, or None when there is none by that name (nothing is created)."""
+    found = client.get_experiment_by_name(name)
+    return found.experiment_id if found is not None and found.lifecycle_stage != "deleted" else None
+
+
+def deleted_experiment(uri: str, name: str, experiment_id: str) -> UserError:
+    """The error for an experiment that was deleted (client.delete_experiment, the UI's delete): its
+    runs are hidden, not gone, so say how to restore it rather than to run a grid first."""
+    return UserError(
+        f"experiment {name!r} (id {experiment_id}) is deleted in {redact(uri)}; restore it with "
+        f"`MLFLOW_TRACKING_URI={redact(uri)} mlflow experiments restore --experiment-id {experiment_id}`,"
+        " or use another experiment name"
+    )
+
+
+def sweep_parent(client, run_id: str, option: str = "--parent-run"):
+    """The run `run_id`, which should be a sweep's parent run; UserError naming the sweep when it is
+    one of a sweep's grid points (a child run), with the id to pass to `option` instead."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    run = client.get_run(run_id)
+    parent_id = run.data.tags.get(MLFLOW_PARENT_RUN_ID)
+    if parent_id and run.data.tags.get(TAG_ROLE) != "sweep":
+        try:
+            name = repr(client.get_run(parent_id).info.run_name) + " "
+        except MlflowException:  # the parent was deleted for good: its id is still the one to name
+            name = ""
+        raise UserError(f"run {run_id} is a grid point of sweep {name}({parent_id}); pass {option} {parent_id}")
+    return run
+
+
+def read_sweep(
+    client,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
+    histories: tuple[str, ...] = (),
+    known: dict[str, dict[str, list[float]]] | None = None,
+    charted: tuple[str, ...] = (),
+    option: str = "--parent-run",
+) -> SweepRecord:
+    """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
+
+    The children come from paged searches, each with the last value of every metric: the figures a
+    child logged at its end. Per-epoch histories cost one read per run and metric, so they are read
+    only as `record` says: `charted` for every child, `histories` for a child without end figures.
+    `known`: histories by run id that the caller logged itself, not read back (a sweep's own runs).
+
+    Raises UserError when there is nothing to read, when `parent_run_id` is a grid point (naming its
+    sweep, and `option` as the way to pass it) and when the sweep's experiment is deleted.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    try:
+        parent = sweep_parent(client, parent_run_id, option) if parent_run_id else latest_sweep(client, experiment)
+        found = client.get_experiment(parent.info.experiment_id)
+        if found.lifecycle_stage == "deleted":
+            raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
+        runs = all_runs(
+            client,
+            [parent.info.experiment_id],
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time ASC"],
+        )
+        children = [record(client, run, histories, (known or {}).get(run.info.run_id), charted) for run in runs]
+        experiment_name = found.name
+    except MlflowException as exc:
+        raise UserError(f"{redact(client.tracking_uri)}: {first_line(exc)}") from None
+    return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
+
+
+def latest_sweep(client, experiment: str | None):
+    if experiment:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            names = [e.name for e in every(client.search_experiments)]
+            more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+            raise UserError(
+                f"no experiment {experiment!r} in {redact(client.tracking_uri)}; "
+                f"experiments there: {', '.join(names[:NAMES_SHOWN]) or 'none'}{more}"
+            )
+        if found.lifecycle_stage == "deleted":
+            raise deleted_experiment(client.tracking_uri, found.name, found.experiment_id)
+        experiment_ids = [found.experiment_id]
+    else:
+        experiment_ids = [e.experiment_id for e in every(client.search_experiments)]
+    sweeps = client.search_runs(
+        experiment_ids, f"tags.{TAG_ROLE} = 'sweep'", order_by=["attributes.start_time DESC"], max_results=1
+    )
+    if not sweeps:
+        where = f"experiment {experiment!r}" if experiment else redact(client.tracking_uri)
+        raise UserError(f"no sweep (a `pipeline run` parent run) in {where}; run a grid first")
+    return sweeps[0]
+
+
+def latest_experiment_id(client) -> str | None:
+    """The experiment of the store's latest sweep, or None when it holds none yet."""
+    try:
+        return latest_sweep(client, None).info.experiment_id
+    except UserError:
+        return None

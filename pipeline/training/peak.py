@@ -1,0 +1,389 @@
+"""What a device can do at most, measured: the FLOP/s of a large matrix multiplication at each
+precision it supports, and the bytes per second of a large memory copy. The figure a run's `mfu`
+(model FLOPs utilisation) divides by, and what `pipeline devices --peak` prints beside the vendor's
+nominal figures (or, for a CPU, an estimate from its clock and vector width).
+
+Measuring takes a few seconds, so a result is cached per host and hardware in a JSON file
+(`cache_file`): keyed by the host name, the hardware's name, the torch version and, on a CPU, the
+torch threads the matrix multiplication ran on (all logical CPUs unless OMP_NUM_THREADS, taskset or
+a Ray task gave torch fewer). A later run on the same key reuses it; `pipeline devices --peak
+--remeasure` measures again.
+
+A measured peak is a best case of torch's own kernels on square matrices: the vendor's figure is the
+hardware's, which torch reaches only on the largest shapes, and on a busy machine the measurement
+is low (it takes the fastest of several calls to see past short interruptions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.base.files import atomic_write
+
+if TYPE_CHECKING:
+    import torch
+
+CACHE_ENV = "PIPELINE_CACHE_DIR"  # a folder for the pipeline's cache files (peaks.json)
+CACHE_NAME = "peaks.json"
+FORMAT = 1  # the cache file's format; a file of another format is measured over, not read
+TERA = 1e12
+# (cache file, key) measured again in this process because a run was faster than it: once is enough.
+_REMEASURED: set[tuple[Path, str]] = set()
+
+# One call of the matrix multiplication should take at least this long, so that the time is the
+# kernel's and not the launch's or the timer's (_matmul); no longer than LONGEST_CALL_S to find a faster size.
+CALL_S = 0.05
+LONGEST_CALL_S = 0.25
+BUDGET_S = 0.3  # then calls are repeated for about this long (at least MIN_CALLS): the fastest counts
+MIN_CALLS = 3
+MAX_SIDE = {"cpu": 2048, "cuda": 16384, "mps": 8192}
+COPY_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30, "mps": 256 * 2**20}
+
+
+@dataclass(frozen=True)
+class Nominal:
+    """A vendor's datasheet figures for one device (dense arithmetic, no sparsity), or an estimate."""
+
+    label: str  # what the figures are for, e.g. "NVIDIA H200 SXM (datasheet)"
+    matmul: dict[str, float]  # precision -> FLOP/s
+    copy_bytes_per_s: float | None  # memory bandwidth, bytes/s
+    estimate: bool = False  # worked out here (a CPU), not a vendor's figure
+
+
+# Vendors' nominal peaks, dense (the datasheets' "with sparsity" figures halved), fp32 without TF32.
+# First match wins: a more specific name comes before a shorter one.
+_NVIDIA = (
+    # https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: FP32 67 TF, BF16/FP16 1,979 TF sparse, 4.8 TB/s)
+    ("H200", Nominal("NVIDIA H200 SXM (datasheet)", {"fp32": 67e12, "bf16": 989.5e12, "fp16": 989.5e12}, 4.8e12)),
+    # https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe: FP32 51 TF, BF16/FP16 1,513 TF sparse, 2 TB/s)
+    ("H100 PCIe", Nominal("NVIDIA H100 PCIe (datasheet)", {"fp32": 51e12, "bf16": 756.5e12, "fp16": 756.5e12}, 2.0e12)),
+    # same page (H100 SXM: FP32 67 TF, BF16/FP16 1,979 TF sparse, 3.35 TB/s)
+    ("H100", Nominal("NVIDIA H100 SXM (datasheet)", {"fp32": 67e12, "bf16": 989.5e12, "fp16": 989.5e12}, 3.35e12)),
+    # https://www.nvidia.com/en-us/data-center/a100/ (FP32 19.5 TF, BF16/FP16 312 TF dense; 80GB SXM 2,039 GB/s)
+    ("A100", Nominal("NVIDIA A100 80GB SXM (datasheet)", {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12}, 2.039e12)),
+    # https://www.nvidia.com/en-us/data-center/l4/ (FP32 30.3 TF, BF16/FP16 242 TF sparse, 300 GB/s)
+    ("L4", Nominal("NVIDIA L4 (datasheet)", {"fp32": 30.3e12, "bf16": 121e12, "fp16": 121e12}, 300e9)),
+    # https://www.nvidia.com/en-us/data-center/tesla-t4/ (FP32 8.1 TF, FP16 mixed 65 TF, 320 GB/s; no bf16)
+    ("T4", Nominal("NVIDIA T4 (datasheet)", {"fp32": 8.1e12, "fp16": 65e12}, 320e9)),
+    # https://www.nvidia.com/en-us/data-center/v100/ (SXM2: FP32 15.7 TF, tensor 125 TF, 900 GB/s; no bf16)
+    ("V100", Nominal("NVIDIA V100 SXM2 (datasheet)", {"fp32": 15.7e12, "fp16": 125e12}, 900e9)),
+)
+
+# fp32 FLOPs per cycle per core: 2 FMA units x lanes x 2 (a fused multiply-add is two FLOPs).
+# AVX-512 parts with a single FMA unit reach half the first figure.
+_FP32_PER_CYCLE = (("avx512f", 64), ("avx2", 32), ("avx", 16), ("sse2", 8))
+# bf16 FLOPs per cycle per core where the CPU has bf16 arithmetic: AMX's tile unit (1,024 per cycle,
+# Intel's figure), AVX512_BF16's dot products (twice fp32's). Without either, bf16 is emulated: no estimate.
+_BF16_PER_CYCLE = (("amx_bf16", 1024), ("avx512_bf16", 128))
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One device's measured peaks."""
+
+    device: str  # "cpu", "cuda:0"
+    hardware: str  # CPU model or GPU name
+    host: str
+    torch_version: str
+    threads: int | None  # CPU: torch's threads during the matrix multiplication
+    matmul: dict[str, float]  # precision -> FLOP/s, the fastest call of a square matrix multiplication
+    matmul_side: dict[str, int]  # precision -> the matrices' side it was measured at
+    copy_bytes_per_s: float  # a large copy: bytes read plus bytes written per second
+    measured_at: str  # ISO 8601, UTC
+    seconds: float  # how long measuring took
+
+    @property
+    def key(self) -> str:
+        return cache_key(self.host, self.hardware, self.torch_version, self.threads)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A device's peak and where it came from."""
+
+    peak: Peak
+    reused: bool  # read from the cache file, not measured now
+    cache: Path
+    cache_error: str = ""  # why the cache file could not be written ('' when it was, or was not needed)
+
+
+@dataclass(frozen=True)
+class Share:
+    """A run's share of its device's measured matmul peak at its precision."""
+
+    mfu: float | None  # achieved / peak, in (0, 1]; None where it cannot be told (note says why)
+    peak_flops: float | None  # the peak it divides by
+    note: str  # where the peak came from, or why there is no mfu
+
+
+def cache_file() -> Path:
+    """Where measured peaks are kept: $PIPELINE_CACHE_DIR/peaks.json, else the user's cache folder
+    ($XDG_CACHE_HOME, default ~/.cache) under pipeline/."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen:
+        return Path(chosen) / CACHE_NAME
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pipeline" / CACHE_NAME
+
+
+def cache_key(host: str, hardware: str, torch_version: str, threads: int | None) -> str:
+    parts = [host, hardware, f"torch {torch_version}"]
+    if threads is not None:
+        parts.append(f"{threads} threads")
+    return " | ".join(parts)
+
+
+def identity(device: torch.device) -> tuple[str, str, str, int | None]:
+    """What a peak is cached by: host name, hardware name, torch version, and torch's threads on a CPU."""
+    import torch
+
+    from pipeline.training.device import hardware_name
+
+    threads = torch.get_num_threads() if device.type == "cpu" else None
+    return socket.gethostname(), hardware_name(device), torch.__version__, threads
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The cache file's peaks by key; {} when there is none, it cannot be read or it is another format."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(content, dict) or content.get("format") != FORMAT or not isinstance(content.get("peaks"), dict):
+        return {}
+    peaks: dict[str, Any] = content["peaks"]
+    return peaks
+
+
+def cached(device: torch.device) -> Peak | None:
+    """The cached peak of `device` on this host, hardware, torch version (and CPU threads), if any."""
+    entry = _read(cache_file()).get(cache_key(*identity(device)))
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return Peak(**{**entry, "device": str(device)})
+    except TypeError:  # an entry written by another version of this module
+        return None
+
+
+def _store(peak: Peak) -> str:
+    """Add `peak` to the cache file (atomically: a reader never sees half a file); '' or why not."""
+    path = cache_file()
+    peaks = _read(path)
+    peaks[peak.key] = asdict(peak)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps({"format": FORMAT, "peaks": peaks}, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        return f"could not write {path}: {exc.strerror or exc}"
+    return ""
+
+
+def find(device: torch.device, remeasure: bool = False) -> Found:
+    """`device`'s peak: the cached one, else (or with `remeasure`) measured now and cached."""
+    if not remeasure and (peak := cached(device)) is not None:
+        return Found(peak, reused=True, cache=cache_file())
+    peak = measure(device)
+    return Found(peak, reused=False, cache=cache_file(), cache_error=_store(peak))
+
+
+def precisions(device: torch.device) -> list[str]:
+    """The precisions measured on `device`: fp32 everywhere, bf16 where the device has it (on a CPU
+    without bf16 arithmetic torch emulates it, slowly: measured all the same, it is what a bf16 run
+    there gets), fp16 on GPUs (the pipeline trains fp16 on GPUs only)."""
+    import torch
+
+    if device.type == "cuda":
+        return ["fp32", *(["bf16"] if torch.cuda.is_bf16_supported() else []), "fp16"]
+    if device.type == "mps":
+        return ["fp32", "fp16"]
+    return ["fp32", "bf16"]
+
+
+def _sync(device: torch.device) -> Callable[[], None]:
+    import torch
+
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    if device.type == "mps":
+        return lambda: torch.mps.synchronize()
+    return lambda: None
+
+
+def _fastest(call: Callable[[], object], sync: Callable[[], None]) -> float:
+    """The shortest time of `call` over at least MIN_CALLS calls and about BUDGET_S seconds."""
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < MIN_CALLS or time.perf_counter() - started < BUDGET_S:
+        before = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - before)
+    return min(times)
+
+
+def _matmul(device: torch.device, precision: str) -> tuple[float, int]:
+    """FLOP/s of the fastest square matrix multiplication at `precision`, and the side it took. The
+    side doubles from 256 while one call takes under CALL_S, or while doubling still raised the rate
+    by a tenth and a call takes under LONGEST_CALL_S (up to MAX_SIDE): a slow precision (bf16
+    emulated on a CPU, as fast at 256 as at 1024) stays short, and a fast device gets matrices big
+    enough to fill it."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    sync, side, largest = _sync(device), 256, MAX_SIDE.get(device.type, 4096)
+    rate = 0.0
+    while True:  # made on the device: a 16384-square matrix drawn on a CPU would take seconds
+        a = torch.randn(side, side, device=device, dtype=dtype)
+        b = torch.randn(side, side, device=device, dtype=dtype)
+        out = torch.empty(side, side, device=device, dtype=dtype)
+        torch.mm(a, b, out=out)  # the first call pays for choosing and loading the kernel
+        sync()
+        before = time.perf_counter()
+        torch.mm(a, b, out=out)
+        sync()
+        seconds = time.perf_counter() - before
+        rate, previous = 2 * side**3 / seconds, rate
+        rising = previous > 0 and rate > 1.1 * previous and seconds < LONGEST_CALL_S
+        if side >= largest or (seconds >= CALL_S and not rising):
+            break
+        side *= 2
+    seconds = _fastest(lambda: torch.mm(a, b, out=out), sync)
+    return 2 * side**3 / seconds, side
+
+
+def _copy(device: torch.device) -> float:
+    """Bytes per second of the fastest copy of a large buffer on `device`, read and write counted."""
+    import torch
+
+    size = COPY_BYTES.get(device.type, 64 * 2**20)
+    source = torch.ones(size, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    sync = _sync(device)
+    target.copy_(source)
+    sync()
+    return 2 * size / _fastest(lambda: target.copy_(source), sync)
+
+
+def measure(device: torch.device) -> Peak:
+    """Measure `device`'s peaks now: a matrix multiplication at each of its precisions, and a copy."""
+    import torch
+
+    host, hardware, version, threads = identity(device)
+    started = time.perf_counter()
+    matmul, sides = {}, {}
+    with torch.no_grad():
+        for precision in precisions(device):
+            matmul[precision], sides[precision] = _matmul(device, precision)
+        copy = _copy(device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the measurement's buffers are no run's
+    return Peak(
+        device=str(device),
+        hardware=hardware,
+        host=host,
+        torch_version=version,
+        threads=threads,
+        matmul=matmul,
+        matmul_side=sides,
+        copy_bytes_per_s=copy,
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        seconds=round(time.perf_counter() - started, 2),
+    )
+
+
+def nominal(hardware: str) -> Nominal | None:
+    """The vendor's datasheet figures for a GPU this module knows by name, else None."""
+    for name, figures in _NVIDIA:
+        if name in hardware:
+            return figures
+    return None
+
+
+def cpu_estimate(threads: int, cpuinfo: str | None = None) -> Nominal | None:
+    """An estimate of a CPU's peak on `threads` threads (at most its physical cores): clock x cores x
+    FLOPs per cycle from its vector width (_FP32_PER_CYCLE, _BF16_PER_CYCLE), read from /proc/cpuinfo
+    (or `cpuinfo`); None where it lacks the clock or the flags. The clock is the "cpu MHz" it reports,
+    which may be below the turbo clock the cores reach: an estimate, labelled as one."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    fields = _cpuinfo_fields(cpuinfo)
+    if not fields["mhz"] or not fields["flags"]:
+        return None
+    hz = max(fields["mhz"]) * 1e6
+    cores = min(threads, fields["cores"] or threads)
+    flags = fields["flags"]
+    fp32 = next((per for flag, per in _FP32_PER_CYCLE if flag in flags), None)
+    if fp32 is None:
+        return None
+    width = next(flag for flag, per in _FP32_PER_CYCLE if per == fp32)
+    matmul = {"fp32": hz * cores * fp32}
+    if (bf16 := next((per for flag, per in _BF16_PER_CYCLE if flag in flags), None)) is not None:
+        matmul["bf16"] = hz * cores * bf16
+    label = f"estimate: {hz / 1e9:.2f} GHz x {cores} cores x {fp32} fp32 FLOPs/cycle ({width})"
+    return Nominal(label, matmul, None, estimate=True)
+
+
+def _cpuinfo_fields(text: str) -> dict[str, Any]:
+    """From /proc/cpuinfo's text: each processor's "cpu MHz", the flags, and the physical cores
+    (distinct physical id and core id pairs; 0 where they are not listed)."""
+    mhz: list[float] = []
+    flags: set[str] = set()
+    cores: set[tuple[str, str]] = set()
+    for block in text.split("\n\n"):
+        entry = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
+        if "cpu MHz" in entry:
+            with contextlib.suppress(ValueError):  # a field a hypervisor left blank
+                mhz.append(float(entry["cpu MHz"]))
+        flags.update(entry.get("flags", "").split())
+        if "core id" in entry:
+            cores.add((entry.get("physical id", "0"), entry["core id"]))
+    return {"mhz": [m for m in mhz if m > 0 and math.isfinite(m)], "flags": flags, "cores": len(cores)}
+
+
+def reference(peak: Peak) -> Nominal | None:
+    """The figures a measured peak is read against: the vendor's for a known GPU, an estimate for a CPU."""
+    if peak.threads is not None:
+        return cpu_estimate(peak.threads)
+    return nominal(peak.hardware)
+
+
+def share(device: torch.device, precision: str, achieved_flops: float) -> Share:
+    """A run's MFU: `achieved_flops` over `device`'s measured matmul peak at `precision` (the cached
+    one, else measured now). Where the run was faster than a cached peak, that peak was measured on a
+    busy machine or by another build: it is measured again, once. Where the run is still faster, or
+    the precision was not measured, there is no mfu, and the note says why: never a value clamped to 1."""
+    found = find(device)
+    peak = found.peak.matmul.get(precision)
+    if peak is not None and achieved_flops > peak and found.reused and (found.cache, found.peak.key) not in _REMEASURED:
+        _REMEASURED.add((found.cache, found.peak.key))
+        found = find(device, remeasure=True)
+        peak = found.peak.matmul.get(precision)
+    if peak is None:
+        return Share(None, None, f"no mfu: {precision} matmul was not measured on {found.peak.hardware}")
+    where = (
+        f"{precision} matmul peak {peak / TERA:.4g} TFLOP/s measured {found.peak.measured_at} on "
+        f"{found.peak.hardware}" + (f", {found.peak.threads} torch threads" if found.peak.threads else "")
+    )
+    if achieved_flops > peak:
+        return Share(
+            None,
+            peak,
+            f"no mfu: the run's {achieved_flops / TERA:.4g} TFLOP/s is above the {where}; "
+            "the peak measurement is in doubt (`pipeline devices --peak --remeasure` on a quiet "
+            "machine)",
+        )
+    return Share(achieved_flops / peak, peak, where)
