@@ -22,7 +22,7 @@ from pipeline.compare import build
 from pipeline.comparison_folder import write_report
 from pipeline.model import Network
 from pipeline.records import read_sweep
-from pipeline.tables import percent
+from pipeline.tables import display_frame, markdown, percent, utilisation_frame
 
 # 300 training images: batch size 64 gives 4 full batches and one of 44, 128 gives 2 and one of 44.
 GRID = """experiment: mfu
@@ -233,3 +233,22 @@ def test_a_sweep_without_the_byte_counts_gets_no_roofline(swept, tmp_path):
     assert tmp_path / "comparison" / charts.EPOCH_DURATION_PNG in written
     assert not (tmp_path / "comparison" / charts.ROOFLINE_PNG).exists()
     assert charts.ROOFLINE_PNG not in charts.plan(build(sweep))
+
+
+def test_wide_and_the_utilisation_table_show_bytes_and_a_bandwidth_share_where_runs_have_one(swept):
+    uri, *_ = swept
+    wide = invoke("compare", "--tracking-uri", uri, "--wide", "--format", "markdown")
+    assert wide.exit_code == 0, wide.output
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("| device"))
+    assert "| TFLOP/s | MFU % |" in header and "BW %" not in header  # CPU runs: no share
+
+    sweep = read_sweep(mlflow.MlflowClient(uri), experiment="mfu")
+    for child in sweep.children:  # as a CUDA run with compile off logs it
+        child.metrics[names.BANDWIDTH_SHARE] = 0.25
+    comparison = build(sweep)
+    assert "| TFLOP/s | MFU % | BW % |" in markdown(display_frame(comparison)).splitlines()[0]
+    frame = utilisation_frame(comparison)
+    assert list(frame["BW %"]) == ["25.0", "25.0"]
+    for (_, row), moved, intensity in zip(comparison.table.iterrows(), frame["GB/epoch"], frame["FLOP/byte"]):
+        assert moved == f"{row[names.TRAIN_BYTES] / 1e9:,.2f}"
+        assert intensity == f"{row[names.TRAIN_FLOPS] / row[names.TRAIN_BYTES]:.3g}"
