@@ -321,9 +321,15 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
     from pipeline import flops, peak
 
     per_epoch = flops.epoch_flops(train_size, config.batch_size)
-    moved = flops.epoch_bytes(train_size, config.batch_size, config.precision)
     outcome.measured[names.TRAIN_FLOPS] = (float(per_epoch), 0)
-    outcome.measured[names.TRAIN_BYTES] = (float(moved), 0)
+    moved: int | None = None
+    try:
+        moved = flops.epoch_bytes(train_size, config.batch_size, config.precision)
+    except RuntimeError as exc:  # a torch whose make_fx cannot trace the step: the run stands without its bytes
+        reason = f"no byte count: tracing the step failed ({exc.__class__.__name__}: {exc})"
+        outcome.tags[names.TAG_BANDWIDTH] = reason[:500]
+    else:
+        outcome.measured[names.TRAIN_BYTES] = (float(moved), 0)
     epoch_s = steady_median([e.epoch_duration_s for e in outcome.epochs])
     achieved = flops.achieved_flops(per_epoch, epoch_s) if epoch_s is not None else None
     if achieved is None or epoch_s is None:
@@ -331,7 +337,7 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
     outcome.measured[names.ACHIEVED_TFLOPS] = (achieved / peak.TERA, 0)
     try:
         share = peak.share(device, config.precision, achieved)
-        bandwidth = peak.bandwidth_share(device, moved, epoch_s, config.compile)
+        bandwidth = peak.bandwidth_share(device, moved, epoch_s, config.compile) if moved is not None else None
     except RuntimeError as exc:  # torch's errors (out of memory among them): the run stands without an mfu
         outcome.tags[names.TAG_PEAK] = f"no mfu: measuring the peak failed ({exc.__class__.__name__}: {exc})"[:500]
         return
@@ -340,6 +346,8 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
         outcome.measured[names.PEAK_TFLOPS] = (share.peak_flops / peak.TERA, 0)
     if share.mfu is not None:
         outcome.measured[names.MFU] = (share.mfu, 0)
+    if bandwidth is None:
+        return
     outcome.tags[names.TAG_BANDWIDTH] = bandwidth.note
     if bandwidth.copy_bytes_per_s is not None:
         outcome.measured[names.PEAK_BANDWIDTH] = (bandwidth.copy_bytes_per_s / 1e9, 0)

@@ -252,3 +252,22 @@ def test_wide_and_the_utilisation_table_show_bytes_and_a_bandwidth_share_where_r
     for (_, row), moved, intensity in zip(comparison.table.iterrows(), frame["GB/epoch"], frame["FLOP/byte"]):
         assert moved == f"{row[names.TRAIN_BYTES] / 1e9:,.2f}"
         assert intensity == f"{row[names.TRAIN_FLOPS] / row[names.TRAIN_BYTES]:.3g}"
+
+
+def test_a_step_that_torch_cannot_trace_leaves_the_run_its_mfu(tmp_path, data_dir, _store_template, monkeypatch):
+    def untraceable(batch_size: int, precision: str = "fp32") -> int:
+        raise RuntimeError("this torch cannot trace the step")
+
+    monkeypatch.setattr(flops, "step_bytes", untraceable)
+    grid = GRID.replace("batch_size: [64, 128]", "batch_size: [64]")
+    with isolated(tmp_path):
+        uri = new_store(tmp_path, _store_template)
+        (tmp_path / "grid.yaml").write_text(grid)
+        out = invoke("run", "grid.yaml", "--data-dir", str(data_dir), "--tracking-uri", uri)
+    assert out.exit_code == 0, out.output
+    (run,) = _children(uri)
+    assert run.info.status == "FINISHED" and 0 < run.data.metrics["mfu"] <= 1
+    assert names.TRAIN_BYTES not in run.data.metrics and names.BANDWIDTH_SHARE not in run.data.metrics
+    assert run.data.tags[names.TAG_BANDWIDTH] == (
+        "no byte count: tracing the step failed (RuntimeError: this torch cannot trace the step)"
+    )
