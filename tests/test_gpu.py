@@ -225,3 +225,51 @@ def test_a_cuda_runs_mfu_is_a_share_of_the_measured_peak(data_dir, tmp_path, mon
     share = peak.share(device, "fp32", achieved)
     assert share.mfu is not None and 0 < share.mfu <= 1, share.note
     assert share.note.startswith("fp32 matmul peak ")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_byte_count_under_cpu_autocast_is_cudas(precision):
+    """flops.step_bytes traces a half-precision step under the CPU's autocast (it has no meta device):
+    the same step traced on CUDA tensors under CUDA's autocast moves the same bytes."""
+    import torch.nn.functional as F
+    from torch.func import functional_call
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pipeline.model import Network
+    from pipeline.training import flops
+    from pipeline.training.train import autocast
+
+    device = resolve("cuda")
+    model = Network().to(device)
+    names = [name for name, _ in model.named_parameters()]
+
+    def step(images, labels, *weights):
+        with autocast(device, precision):
+            logits = functional_call(model, dict(zip(names, weights)), (torch.div(images, 255),))
+            loss = F.cross_entropy(logits, labels)
+        return tuple(torch.autograd.grad(loss, weights))
+
+    images = torch.empty(100, 1, 28, 28, dtype=torch.uint8, device=device)
+    labels = torch.empty(100, dtype=torch.long, device=device)
+    traced = make_fx(step, tracing_mode="fake")(images, labels, *model.parameters())
+    assert flops.graph_bytes(traced) == flops.step_bytes(100, precision)
+
+
+def test_a_cuda_runs_bandwidth_share_is_at_most_1_or_says_why_not(data_dir, tmp_path, monkeypatch):
+    """What point._utilisation logs for an eager cuda run: its counted bytes per second over the card's
+    measured copy bandwidth, in (0, 1], or no share where the count came faster than the memory copies."""
+    from pipeline.measures.timing import steady_median
+    from pipeline.training import flops, peak
+
+    monkeypatch.setenv(peak.CACHE_ENV, str(tmp_path))
+    dataset, device = load(data_dir), resolve("cuda")
+    result = fit(RunConfig(batch_size=1000, epochs=3), dataset, device)
+    moved = flops.epoch_bytes(len(dataset.train), 1000)
+    epoch_s = steady_median([e.epoch_duration_s for e in result.epochs])
+    bandwidth = peak.bandwidth_share(device, moved, epoch_s, compiled=False)
+    assert bandwidth.copy_bytes_per_s is not None and bandwidth.copy_bytes_per_s > 0
+    if bandwidth.share is None:
+        assert bandwidth.note.startswith("no bandwidth_share: the eager count's"), bandwidth.note
+        assert moved / epoch_s > bandwidth.copy_bytes_per_s
+    else:
+        assert 0 < bandwidth.share <= 1 and bandwidth.note.startswith("copy bandwidth "), bandwidth.note

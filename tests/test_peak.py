@@ -159,3 +159,38 @@ def test_a_cache_file_of_another_format_is_measured_over(cache):
     assert not found.reused and json.loads(cache.read_text())["format"] == peak.FORMAT
     cache.write_text("not json")
     assert not peak.find(torch.device("cpu")).reused
+
+
+def _gpu_peak(copy_bytes_per_s: float) -> peak.Peak:
+    """A CUDA GPU's peaks as `pipeline devices --peak` would have cached them there."""
+    return peak.Peak(
+        "cuda:0",
+        "NVIDIA H200",
+        "gpu-host",
+        torch.__version__,
+        None,
+        {"fp32": 50e12},
+        {"fp32": 16384},
+        copy_bytes_per_s,
+        "2026-01-01T00:00:00+00:00",
+        1.0,
+    )
+
+
+def test_a_bandwidth_share_is_told_on_cuda_eager_and_never_above_1():
+    gpu = _gpu_peak(4e12)  # 4 TB/s
+    eager = peak.copy_share(gpu, bytes_per_epoch=10**12, epoch_s=1.0, compiled=False)  # 1 TB/s counted
+    assert eager.share == pytest.approx(0.25) and eager.copy_bytes_per_s == 4e12
+    assert eager.note.startswith("copy bandwidth 4,000.0 GB/s measured 2026-01-01T00:00:00+00:00 on NVIDIA H200")
+    # Counted bytes faster than the memory copies: caches served them; no share, and why.
+    cached = peak.copy_share(gpu, bytes_per_epoch=8 * 10**12, epoch_s=1.0, compiled=False)
+    assert cached.share is None and cached.copy_bytes_per_s == 4e12
+    assert cached.note.startswith("no bandwidth_share: the eager count's 8,000.0 GB/s is above the copy bandwidth")
+    compiled = peak.copy_share(gpu, bytes_per_epoch=10**12, epoch_s=1.0, compiled=True)
+    assert compiled.share is None and compiled.note.startswith("no bandwidth_share: compiled, the step fuses")
+
+
+def test_no_bandwidth_share_on_the_cpu_whatever_the_figures(cache):
+    measured = peak.bandwidth_share(torch.device("cpu"), bytes_per_epoch=1, epoch_s=1.0, compiled=False)
+    assert measured.share is None and measured.copy_bytes_per_s == peak.find(torch.device("cpu")).peak.copy_bytes_per_s
+    assert measured.note.startswith("no bandwidth_share on cpu: the bytes are counted as if no cache kept anything")

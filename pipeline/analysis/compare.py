@@ -27,6 +27,7 @@ import pandas as pd
 
 from pipeline.base.names import (
     ACHIEVED_TFLOPS,
+    BANDWIDTH_SHARE,
     COMPILE,
     END_FIGURES,
     FINAL_ACCURACY,
@@ -34,6 +35,7 @@ from pipeline.base.names import (
     LOAD_AVERAGE,
     MFU,
     OTHERS_CPU_SHARE,
+    PEAK_BANDWIDTH,
     PEAK_MEMORY,
     PEAK_TFLOPS,
     REPEAT,
@@ -49,6 +51,7 @@ from pipeline.base.names import (
     TAG_TARGET_STATUS,
     TIME_SHARES,
     TIME_TO_TARGET,
+    TRAIN_BYTES,
     TRAIN_FLOPS,
     TRAINED_EPOCHS,
     WALL_TO_TARGET,
@@ -88,7 +91,15 @@ INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 # With each speedup, the faster row's accuracy against its reference's (a difference, with its
 # interval) and whether the speedup is a win: significant, and not less accurate beyond the margin.
 QUALITY_SUFFIXES = ("_accuracy_change", "_accuracy_change_low", "_accuracy_change_high", "_win")
-HIGHER_IS_BETTER = ("train_accuracy", "test_accuracy", "images_per_s", *SPEEDUPS, ACHIEVED_TFLOPS, MFU)
+HIGHER_IS_BETTER = (
+    "train_accuracy",
+    "test_accuracy",
+    "images_per_s",
+    *SPEEDUPS,
+    ACHIEVED_TFLOPS,
+    MFU,
+    BANDWIDTH_SHARE,
+)
 # Per-epoch histories, read for a run only where needed (records.read_sweep): a run's figures come
 # from what it logged at its end, or from HISTORIES for a run made before children logged them; the
 # charts draw CHART_HISTORIES (`pipeline compare --out`; a sweep's end has them from its own epochs).
@@ -111,12 +122,15 @@ SPEED_MEDIANS = (
     ACHIEVED_TFLOPS,
     PEAK_TFLOPS,
     MFU,
+    PEAK_BANDWIDTH,
+    BANDWIDTH_SHARE,
 )
 QUALITY_MEDIANS = FINAL
-# The arithmetic of an epoch (the same for every run of a setting: a median over all its runs), and
-# each run's FLOP/s and share of its device's peak (point._utilisation: speed, so among SPEED_MEDIANS).
-WORK_MEDIANS = (TRAIN_FLOPS,)
-UTILISATION = (ACHIEVED_TFLOPS, PEAK_TFLOPS, MFU)
+# The arithmetic and the counted bytes of an epoch (the same for every run of a setting: a median over
+# all its runs), and each run's FLOP/s, its device's peaks and its shares of them (point._utilisation:
+# speed, so among SPEED_MEDIANS).
+WORK_MEDIANS = (TRAIN_FLOPS, TRAIN_BYTES)
+UTILISATION = (ACHIEVED_TFLOPS, PEAK_TFLOPS, MFU, PEAK_BANDWIDTH, BANDWIDTH_SHARE)
 LOAD_MEDIANS = (LOAD_AVERAGE, OTHERS_CPU_SHARE)
 # The data's first columns (csv, json): which setting, its runs, the results people compare.
 KEY_COLUMNS = (
@@ -157,6 +171,7 @@ LABELS = {
     "time_to_target_s": "to target s",
     ACHIEVED_TFLOPS: "TFLOP/s",
     MFU: "MFU %",
+    BANDWIDTH_SHARE: "BW %",
 }
 
 

@@ -66,6 +66,11 @@ TRAIN_FLOPS = "train_flops_per_epoch"  # FLOPs of a training epoch (forward, los
 ACHIEVED_TFLOPS = "achieved_tflops"  # TRAIN_FLOPS over the steady-state epoch (its median), in TFLOP/s
 PEAK_TFLOPS = "peak_tflops"  # the device's measured matmul peak at the run's precision, in TFLOP/s
 MFU = "mfu"  # ACHIEVED_TFLOPS / PEAK_TFLOPS, in (0, 1]; absent where it cannot be told (TAG_PEAK says why)
+TRAIN_BYTES = "train_bytes_per_epoch"  # bytes a training epoch's eager kernels read and write, unfused: an upper bound
+PEAK_BANDWIDTH = "peak_bandwidth_gbs"  # the device's measured copy bandwidth (read + written), in GB/s
+# TRAIN_BYTES over the steady-state epoch, over PEAK_BANDWIDTH, in (0, 1]: only on CUDA with compile off
+# (peak.bandwidth_share); absent elsewhere (TAG_BANDWIDTH says why)
+BANDWIDTH_SHARE = "bandwidth_share"
 REPEAT = "repeat"  # param: which repeat of its point a run is (1-based), with a grid's `repeats: N`
 # A sweep's parent run once its children are done (run-level, step 0): the answer at a glance, over
 # the children it trained that FINISHED. Its params are the grid's axes ("1000,10000"), repeats, target.
@@ -115,6 +120,7 @@ TAG_BEST_RUN = "pipeline.best_run"  # a sweep's parent: the run of its best sett
 TAG_REPEATS_STOPPED = "pipeline.repeats_stopped"
 TAG_CONTENDED = "pipeline.contended"  # set when other processes took a meaningful share: the figures
 TAG_PEAK = "pipeline.peak"  # where PEAK_TFLOPS came from, or why a run has no MFU
+TAG_BANDWIDTH = "pipeline.bandwidth"  # where PEAK_BANDWIDTH came from, or why a run has no BANDWIDTH_SHARE
 TAG_CONCURRENT = "pipeline.concurrent_points"  # Ray: how many points shared the node while it trained
 
 ARTIFACT_SUMMARY = "summary/model.txt"

@@ -40,7 +40,13 @@ DONE = "DONE"  # already FINISHED in an earlier sweep: not trained again
 NOT_RUN = "NOT RUN"  # left out after --fail-fast or a tracking outage
 UNLOGGED = "UNLOGGED"  # trained, but the store went down: the results wait in the results file
 # The tags a run gets once it has trained (the rest it has from the start): logged with its results.
-MEASURED_TAGS = (names.TAG_CONTENDED, names.TAG_TARGET, names.TAG_TARGET_STATUS, names.TAG_PEAK)
+MEASURED_TAGS = (
+    names.TAG_CONTENDED,
+    names.TAG_TARGET,
+    names.TAG_TARGET_STATUS,
+    names.TAG_PEAK,
+    names.TAG_BANDWIDTH,
+)
 
 
 @dataclass(frozen=True)
@@ -307,21 +313,32 @@ def _measured(outcome: Outcome, target: Target | None, load: contention.Contenti
 
 def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: torch.device) -> None:
     """The run's arithmetic and its share of the device's peak, into the outcome's metrics and tags:
-    FLOPs per epoch (flops.epoch_flops), the FLOP/s of its steady-state epochs (their median time,
-    timing.steady_median) and that over the device's measured matmul peak at its precision (peak.share:
-    the cached peak, measured now on the host's first run). Where the peak cannot be measured or is in
-    doubt, the run has no mfu and its TAG_PEAK says why."""
+    FLOPs and bytes per epoch (flops.epoch_flops, flops.epoch_bytes at its precision), the FLOP/s of
+    its steady-state epochs (their median time, timing.steady_median) and that over the device's
+    measured matmul peak at its precision (peak.share: the cached peak, measured now on the host's
+    first run), and the device's copy bandwidth with the share of it the counted bytes took where that
+    share means something (peak.bandwidth_share). Where the peak cannot be measured or is in doubt,
+    the run has no mfu and its TAG_PEAK says why; where it has no bandwidth_share, TAG_BANDWIDTH says why."""
     from pipeline.training import flops, peak
 
     per_epoch = flops.epoch_flops(train_size, config.batch_size)
     outcome.measured[names.TRAIN_FLOPS] = (float(per_epoch), 0)
+    moved: int | None = None
+    try:
+        moved = flops.epoch_bytes(train_size, config.batch_size, config.precision)
+    except RuntimeError as exc:  # a torch whose make_fx cannot trace the step: the run stands without its bytes
+        reason = f"no byte count: tracing the step failed ({exc.__class__.__name__}: {exc})"
+        outcome.tags[names.TAG_BANDWIDTH] = reason[:500]
+    else:
+        outcome.measured[names.TRAIN_BYTES] = (float(moved), 0)
     epoch_s = steady_median([e.epoch_duration_s for e in outcome.epochs])
     achieved = flops.achieved_flops(per_epoch, epoch_s) if epoch_s is not None else None
-    if achieved is None:
+    if achieved is None or epoch_s is None:
         return
     outcome.measured[names.ACHIEVED_TFLOPS] = (achieved / peak.TERA, 0)
     try:
         share = peak.share(device, config.precision, achieved)
+        bandwidth = peak.bandwidth_share(device, moved, epoch_s, config.compile) if moved is not None else None
     except RuntimeError as exc:  # torch's errors (out of memory among them): the run stands without an mfu
         outcome.tags[names.TAG_PEAK] = f"no mfu: measuring the peak failed ({exc.__class__.__name__}: {exc})"[:500]
         return
@@ -330,6 +347,13 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
         outcome.measured[names.PEAK_TFLOPS] = (share.peak_flops / peak.TERA, 0)
     if share.mfu is not None:
         outcome.measured[names.MFU] = (share.mfu, 0)
+    if bandwidth is None:
+        return
+    outcome.tags[names.TAG_BANDWIDTH] = bandwidth.note
+    if bandwidth.copy_bytes_per_s is not None:
+        outcome.measured[names.PEAK_BANDWIDTH] = (bandwidth.copy_bytes_per_s / 1e9, 0)
+    if bandwidth.share is not None:
+        outcome.measured[names.BANDWIDTH_SHARE] = (bandwidth.share, 0)
 
 
 def _record_result(tracker: Tracker, run_id: str, result, dataset: Dataset, hooks: _PointHooks) -> None:

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.analysis.compare import SPEEDUPS, ranks_on_target
 from pipeline.base.files import replacing
-from pipeline.base.names import FINAL_ACCURACY, STEADY_EPOCH, TIME_SHARES
+from pipeline.base.names import (
+    ACHIEVED_TFLOPS,
+    FINAL_ACCURACY,
+    PEAK_BANDWIDTH,
+    PEAK_TFLOPS,
+    STEADY_EPOCH,
+    TIME_SHARES,
+    TRAIN_BYTES,
+    TRAIN_FLOPS,
+)
 from pipeline.present.palette import colours
 from pipeline.present.sentences import cell
 from pipeline.settings.config import KEYS
@@ -33,6 +42,7 @@ EPOCH_DURATION_PNG = "epoch_duration.png"
 TEST_ACCURACY_PNG = "test_accuracy.png"
 TIME_BREAKDOWN_PNG = "time_breakdown.png"
 SPEEDUP_PNG = "speedup.png"  # only where some row has a speedup
+ROOFLINE_PNG = "roofline.png"  # only where some row has its FLOPs, bytes and achieved FLOP/s
 
 
 DPI = 120
@@ -73,6 +83,9 @@ _FIGURE_NAMES = {
     FINAL_ACCURACY: "final test accuracy",
     "test_accuracy": "test accuracy per epoch",
     **{share: "time shares" for share in TIME_SHARES},
+    TRAIN_FLOPS: "FLOP count",
+    TRAIN_BYTES: "byte count",
+    ACHIEVED_TFLOPS: "achieved FLOP/s",
 }
 
 
@@ -333,6 +346,57 @@ def _time_breakdown(comparison: Comparison) -> dict:
     }
 
 
+def _roofline(comparison: Comparison) -> dict:
+    """Each setting's arithmetic intensity (the FLOPs of an epoch over its counted bytes, flops.py)
+    against the FLOP/s it achieved (the median over its timed runs), log-log, under the roof of each
+    device and precision in the sweep: min(the measured matmul peak, intensity x the measured copy
+    bandwidth), as its runs logged them from the peak cache (peak.py). The bytes are the eager count,
+    an upper bound: a point's intensity is a lower bound, and the point may sit right of where it is
+    drawn."""
+    points: list[dict[str, Any]] = []
+    roofs: dict[tuple[str, str, str], dict[str, Any]] = {}
+    left_out = []
+    for row, label, colour in _settings(comparison):
+        absent = next((c for c in (TRAIN_FLOPS, TRAIN_BYTES, ACHIEVED_TFLOPS) if _missing(row.get(c))), None)
+        if absent is not None:
+            left_out.append(_not_shown(row, label, absent))
+            continue
+        points.append(
+            {
+                "label": label,
+                "colour": colour,
+                "x": _rounded(float(row[TRAIN_FLOPS]) / float(row[TRAIN_BYTES])),
+                "y": _rounded(float(row[ACHIEVED_TFLOPS]) * 1e12),
+            }
+        )
+        if _missing(row.get(PEAK_TFLOPS)) or _missing(row.get(PEAK_BANDWIDTH)):
+            continue
+        device = str(row["device"]).partition(":")[0]
+        precision = str(row.get("precision", "fp32"))
+        key = (device, str(row["hardware"]), precision)
+        if key not in roofs:
+            peak, bandwidth = float(row[PEAK_TFLOPS]), float(row[PEAK_BANDWIDTH])  # TFLOP/s, GB/s
+            roofs[key] = {
+                "label": f"{row['hardware'] or device} {precision}: {peak:.3g} TFLOP/s, {bandwidth:,.0f} GB/s",
+                "peak": _rounded(peak * 1e12),
+                "bandwidth": _rounded(bandwidth * 1e9),
+            }
+    return {
+        "kind": "roofline",
+        "points": points,
+        "roofs": list(roofs.values()),
+        "left_out": left_out,
+        "xlabel": "arithmetic intensity (FLOPs per byte of the eager, unfused step: a lower bound)",
+        "ylabel": f"achieved TFLOP/s, {_timed(comparison)}\nmedian over the runs",
+        "title": f"Roofline: achieved FLOP/s under each device's measured peaks\n{comparison.sweep.name}",
+    }
+
+
+def _rounded(value: float) -> float:
+    """A figure to 4 significant digits, as a chart's data carries it."""
+    return float(f"{value:.4g}")
+
+
 def plan(comparison: Comparison) -> dict[str, dict]:
     """Each chart's file name and data, in JSON's types. A chart is drawn only where it has something
     to draw: where every run is contended (no speed figure, as the speedups leave them out), only the
@@ -343,6 +407,7 @@ def plan(comparison: Comparison) -> dict[str, dict]:
         TEST_ACCURACY_PNG: _test_accuracy(comparison),
         TIME_BREAKDOWN_PNG: _time_breakdown(comparison),
         SPEEDUP_PNG: _speedup(comparison),
+        ROOFLINE_PNG: _roofline(comparison),
     }
     drawn = {
         TRADEOFF_PNG: "points",
@@ -350,6 +415,7 @@ def plan(comparison: Comparison) -> dict[str, dict]:
         TEST_ACCURACY_PNG: "settings",
         TIME_BREAKDOWN_PNG: "labels",
         SPEEDUP_PNG: "bars",
+        ROOFLINE_PNG: "points",
     }
     return {name: chart for name, chart in charts.items() if chart[drawn[name]]}
 
@@ -559,12 +625,67 @@ def _draw_speedup(chart: dict) -> Figure:
     return fig
 
 
+def _draw_roofline(chart: dict) -> Figure:
+    points, roofs = chart["points"], chart["roofs"]
+    fig, ax = _new_axes((8, 5))
+    xs = [point["x"] for point in points] + [roof["peak"] / roof["bandwidth"] for roof in roofs]
+    ys = [point["y"] for point in points] + [roof["peak"] for roof in roofs]
+    low, high = min(xs) / 4, max(xs) * 4  # room either side, and each roof's ridge in view
+    for i, roof in enumerate(roofs):
+        ridge = roof["peak"] / roof["bandwidth"]
+        line = [low, *([ridge] if low < ridge < high else []), high]
+        ax.plot(
+            line,
+            [min(roof["peak"], x * roof["bandwidth"]) for x in line],
+            color="black",
+            linestyle=_DASHES[i % len(_DASHES)],
+            linewidth=1.2,
+            label=roof["label"],
+        )
+    for i, point in enumerate(points):
+        x, y = point["x"], point["y"]
+        ax.scatter([x], [y], s=60, zorder=3, color=point["colour"], edgecolors="black", linewidths=0.5)
+        above = i % 2 == 0  # settings often sit close together: labels alternate above and below
+        ax.annotate(
+            point["label"],
+            (x, y),
+            textcoords="offset points",
+            xytext=(5, 6 if above else -6),
+            fontsize=7,
+            va="bottom" if above else "top",
+        )
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)  # 16x wide and at least 12x high: each axis spans a decade
+    ax.set_ylim(min(ys) / 4, max(ys) * 3)
+    # Plain numbers at 1, 2 and 5 of each decade (TFLOP/s on y), not powers of ten; other ticks unlabelled.
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1e12:g}"))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(chart["xlabel"])
+    ax.set_ylabel(chart["ylabel"])
+    ax.grid(alpha=0.3, which="both")
+    if roofs:
+        ax.legend(
+            title="roof: min(matmul peak, intensity x copy bandwidth)",
+            fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+        )
+    return fig
+
+
 _DRAW = {
     "tradeoff": _draw_tradeoff,
     "epoch_duration": _draw_epoch_duration,
     "test_accuracy": _draw_test_accuracy,
     "time_breakdown": _draw_time_breakdown,
     "speedup": _draw_speedup,
+    "roofline": _draw_roofline,
 }
 
 

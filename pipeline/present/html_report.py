@@ -46,6 +46,7 @@ CHARTS = (
     charts.TEST_ACCURACY_PNG,
     charts.TIME_BREAKDOWN_PNG,
     charts.SPEEDUP_PNG,
+    charts.ROOFLINE_PNG,
 )
 # Smaller than the PNGs of comparison/: the report is read on a screen, side by side with its table.
 DPI = 80
@@ -179,7 +180,10 @@ def _utilisation(comparison: Comparison) -> list[str]:
         "<h2>How far from the hardware's limit</h2>",
         '<p class="muted">FLOPs of a training epoch as torch counts them (forward, loss, backward); achieved: '
         "over the median steady-state epoch; peak: the device's measured matrix-multiplication peak at the "
-        "run's precision (`pipeline devices --peak`); MFU: achieved over peak, median over the runs.</p>",
+        "run's precision (`pipeline devices --peak`); MFU: achieved over peak, median over the runs. Bytes: "
+        "what the eager step's kernels read and write, counted unfused and as if no cache kept anything (an "
+        "upper bound); BW: those bytes per second over the device's measured copy bandwidth, only on CUDA "
+        "with compile off (elsewhere each run's pipeline.bandwidth tag says why not).</p>",
         f'<table id="utilisation"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>",
     ]
 

@@ -68,6 +68,8 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
     if "mfu" in t and t["achieved_tflops"].notna().any():
         out[LABELS["achieved_tflops"]] = t["achieved_tflops"].map(tflops)
         out[LABELS["mfu"]] = t["mfu"].map(percent)
+    if "bandwidth_share" in t and t["bandwidth_share"].notna().any():
+        out[LABELS["bandwidth_share"]] = t["bandwidth_share"].map(percent)
     out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.2f}")
     for share in ("data_share", "transfer_share", "compute_share"):
         out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
@@ -117,16 +119,24 @@ def percent(share: float) -> str:
 def utilisation_frame(comparison: Comparison) -> pd.DataFrame:
     """How far each setting ran from its device's limit: its device, hardware and varying settings,
     the FLOPs of an epoch, the FLOP/s it achieved in steady state, the device's measured matmul peak
-    at its precision and the share of it (MFU). Empty where no run logged them (runs made before)."""
+    at its precision and the share of it (MFU); where the runs counted their bytes, the bytes of an
+    epoch (the eager count), the FLOPs per byte, and the share of the device's copy bandwidth where
+    some setting has one (CUDA, compile off). Empty where no run logged them (runs made before)."""
     t = comparison.table
     if "mfu" not in t or not t["achieved_tflops"].notna().any():
         return pd.DataFrame()
     settings = list(dict.fromkeys(["device", "hardware", *comparison.varying]))
     out = t[[c for c in settings if c in t]].copy()
     out["GFLOP/epoch"] = t["train_flops_per_epoch"].map(lambda v: "-" if math.isnan(v) else f"{v / 1e9:,.1f}")
+    if "train_bytes_per_epoch" in t and t["train_bytes_per_epoch"].notna().any():
+        moved = t["train_bytes_per_epoch"]
+        out["GB/epoch"] = moved.map(lambda v: "-" if math.isnan(v) else f"{v / 1e9:,.2f}")
+        out["FLOP/byte"] = (t["train_flops_per_epoch"] / moved).map(lambda v: "-" if math.isnan(v) else f"{v:.3g}")
     out["achieved TFLOP/s"] = t["achieved_tflops"].map(tflops)
     out["peak TFLOP/s"] = t["peak_tflops"].map(tflops)
     out["MFU %"] = t["mfu"].map(percent)
+    if "bandwidth_share" in t and t["bandwidth_share"].notna().any():
+        out["BW %"] = t["bandwidth_share"].map(percent)
     return out
 
 

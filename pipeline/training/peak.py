@@ -12,6 +12,13 @@ a Ray task gave torch fewer). A later run on the same key reuses it; `pipeline d
 A measured peak is a best case of torch's own kernels on square matrices: the vendor's figure is the
 hardware's, which torch reaches only on the largest shapes, and on a busy machine the measurement
 is low (it takes the fastest of several calls to see past short interruptions).
+
+A run's `bandwidth_share` divides the bytes its eager step moves (flops.epoch_bytes, per second of
+its steady epoch) by the measured copy bandwidth. That count is an upper bound, which caches and
+fusion cut, so the share is told only where the count can stand for the memory's traffic: on a CUDA
+GPU, with compile off (CUDA graphs replay the eager kernels: they count), and only where it comes to
+at most 1. On a CPU a batch's activations sit in the caches between kernels, so the count says
+nothing about its memory (bandwidth_share says why not, for each run).
 """
 
 from __future__ import annotations
@@ -124,6 +131,15 @@ class Share:
     mfu: float | None  # achieved / peak, in (0, 1]; None where it cannot be told (note says why)
     peak_flops: float | None  # the peak it divides by
     note: str  # where the peak came from, or why there is no mfu
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """A run's share of its device's measured copy bandwidth, and that bandwidth (a roofline's slope)."""
+
+    share: float | None  # counted bytes per second / copy bandwidth, in (0, 1]; None where not told (note says why)
+    copy_bytes_per_s: float | None  # the measured copy bandwidth it divides by
+    note: str  # where the bandwidth came from, or why there is no share
 
 
 def cache_file() -> Path:
@@ -387,3 +403,45 @@ def share(device: torch.device, precision: str, achieved_flops: float) -> Share:
             "machine)",
         )
     return Share(achieved_flops / peak, peak, where)
+
+
+def bandwidth_share(device: torch.device, bytes_per_epoch: int, epoch_s: float, compiled: bool) -> Bandwidth:
+    """A run's bandwidth share on `device` (copy_share), against its measured copy bandwidth (the
+    cached one, else measured now)."""
+    return copy_share(find(device).peak, bytes_per_epoch, epoch_s, compiled)
+
+
+def copy_share(peak: Peak, bytes_per_epoch: int, epoch_s: float, compiled: bool) -> Bandwidth:
+    """A run's bandwidth share: `bytes_per_epoch` (the eager count, flops.epoch_bytes) over `epoch_s`
+    seconds, over `peak`'s measured copy bandwidth. Told only on a CUDA GPU, for a run that was not
+    compiled, and never above 1: where the counted bytes came faster than the memory can copy, caches
+    served part of them and the count is no measure of the traffic. Elsewhere there is no share, and
+    the note says why: never a value clamped to 1. The bandwidth is returned in every case: the
+    roofline's slope for the device."""
+    copy = peak.copy_bytes_per_s
+    kind = peak.device.partition(":")[0]
+    where = f"copy bandwidth {copy / 1e9:,.1f} GB/s measured {peak.measured_at} on {peak.hardware}"
+    if kind != "cuda":
+        return Bandwidth(
+            None,
+            copy,
+            f"no bandwidth_share on {kind}: the bytes are counted as if no cache kept anything between "
+            "kernels, and here a batch's activations stay in the caches, so the count says nothing about "
+            f"what the memory carried ({where})",
+        )
+    if compiled:
+        return Bandwidth(
+            None,
+            copy,
+            "no bandwidth_share: compiled, the step fuses operations and moves fewer bytes than the eager "
+            f"count ({where})",
+        )
+    rate = bytes_per_epoch / epoch_s
+    if rate > copy:
+        return Bandwidth(
+            None,
+            copy,
+            f"no bandwidth_share: the eager count's {rate / 1e9:,.1f} GB/s is above the {where}: caches "
+            "served part of it, so the count is no measure of the memory's traffic",
+        )
+    return Bandwidth(rate / copy, copy, f"{where}; bytes: the eager step's count, an upper bound")
