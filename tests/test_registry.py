@@ -127,6 +127,8 @@ def test_register_errors_exit_2_and_register_nothing(trained):
         (["--run-id", next(iter(runs.values())).info.run_id[:8]], "no such run in sqlite:"),  # the verdict's short form
         (["--run-id", next(iter(runs.values())).info.run_id[:8]], "give the whole 32-character id"),
         (["--experiment", "reg", "--metric", "f1"], "--metric f1: no FINISHED run"),
+        # a misspelt metric: the closest names first, then those that usually decide
+        (["--experiment", "reg", "--metric", "test_acuracy"], "try test_accuracy, final_test_accuracy"),
         (["--experiment", "empty"], "no sweep"),
         (["--experiment", "reg", "--by", "speed", "--metric", "test_accuracy"], "give one"),
         (["--run-id", bare.info.run_id, "--by", "speed"], "--run-id names the run; drop --by"),

@@ -12,6 +12,7 @@ registry stages are deprecated, so the version is found through an alias (`model
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pipeline.base.names import (
     SETTING_RUNS,
     SETTING_STEADY_EPOCH,
     STEADY_EPOCH,
+    STEADY_IMAGES,
     TAG_DEVICE,
     TAG_HARDWARE,
     TAG_ROLE,
@@ -163,7 +165,13 @@ def best_run(
     scored = [r for r in runs if metric in r.data.metrics and not math.isnan(r.data.metrics[metric])]
     if not scored:
         known = sorted({k for r in runs for k in r.data.metrics if not k.startswith("system/")})
-        raise UserError(f"--metric {metric}: no FINISHED run in {scope} has it; choose one of {', '.join(known)}")
+        # Runs log some thirty metrics: the closest names first, then the ones that usually decide.
+        close = difflib.get_close_matches(metric, known, n=3, cutoff=0.5)
+        usual = [k for k in (FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES, "mfu") if k in known and k not in close]
+        raise UserError(
+            f"--metric {metric}: no FINISHED run in {scope} has it; try {', '.join(close + usual)} "
+            f"(one of {len(known)} metrics; a run's page in the MLflow UI lists them)"
+        )
     pick = max if mode == "max" else min
     return pick(scored, key=lambda r: r.data.metrics[metric])
 
