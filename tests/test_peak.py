@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
+import psutil
 import pytest
 import torch
 
 from conftest import invoke
+from pipeline.measures import contention
 from pipeline.training import peak
 
 # Two logical CPUs on one core (SMT) and one on another, as /proc/cpuinfo lists them.
@@ -150,6 +154,42 @@ def test_an_mfu_above_1_is_never_clamped(cache):
     assert share.mfu is None and share.peak_flops is not None
     assert share.note.startswith("no mfu: the run's 1e+06 TFLOP/s is above the fp32 matmul peak")
     assert peak.share(torch.device("cpu"), "fp16", 1e6).note.startswith("no mfu: fp16 matmul was not measured")
+
+
+def _spin_elsewhere() -> psutil.Process:
+    """A process that spins on a core and is not this one's descendant (contention counts a
+    process's own children as its own work): started by a child that exits at once."""
+    # The spinner's output goes nowhere: holding the pipe open, it would keep run() waiting.
+    code = (
+        "import subprocess, sys; d = subprocess.DEVNULL; "
+        "print(subprocess.Popen([sys.executable, '-c', 'while True: pass'], stdin=d, stdout=d, stderr=d).pid)"
+    )
+    pid = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    return psutil.Process(pid)
+
+
+def test_a_peak_measured_on_a_busy_machine_serves_its_run_but_is_never_cached(cache, monkeypatch):
+    """Another process spins on a core while the peak is measured: `devices --peak` prints the peak
+    and why it is not cached, a run's mfu against it says it reads high, and nothing is cached, so
+    that the next measurement, on a quiet machine, is the one kept."""
+    # One spinning process takes about one core of the machine's: a threshold well below that share.
+    monkeypatch.setenv(contention.SHARE_VARIABLE, str(0.3 / (psutil.cpu_count() or 1)))
+    spinner = _spin_elsewhere()
+    try:
+        out = invoke("devices", "--peak")
+        share = peak.share(torch.device("cpu"), "fp32", 1e6)
+    finally:
+        spinner.kill()
+    assert out.exit_code == 0, out.output
+    said = " ".join(out.output.split())
+    assert "not cached: measured while other processes took" in said and "measure again when it is quieter" in said
+    assert "fp32 matmul TFLOP/s" in said
+    assert share.mfu is not None and 0 < share.mfu <= 1 and share.note.endswith("this mfu reads high")
+    assert not cache.exists()
+
+    monkeypatch.setenv(contention.SHARE_VARIABLE, "1")  # quiet enough, whatever the machine does
+    found = peak.find(torch.device("cpu"))
+    assert not found.reused and not found.cache_error and len(_entries(cache)) == 1
 
 
 def test_a_cache_file_of_another_format_is_measured_over(cache):

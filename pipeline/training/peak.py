@@ -11,7 +11,10 @@ a Ray task gave torch fewer). A later run on the same key reuses it; `pipeline d
 
 A measured peak is a best case of torch's own kernels on square matrices: the vendor's figure is the
 hardware's, which torch reaches only on the largest shapes, and on a busy machine the measurement
-is low (it takes the fastest of several calls to see past short interruptions).
+is low (it takes the fastest of several calls to see past short interruptions). A peak measured
+while other processes took a contended share of the cores (contention.py: the threshold that tags a
+run as contended) is used for the run at hand but never cached, so that a low peak does not make
+every later run's mfu read high: the next run, or `pipeline devices --peak`, measures again.
 
 A run's `bandwidth_share` divides the bytes its eager step moves (flops.epoch_bytes, per second of
 its steady epoch) by the measured copy bandwidth. That count is an upper bound, which caches and
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.base.files import atomic_write
+from pipeline.measures import contention
 
 if TYPE_CHECKING:
     import torch
@@ -108,6 +112,14 @@ class Peak:
     copy_bytes_per_s: float  # a large copy: bytes read plus bytes written per second
     measured_at: str  # ISO 8601, UTC
     seconds: float  # how long measuring took
+    others_share: float | None = None  # the share of the cores other processes took while measuring
+
+    @property
+    def busy(self) -> str:
+        """Why the machine was too busy for this peak to stand ('' where it was quiet enough)."""
+        if self.others_share is None or self.others_share < contention.contended_share():
+            return ""
+        return f"measured while other processes took {self.others_share:.0%} of the cores"
 
     @property
     def key(self) -> str:
@@ -121,7 +133,7 @@ class Found:
     peak: Peak
     reused: bool  # read from the cache file, not measured now
     cache: Path
-    cache_error: str = ""  # why the cache file could not be written ('' when it was, or was not needed)
+    cache_error: str = ""  # why the peak measured now was not cached ('' when it was, or was reused)
 
 
 @dataclass(frozen=True)
@@ -206,10 +218,14 @@ def _store(peak: Peak) -> str:
 
 
 def find(device: torch.device, remeasure: bool = False) -> Found:
-    """`device`'s peak: the cached one, else (or with `remeasure`) measured now and cached."""
+    """`device`'s peak: the cached one, else (or with `remeasure`) measured now and cached, unless
+    the machine was too busy for it to stand (Peak.busy): then it is not cached, and says why."""
     if not remeasure and (peak := cached(device)) is not None:
         return Found(peak, reused=True, cache=cache_file())
     peak = measure(device)
+    if peak.busy:
+        why = f"{peak.busy}; measure again when it is quieter"
+        return Found(peak, reused=False, cache=cache_file(), cache_error=why)
     return Found(peak, reused=False, cache=cache_file(), cache_error=_store(peak))
 
 
@@ -296,7 +312,7 @@ def measure(device: torch.device) -> Peak:
     import torch
 
     host, hardware, version, threads = identity(device)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), contention.sample()
     matmul, sides = {}, {}
     with torch.no_grad():
         for precision in precisions(device):
@@ -315,6 +331,7 @@ def measure(device: torch.device) -> Peak:
         copy_bytes_per_s=copy,
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         seconds=round(time.perf_counter() - started, 2),
+        others_share=round(contention.since(cpu).others_share, 3),
     )
 
 
@@ -394,6 +411,9 @@ def share(device: torch.device, precision: str, achieved_flops: float) -> Share:
         f"{precision} matmul peak {peak / TERA:.4g} TFLOP/s measured {found.peak.measured_at} on "
         f"{found.peak.hardware}" + (f", {found.peak.threads} torch threads" if found.peak.threads else "")
     )
+    if found.peak.busy:  # a low peak: the share reads high (never cached, so the next run measures again)
+        where += f", {found.peak.busy}: this mfu reads high"
+
     if achieved_flops > peak:
         return Share(
             None,
