@@ -599,8 +599,8 @@ def compare(
     from pipeline.present import view
     from pipeline.present.comparison_folder import publish as publish_sweep
     from pipeline.present.comparison_folder import write_html, write_report
-    from pipeline.present.report import Reporter
     from pipeline.present.tables import render, render_gate
+    from pipeline.present.verdict import Verdict
 
     if fail_if_slower is not None and baseline is None:
         raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
@@ -647,7 +647,7 @@ def compare(
         )
         result = gate.check(comparison, base, fail_if_slower, across_hosts, allow_inconclusive)
         if fmt == "table":
-            Reporter().gate(result)
+            Verdict().gate(result)
         else:
             click.echo(render_gate(result, fmt), nl=False)
         sys.exit(result.exit_code)
@@ -664,7 +664,7 @@ def compare(
             f"published: the saved view, the descriptions and {view.REPORT} of sweep {comparison.sweep.run_id}"
         )
     if fmt == "table":
-        Reporter().comparison(comparison, wide)
+        Verdict().comparison(comparison, wide)
     else:
         click.echo(render(comparison, fmt), nl=False)
     for line in written:

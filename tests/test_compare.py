@@ -558,12 +558,12 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
     the figures come first, and nothing is dropped."""
     from rich.console import Console
 
-    from pipeline.present.report import comparison_tables
     from pipeline.present.tables import display_frame
+    from pipeline.present.verdict import Verdict, comparison_tables
 
     _, comparison = eight
     console = Console(width=width, file=io.StringIO(), highlight=False)
-    Reporter(console).comparison(comparison, wide)
+    Verdict(console).comparison(comparison, wide)
     text = console.file.getvalue()
     frame = display_frame(comparison, compact=not wide, stacked=True)
     _check_fits(text, frame, width)

@@ -266,11 +266,25 @@ def run_single(config: RunConfig, reporter: Reporter, options: Options = Options
     # Its table shows the settings given that differ from the defaults (and the device), as a grid's
     # shows the keys it varies: all fifteen cut every header to a letter.
     given = tuple((k, (v,)) for k, v in config.as_params().items() if v != DEFAULTS[k])
-    reporter.summary(given, result, sweep.tracker)
+    _summary(reporter, given, result, sweep.tracker)
     return result
 
 
 # --- the steps --------------------------------------------------------------------------------------
+
+
+def _summary(
+    reporter: Reporter,
+    axes: Sequence[tuple[str, tuple]],
+    result: SweepResult,
+    tracker: Tracker,
+    comparison: Comparison | None = None,
+) -> None:
+    """The sweep's end on the reporter's console (Verdict.summary): the verdict, a row per run, what
+    failed and why, and the UI's link."""
+    from pipeline.present.verdict import Verdict  # pandas and scipy (2 s): only once the sweep is over
+
+    Verdict(reporter.console).summary(axes, result, tracker, comparison)
 
 
 def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
@@ -448,7 +462,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
             tracker.end_run(parent_id, FAILED if result.exit_code else FINISHED)
-    reporter.summary(spec.axes, result, tracker, comparison)
+    _summary(reporter, spec.axes, result, tracker, comparison)
     return result
 
 
