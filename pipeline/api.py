@@ -155,9 +155,10 @@ def compare(
 
 
 def _table(uri: str, experiment: str | None = None, parent_run: str | None = None) -> pandas.DataFrame:
-    client = open_client(uri, must_exist=True)
-    sweep = read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)
-    return build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions())).table
+    with process_settings():  # the retries and timeouts `pipeline compare` reads under
+        client = open_client(uri, must_exist=True)
+        sweep = read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)
+        return build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions())).table
 
 
 def _empty() -> pandas.DataFrame:

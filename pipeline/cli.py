@@ -40,6 +40,7 @@ from pipeline.tracking.store import (
     tell_project_run,
     user_error,
 )
+from pipeline.training import peak as peaks
 
 EXIT_INTERRUPTED = 130
 
@@ -463,8 +464,6 @@ def devices(peak: bool, remeasure: bool) -> None:
         console.print(note)
     console.print(f"torch.cuda.is_available(): {torch.cuda.is_available()}")
     if peak:
-        from pipeline.training import peak as peaks
-
         print_peaks(console, [peaks.find(torch.device(d.name), remeasure) for d in found if d.works])
 
 

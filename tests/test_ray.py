@@ -271,11 +271,13 @@ def test_interrupting_a_ray_sweep_leaves_nothing_running(cluster, pg, write_grid
 
 
 def test_the_login_handed_to_ray_tasks_never_shows_the_password(monkeypatch):
-    """What a task gets: the driver's MLflow credentials, applied in the worker; its repr (in any
-    error or log Ray might print) names the variables only."""
+    """What a task gets: the driver's MLflow credentials, set in the worker for the task only (Ray
+    reuses a worker for other tasks); its repr (in any error or log Ray might print) names the
+    variables only."""
     import os
 
     from pipeline.execution.executors import Login
+    from pipeline.tracking.store import process_settings
 
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "alice-s3cret-password")
@@ -285,5 +287,8 @@ def test_the_login_handed_to_ray_tasks_never_shows_the_password(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    login.apply()  # as in the worker
-    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "alice-s3cret-password" and "MLFLOW_TRACKING_URI" not in os.environ
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "the-workers-own")
+    with process_settings(login.values):  # as in the worker
+        assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "alice-s3cret-password"
+        assert os.environ["MLFLOW_TRACKING_USERNAME"] == "alice" and "MLFLOW_TRACKING_URI" not in os.environ
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ and os.environ["MLFLOW_TRACKING_USERNAME"] == "the-workers-own"

@@ -284,14 +284,17 @@ def test_process_settings_hold_for_the_block_and_are_put_back(monkeypatch):
     import os
 
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.delenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")  # the user's value wins
     alembic = logging.getLogger("alembic")
     before = alembic.level
     with store.process_settings():
         assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
         assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
+        assert os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] == "2.0"  # MLflow reads it per run
         assert alembic.level >= logging.WARNING
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    assert "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL" not in os.environ
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
     assert alembic.level == before
 

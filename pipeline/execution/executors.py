@@ -360,8 +360,9 @@ class Login:
     def from_environment(cls) -> Login:
         return cls({k: os.environ[k] for k in CREDENTIAL_VARIABLES if os.environ.get(k)})
 
-    def apply(self) -> None:
-        os.environ.update(self._values)
+    @property
+    def values(self) -> dict[str, str]:
+        return dict(self._values)
 
     def __repr__(self) -> str:
         return f"Login({', '.join(sorted(self._values)) or 'none'})"
@@ -375,8 +376,6 @@ def _run_remote(job: PointJob, cpus: float, login: Login | None = None) -> Outco
 
     from pipeline.training.device import DeviceUnavailable, resolve  # torch, as above
 
-    if login is not None:
-        login.apply()
     torch.set_num_threads(max(1, int(cpus)))
     try:  # the planned kind; for cuda, Ray's CUDA_VISIBLE_DEVICES makes the assigned GPU cuda:0
         device = resolve(job.device.split(":")[0])
@@ -384,7 +383,8 @@ def _run_remote(job: PointJob, cpus: float, login: Login | None = None) -> Outco
         return Outcome(job.point, FAILED, reason=f"on node {os.uname().nodename}: {exc}")
     # The node, host and hardware a child records are this worker's, not the driver's.
     node = ((TAG_RAY_NODE, ray.get_runtime_context().get_node_id()),) if ray.is_initialized() else ()
-    with process_settings():
+    # The driver's login for the block only: Ray reuses worker processes for other tasks.
+    with process_settings(login.values if login is not None else None):
         return run_point(dataclasses.replace(job, device=str(device), where=node))
 
 

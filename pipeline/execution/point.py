@@ -24,13 +24,14 @@ from pipeline.measures.target import timing as target_timing
 from pipeline.measures.timing import logged_at_end, steady_mean, steady_median, summary_of
 from pipeline.settings.grid import GridPoint, config_hash
 from pipeline.tracking.store import TrackingUnavailable, is_no_room
+from pipeline.tracking.tracker import Tracker
+from pipeline.training import flops, peak
 from pipeline.training.energy import energy_source
 
 if TYPE_CHECKING:
     import torch
 
     from pipeline.settings.config import RunConfig
-    from pipeline.tracking.tracker import Tracker
     from pipeline.training.data import Dataset
     from pipeline.training.train import EpochStats
 
@@ -173,8 +174,7 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
     """Train and record one point. Exceptions become a FAILED run; Ctrl-C a KILLED one (re-raised)."""
     import torch
 
-    from pipeline.tracking.tracker import Tracker
-    from pipeline.training.train import EpochStats, fit
+    from pipeline.training.train import EpochStats, fit  # torch
 
     progress = progress or Progress()
     dataset, device = job.data.load(), torch.device(job.device)
@@ -319,8 +319,6 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
     first run), and the device's copy bandwidth with the share of it the counted bytes took where that
     share means something (peak.bandwidth_share). Where the peak cannot be measured or is in doubt,
     the run has no mfu and its TAG_PEAK says why; where it has no bandwidth_share, TAG_BANDWIDTH says why."""
-    from pipeline.training import flops, peak
-
     per_epoch = flops.epoch_flops(train_size, config.batch_size)
     outcome.measured[names.TRAIN_FLOPS] = (float(per_epoch), 0)
     moved: int | None = None

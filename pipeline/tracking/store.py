@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline.base.files import probe
@@ -41,6 +42,9 @@ _RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 # MLflow prints "View run ... / View experiment ..." to stdout after every run against a server;
 # the sweep prints one link at the end instead.
 _QUIET = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+# System metrics (--system-metrics) every 2 s: MLflow's default is 10 s, and most runs here are shorter.
+SYSTEM_METRICS_INTERVAL_S = 2.0
+_SAMPLING = {"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": str(SYSTEM_METRICS_INTERVAL_S)}
 
 
 class TrackingUnavailable(RuntimeError):
@@ -199,16 +203,20 @@ _QUIET_LOGGERS = {
 
 
 @contextlib.contextmanager
-def process_settings():
+def process_settings(login: Mapping[str, str] | None = None):
     """The settings a sweep runs under, for the block, then put back as they were: short HTTP
-    retries (ours come on top), no URL printed after each run, and quiet MLflow loggers. Values the
-    user set in the environment win. The one configuration path of every entry: the CLI holds it
-    for the command (cli.main), `pipeline.api` for the call, a Ray task for the task, so that an
-    outage reads the same whichever started the sweep. (MLflow reads these settings only from the
-    environment and its loggers: there is no per-client setting.)"""
-    defaults = {**_HTTP_DEFAULTS, **_QUIET}
+    retries (ours come on top), no URL printed after each run, system metrics every
+    SYSTEM_METRICS_INTERVAL_S, and quiet MLflow loggers. Values the user set in the environment win.
+    `login` (a Ray task's: the driver's credentials for the tracking server) wins over the
+    environment. The one configuration path of every entry: the CLI holds it for the command
+    (cli.main), `pipeline.api` for the call, a Ray task for the task, so that an outage reads the
+    same whichever started the sweep. (MLflow reads these settings only from the environment and its
+    loggers: there is no per-client setting.)"""
+    defaults = {**_HTTP_DEFAULTS, **_QUIET, **_SAMPLING}
     added = [key for key in defaults if key not in os.environ]
+    replaced = {key: os.environ.get(key) for key in login or {}}
     os.environ.update({key: defaults[key] for key in added})
+    os.environ.update(login or {})
     levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
     for name, level in _QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(max(level, logging.getLogger(name).level))
@@ -222,10 +230,15 @@ def process_settings():
             logging.getLogger(name).setLevel(level)
         for key in added:
             os.environ.pop(key, None)
+        for key, value in replaced.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class _DropPickleWarning(logging.Filter):
-    # Pickle is chosen deliberately (see tracking.Tracker.log_model); the warning would repeat per run.
+    # Pickle is chosen deliberately (see tracker.Tracker.log_model); the warning would repeat per run.
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Saving pytorch model by Pickle")
 
@@ -728,7 +741,7 @@ class Retrying:
 @contextlib.contextmanager
 def fluent_target(uri: str, experiment_id: str | None = None):
     """MLflow's fluent APIs aimed at this store (and experiment, when given) for the duration of
-    one call, then restored: logging a model and sampling system metrics (tracking.py) go through
+    one call, then restored: logging a model and sampling system metrics (tracker.py) go through
     them, registering a model version resolves its `models:/m-...` source through them, and
     loading a model (predict) resolves `runs:/` and `models:/` URIs through them. These have no
     form that takes a client or a URI."""
@@ -830,4 +843,5 @@ def tell_project_run(message: str) -> None:
         with contextlib.suppress(Exception):
             from mlflow import MlflowClient
 
-            MlflowClient().set_tag(run_id, TAG_ERROR, message)
+            # `mlflow run` hands its store to us as $MLFLOW_TRACKING_URI, as to any entry point.
+            MlflowClient(resolve_tracking_uri(None)).set_tag(run_id, TAG_ERROR, message)

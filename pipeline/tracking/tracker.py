@@ -211,7 +211,8 @@ class Tracker:
     @contextlib.contextmanager
     def system_metrics(self, run_id: str, enabled: bool):
         """MLflow's CPU, memory, disk, network (and GPU, via nvidia-ml-py) sampling of one run for the
-        block, every SYSTEM_METRICS_INTERVAL_S seconds: MLflow samples the run it makes active.
+        block, every store.SYSTEM_METRICS_INTERVAL_S seconds (process_settings sets the interval, unless
+        the user did): MLflow samples the run it makes active.
 
         MLflow ends its active run when the block ends (FINISHED, or FAILED on an exception), so the
         block must span everything the run logs, its summary and model included (point.run_point):
@@ -221,35 +222,24 @@ class Tracker:
             yield
             return
         import mlflow
-        from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
 
-        chosen = MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.is_set()  # the user's interval wins
-        if not chosen:
-            mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_INTERVAL_S)
-        try:
-            with fluent_target(self.uri, self.experiment_id):
-                mlflow.start_run(run_id=run_id, log_system_metrics=True)
-                try:
-                    yield
-                except KeyboardInterrupt:
-                    _end_active(KILLED)
-                    raise
-                except BaseException:
-                    _end_active(FAILED)
-                    raise
-                _end_active(FINISHED)
-        finally:
-            if not chosen:
-                mlflow.set_system_metrics_sampling_interval(None)
+        with fluent_target(self.uri, self.experiment_id):
+            mlflow.start_run(run_id=run_id, log_system_metrics=True)
+            try:
+                yield
+            except KeyboardInterrupt:
+                _end_active(KILLED)
+                raise
+            except BaseException:
+                _end_active(FAILED)
+                raise
+            _end_active(FINISHED)
 
     def ui(self) -> tuple[str, str]:
         """The command that starts the UI on this store, and the experiment's runs page, as printed
         (masked); the reporter turns the page into a sweep's saved view (view.page)."""
         command, url = ui_hint(self.uri, self.experiment_id)
         return redact(command), redact(url)
-
-
-SYSTEM_METRICS_INTERVAL_S = 2.0  # MLflow's default is 10 s: most runs here are shorter
 
 
 @contextlib.contextmanager
