@@ -25,6 +25,18 @@ def cli():
     return invoke
 
 
+def test_version_is_the_installed_distributions():
+    """pyproject.toml reads the version from pipeline/__init__.py: `pipeline --version`, the package
+    and what pip installed say the same."""
+    from importlib.metadata import version
+
+    import pipeline
+
+    out = invoke("--version")
+    assert out.exit_code == 0 and out.output.strip() == f"pipeline, version {pipeline.__version__}"
+    assert version("pipeline") == pipeline.__version__
+
+
 def test_validate_prints_the_expanded_grid(cli):
     result = cli("validate", str(REPO / "experiments" / "devices.yaml"))
     assert result.exit_code == 0, result.output

@@ -82,6 +82,24 @@ def test_every_import_of_the_package_is_declared():
     assert extra_at_top == [], "an extra's module must be imported inside the function that needs it"
 
 
+def test_every_import_of_the_tests_and_benchmarks_is_declared():
+    """What `make test` runs imports only what the package or one of its extras declares: a test
+    that imports a library pip happened to bring along breaks when that library's user drops it.
+    The tests' and benchmarks' own modules (conftest, idx_files, calibration, ...) are local."""
+    declared = _names(PYPROJECT["dependencies"]).union(*map(_names, PYPROJECT["optional-dependencies"].values()))
+    providers = packages_distributions()
+    folders = [REPO / "tests", REPO / "benchmarks"]
+    local = {path.stem for folder in folders for path in folder.rglob("*.py")}
+    local |= {path.name for folder in folders for path in folder.iterdir() if path.is_dir()}
+    undeclared = []
+    for folder in folders:
+        for module, files in sorted(third_party_imports(folder).items()):
+            distributions = {canonicalize_name(d) for d in providers.get(module, [])}
+            if module not in local and not distributions & declared:
+                undeclared.append(f"{module} ({folder.name}: {', '.join(files)})")
+    assert undeclared == [], "imported by the tests or benchmarks but declared nowhere in pyproject.toml"
+
+
 def test_the_scan_sees_imports_in_functions_and_at_the_top(tmp_path):
     """The scan the declaration test relies on: a deferred import is found, and told from a top one."""
     (tmp_path / "a.py").write_text("import os\nimport numpy as np\n\ndef f():\n    from yaml import safe_load\n")
