@@ -82,7 +82,15 @@ from pipeline.settings.grid import (
 )
 from pipeline.tracking import results
 from pipeline.tracking.liveness import kill_running_children, reap_orphans
-from pipeline.tracking.records import RunRecord, SweepRecord, experiment_id_of, finished_by_key, read_sweep, record
+from pipeline.tracking.records import (
+    RunRecord,
+    SweepRecord,
+    experiment_id_of,
+    finished_by_key,
+    history,
+    read_sweep,
+    record,
+)
 from pipeline.tracking.store import (
     NO_ROOM_ERRNOS,
     absolute_store_uri,
@@ -887,10 +895,10 @@ def _outcome_of_finished(client, item: Planned, run) -> Outcome:
     metrics = run.data.metrics
     fields = {name: metrics.get(name, float("nan")) for name in EPOCH_METRICS}
     stats = EpochStats(epoch=item.point.config.epochs, **fields)
-    history = _history(client, run.info.run_id, "epoch_duration_s")
+    epoch_times = history(client, run.info.run_id, "epoch_duration_s")
     figures = {name: metrics[name] for name in (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY) if name in metrics}
     if len(figures) < 3:
-        figures = summary(history, _history(client, run.info.run_id, "images_per_s"), metrics.get("test_accuracy"))
+        figures = summary(epoch_times, history(client, run.info.run_id, "images_per_s"), metrics.get("test_accuracy"))
     said = summary_line(figures)
     return Outcome(
         item.point,
@@ -900,10 +908,6 @@ def _outcome_of_finished(client, item: Planned, run) -> Outcome:
         reason=f"already FINISHED as run {run.info.run_id}" + (f": {said}" if said else ""),
         epochs=[stats],
         run_duration_s=metrics.get(RUN_DURATION),
-        stored_mean_epoch_s=steady_mean(history),
+        stored_mean_epoch_s=steady_mean(epoch_times),
         stored_figures=figures,
     )
-
-
-def _history(client, run_id: str, metric: str) -> list[float]:
-    return [m.value for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.step)]

@@ -91,10 +91,14 @@ def record(
         if name not in result.metrics:  # never logged (energy on most CPUs): its history is empty, no read
             result.histories[name] = []
             continue
-        # One read per run and metric: MLflow 3.17's client has no public bulk history read.
-        steps = client.get_metric_history(run.info.run_id, name)
-        result.histories[name] = [m.value for m in sorted(steps, key=lambda m: m.step)]
+        result.histories[name] = history(client, run.info.run_id, name)
     return result
+
+
+def history(client, run_id: str, metric: str) -> list[float]:
+    """A run's values of `metric`, by step. One read per run and metric: MLflow 3.17's client has
+    no public bulk history read."""
+    return [m.value for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.step)]
 
 
 def finished_by_key(client, experiment_id: str | None) -> dict[str, Run]:
