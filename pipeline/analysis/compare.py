@@ -74,12 +74,8 @@ GRID_TWIN_KEYS = tuple(name for name, key in KEYS.items() if key.twin)
 TWIN_KEYS = (*GRID_TWIN_KEYS, "train_size", "test_size")
 # What makes one row: a setting on one device of one kind of hardware. Its repeats are its runs.
 ROW_KEYS = ("device", "hardware", *TWIN_KEYS)
-# The axes whose twins get a speedup: the column, its reference value, the speedup column.
-TWIN_AXES = (
-    ("device", "cpu", "speedup"),
-    ("precision", "fp32", "precision_speedup"),
-    ("compile", "false", "compile_speedup"),
-)
+# The axes whose twins get a speedup (config.Key.speedup): the column, its reference value, the speedup column.
+TWIN_AXES: tuple[tuple[str, str, str], ...] = tuple((name, *key.speedup) for name, key in KEYS.items() if key.speedup)
 VERSUS = "versus_speedup"  # --versus KEY=VALUE: each row over its twin with KEY=VALUE
 TARGET_SPEEDUP = "target_speedup"  # the device speedup on time to target
 FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")

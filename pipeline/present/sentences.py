@@ -73,7 +73,7 @@ def _basis(reference: Row, what: str) -> str:
 
 def _value(axis: str, value: Any) -> str:
     """A twin axis's value as a speedup line names it: cuda, bf16, compile=true, num_workers=0."""
-    return str(value) if axis in ("device", "precision") else f"{axis}={format_value(value)}"
+    return str(value) if axis in KEYS and KEYS[axis].name == "" else f"{axis}={format_value(value)}"
 
 
 def verdict(

@@ -319,6 +319,9 @@ class Key:
     shown: Literal["always", "varying", "never"] = "varying"  # compare's table: "varying" when runs differ in it
     train: bool = True  # an option of `pipeline train` and a parameter of MLproject's train entry point
     chart_group: str = ""  # words for it on a chart's axis: the epoch chart groups its bars by the keys that have them
+    # An axis compare measures a speedup along: (the reference value, the speedup's column). Twins that
+    # differ only in this key, each against the one at the reference value.
+    speedup: tuple[str, str] | tuple[()] = ()
 
 
 def _key(default: Any, **metadata: Any) -> Any:
@@ -351,7 +354,13 @@ class RunConfig:
     )
     # The device is the axis compared: twins are runs that differ in it (or in precision, compile).
     device: str = _key(
-        "auto", check=Device(), help="cpu, cuda, cuda:N, mps or auto.", name="", twin=False, shown="always"
+        "auto",
+        check=Device(),
+        help="cpu, cuda, cuda:N, mps or auto.",
+        name="",
+        twin=False,
+        shown="always",
+        speedup=("cpu", "speedup"),
     )
     epochs: int = _key(1, check=Integer(1, 1_000_000), help="Passes over the training set.", name="ep", shown="always")
     seed: int = _key(
@@ -400,6 +409,7 @@ class RunConfig:
         name="",
         later=True,
         variant=True,
+        speedup=("fp32", "precision_speedup"),
     )
     compile: bool = _key(
         False,
@@ -408,6 +418,7 @@ class RunConfig:
         name=("compiled", "eager"),
         later=True,
         variant=True,
+        speedup=("false", "compile_speedup"),
     )
     prefetch: bool = _key(
         False,
