@@ -100,12 +100,18 @@ def test_server_answers_are_retried_by_their_code_not_their_text(code, retried):
     assert store.is_transient(error) is retried
 
 
-def test_our_limit_is_mlflows():
-    from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH
+def test_our_limit_is_mlflows(tracking_uri):
+    """MLflow takes an experiment name as long as our limit and refuses one a character longer, so a
+    grid's name is checked before anything is written, with MLflow's own bound."""
+    from mlflow import MlflowClient
 
     from pipeline.base.names import MAX_EXPERIMENT_NAME_LENGTH as ours
 
-    assert ours == MAX_EXPERIMENT_NAME_LENGTH
+    client = MlflowClient(tracking_uri)
+    client.create_experiment("x" * ours)
+    with pytest.raises(MlflowException) as refused:
+        client.create_experiment("y" * (ours + 1))
+    assert refused.value.error_code == "INVALID_PARAMETER_VALUE"
 
 
 class WritesThenTimesOut:
