@@ -16,6 +16,7 @@ import click
 
 from pipeline import __version__
 from pipeline.base.files import check_writable
+from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.errors import UserError
 from pipeline.settings.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats, load_grid
 from pipeline.settings.grid import MAX_POINTS, SHOWN_POINTS, expand
@@ -26,7 +27,6 @@ from pipeline.tracking import results
 from pipeline.tracking.records import latest_experiment_id, read_sweep
 from pipeline.tracking.server import check_port, run_mlflow, serve
 from pipeline.tracking.store import (
-    RUNS_PAGE,
     UI_OPTIONS,
     TrackingUnavailable,
     absolute_store_uri,
@@ -34,7 +34,6 @@ from pipeline.tracking.store import (
     local_state_dir,
     open_client,
     process_settings,
-    redact,
     resolve_tracking_uri,
     short_cause,
     tell_project_run,

@@ -30,11 +30,11 @@ from pipeline.base.names import (
     TAG_OVERRIDES,
     TAG_TORCH,
 )
+from pipeline.base.uris import redact
 from pipeline.present import charts
 from pipeline.present.sentences import headline, notes, speedup_lines
 from pipeline.present.tables import caption, decision_frame, timed_title, utilisation_frame
 from pipeline.present.tables import render as render_data
-from pipeline.tracking.store import redact
 
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
@@ -71,7 +71,7 @@ pre { background: #f6f6f6; padding: 0.6em 1em; overflow-x: auto; }
 class Provenance:
     """What the report says about where a sweep came from: read from its parent run by the caller."""
 
-    tracking_uri: str = ""  # shown masked (store.redact)
+    tracking_uri: str = ""  # shown masked (uris.redact)
     grid_file: str = ""
     overrides: str = ""  # "--set epochs=1 --set device=cpu"
     options: str = ""  # "--system-metrics --register fashion-cnn"

@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import pipeline.execution.point
+from pipeline.base.uris import redact
 from pipeline.settings.grid import SHOWN_POINTS, format_value, grid_size, run_count
-from pipeline.tracking.store import redact
 from pipeline.training.peak import TERA, reference
 
 if TYPE_CHECKING:

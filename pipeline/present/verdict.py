@@ -16,11 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.base.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
+from pipeline.base.uris import redact
 from pipeline.present import sentences, view
 from pipeline.present.report import make_console, plural, status_cell
 from pipeline.present.tables import SPEEDUP_LABELS, caption, display_frame, gate_display_frame, gate_title, timed_title
 from pipeline.settings.grid import format_value
-from pipeline.tracking.store import redact
 
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison

@@ -30,10 +30,11 @@ from pipeline.base.names import (
     TAG_ROLE,
     TAG_SETTING,
 )
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.settings.config import KEYS
 from pipeline.tracking.records import all_runs, deleted_experiment, every, read_sweep, sweep_parent
-from pipeline.tracking.store import first_line, fluent_target, open_client, redact
+from pipeline.tracking.store import first_line, fluent_target, open_client
 
 TAG_SOURCE_RUN = "pipeline.source_run"
 TAG_METRIC = "pipeline.metric"  # a version picked by --metric: which metric

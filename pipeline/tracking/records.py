@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.base.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.measures.timing import has_end_figures
-from pipeline.tracking.store import first_line, redact
+from pipeline.tracking.store import first_line
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
