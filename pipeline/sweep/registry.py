@@ -108,7 +108,8 @@ def picked_run(
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to register; train a grid first")
     options = CompareOptions(include_contended=include_contended)
-    comparison = build(sweep, sweep_options(client.get_run(sweep.run_id), options))
+    parent = client.get_run(sweep.run_id).data
+    comparison = build(sweep, sweep_options(parent.params, parent.tags, options))
     chosen = pick(comparison, rule)
     if chosen is None:
         raise UserError(
