@@ -1,7 +1,7 @@
 """What the MLflow UI opens on: a saved view of each sweep, its runs' setting figures and verdict,
 and markdown descriptions, built here as plain data (tag values, texts, each child's metrics and
 tags). sweep/publish.py writes them when a sweep is published (`pipeline run` at its end, `pipeline
-compare --publish`) and reads what they depend on; `pipeline compare` alone only reads (`link`).
+compare --publish`) and reads what they depend on; `pipeline compare` alone only reads (publish.link).
 
 MLflow 3.17's runs page loads a saved view from the experiment tag `mlflow.sharedViewState.<id>`
 when its URL carries `viewStateShareKey=<id>`: an envelope {name, createdAt, updatedAt, state} whose
