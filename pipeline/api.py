@@ -158,7 +158,8 @@ def _table(uri: str, experiment: str | None = None, parent_run: str | None = Non
     with process_settings():  # the retries and timeouts `pipeline compare` reads under
         client = open_client(uri, must_exist=True)
         sweep = read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)
-        return build(sweep, sweep_options(client.get_run(sweep.run_id), CompareOptions())).table
+        parent = client.get_run(sweep.run_id).data
+        return build(sweep, sweep_options(parent.params, parent.tags, CompareOptions())).table
 
 
 def _empty() -> pandas.DataFrame:

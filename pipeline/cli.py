@@ -16,6 +16,7 @@ import click
 
 from pipeline import __version__
 from pipeline.base.files import check_writable
+from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.errors import UserError
 from pipeline.settings.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats, load_grid
 from pipeline.settings.grid import MAX_POINTS, SHOWN_POINTS, expand
@@ -23,10 +24,9 @@ from pipeline.settings.schema import schema_text
 from pipeline.settings.starter import FIRST_GRID, write_examples
 from pipeline.sweep import registry
 from pipeline.tracking import results
-from pipeline.tracking.records import latest_experiment_id, read_sweep
+from pipeline.tracking.records import baseline_sweep, latest_experiment_id, read_sweep
 from pipeline.tracking.server import check_port, run_mlflow, serve
 from pipeline.tracking.store import (
-    RUNS_PAGE,
     UI_OPTIONS,
     TrackingUnavailable,
     absolute_store_uri,
@@ -34,7 +34,6 @@ from pipeline.tracking.store import (
     local_state_dir,
     open_client,
     process_settings,
-    redact,
     resolve_tracking_uri,
     short_cause,
     tell_project_run,
@@ -596,10 +595,11 @@ def compare(
     from pipeline.analysis import gate
     from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, sweep_options
     from pipeline.present import view
-    from pipeline.present.comparison_folder import publish as publish_sweep
     from pipeline.present.comparison_folder import write_html, write_report
     from pipeline.present.tables import render, render_gate
     from pipeline.present.verdict import Verdict
+    from pipeline.sweep.publish import link, provenance
+    from pipeline.sweep.publish import publish as publish_sweep
 
     if fail_if_slower is not None and baseline is None:
         raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
@@ -634,16 +634,14 @@ def compare(
     sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=charted)
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
-    options = sweep_options(
-        client.get_run(sweep.run_id), CompareOptions(sort, versus, include_contended), quality_margin
-    )
+    parent = client.get_run(sweep.run_id).data
+    options = sweep_options(parent.params, parent.tags, CompareOptions(sort, versus, include_contended), quality_margin)
     comparison = build(sweep, options)
     if baseline is not None:
-        base_sweep = gate.baseline_sweep(client, baseline, HISTORIES, sweep)
-        base = build(
-            base_sweep,
-            sweep_options(client.get_run(base_sweep.run_id), replace(options, sort=None, versus=None), quality_margin),
-        )
+        base_sweep = baseline_sweep(client, baseline, HISTORIES, sweep)
+        base_parent = client.get_run(base_sweep.run_id).data
+        base_options = replace(options, sort=None, versus=None)
+        base = build(base_sweep, sweep_options(base_parent.params, base_parent.tags, base_options, quality_margin))
         result = gate.check(comparison, base, fail_if_slower, across_hosts, allow_inconclusive)
         if fmt == "table":
             Verdict().gate(result)
@@ -656,7 +654,7 @@ def compare(
     if out:
         written += [f"wrote {path}" for path in write_report(comparison, Path(out))]
     if html:
-        written.append(f"wrote {write_html(client, comparison, Path(html))}")
+        written.append(f"wrote {write_html(comparison, Path(html), provenance(client, comparison.sweep.run_id))}")
     if publish:
         publish_sweep(client, comparison)
         written.append(
@@ -668,7 +666,7 @@ def compare(
         click.echo(render(comparison, fmt), nl=False)
     for line in written:
         click.echo(line, err=True)
-    click.echo(f"In the MLflow UI: {view.link(client, comparison)}", err=fmt != "table")
+    click.echo(f"In the MLflow UI: {link(client, comparison)}", err=fmt != "table")
 
 
 @main.command(short_help="Start the MLflow UI on the pipeline's store; print its address.")
@@ -693,7 +691,7 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     client = open_client(uri, must_exist=True)
     experiment_id = latest_experiment_id(client)
     page = RUNS_PAGE.format(experiment_id=experiment_id) if experiment_id else ""
-    parent = view.latest(client, experiment_id) if experiment_id else None
+    parent = view.latest(client.get_experiment(experiment_id).tags) if experiment_id else None
     page = view.page(page, parent) if parent else page
     if host in ("0.0.0.0", "::"):
         click.echo(

@@ -110,6 +110,8 @@ CONTRACTS = (
     "Analysis renders nothing",
     "Tracking never imports presentation",
     "Inside tracking, the store is the one way to MLflow's tracking store",
+    "Presentation renders: it never reaches the store",
+    "Analysis never reaches MLflow",
 )
 
 
@@ -130,8 +132,8 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_layers_hold():
-    """Presentation reads analysis, analysis renders nothing, tracking never imports presentation:
-    every contract kept, on this checkout's package."""
+    """Presentation reads analysis and never the store, analysis renders nothing and never reaches
+    MLflow, tracking never imports presentation: every contract kept, on this checkout's package."""
     out = _lint_imports(REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     for name in CONTRACTS:
@@ -161,6 +163,27 @@ def test_the_layers_hold():
             "def _sweep(client, run_id):\n    from pipeline.tracking import records\n\n"
             "    return records.read_sweep(client, run_id)\n",
             [CONTRACTS[3]],
+        ),
+        # The saved view reading the store itself again (sweep/publish.py reads for it).
+        (
+            "present.view",
+            "def _latest(client, name):\n    from pipeline.tracking.records import latest_sweep\n\n"
+            "    return latest_sweep(client, name).info.run_id\n",
+            [CONTRACTS[4]],
+        ),
+        # A presentation module asking MLflow itself.
+        (
+            "present.html_report",
+            "def _grid(client, run_id):\n    from mlflow.artifacts import download_artifacts\n\n"
+            "    return download_artifacts(run_id=run_id, artifact_path='grid')\n",
+            [CONTRACTS[4]],
+        ),
+        # The gate reading its baseline sweep from MLflow again (records.baseline_sweep does).
+        (
+            "analysis.gate",
+            "def _baseline(run_id):\n    from mlflow import MlflowClient\n\n"
+            "    return MlflowClient().get_run(run_id)\n",
+            [CONTRACTS[5]],
         ),
     ],
 )

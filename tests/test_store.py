@@ -19,9 +19,9 @@ from mlflow.protos.databricks_pb2 import ErrorCode
 
 from conftest import free_port
 from pipeline.base.names import TAG_CREATE_TOKEN, TAG_RUN_KEY
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.tracking import store
-from pipeline.tracking.store import redact
 
 
 def locked_error(tmp_path: Path) -> sqlite3.OperationalError:

@@ -64,7 +64,7 @@ from pipeline.settings.config import DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, LAT
 from pipeline.settings.grid import format_value, short
 
 if TYPE_CHECKING:
-    from mlflow.entities import Run
+    from collections.abc import Mapping
 
     from pipeline.tracking.records import RunRecord, SweepRecord
 
@@ -182,13 +182,15 @@ class CompareOptions:
     quality_margin: float = DEFAULT_QUALITY_MARGIN  # the accuracy a faster setting may lose and still win
 
 
-def sweep_options(parent: Run, options: CompareOptions, quality_margin: float | None = None) -> CompareOptions:
-    """`options` with what the sweep's parent run recorded: its target (TAG_TARGET) and its grid's
-    quality margin (the `quality_margin` param; 0.005 for sweeps made before it was recorded), unless
-    `quality_margin` overrides it."""
-    recorded = parent.data.params.get("quality_margin")
+def sweep_options(
+    params: Mapping[str, str], tags: Mapping[str, str], options: CompareOptions, quality_margin: float | None = None
+) -> CompareOptions:
+    """`options` with what the sweep's parent run recorded (its `params` and `tags`, read by the
+    caller): its target (TAG_TARGET) and its grid's quality margin (the `quality_margin` param; 0.005
+    for sweeps made before it was recorded), unless `quality_margin` overrides it."""
+    recorded = params.get("quality_margin")
     margin = quality_margin if quality_margin is not None else float(recorded or DEFAULT_QUALITY_MARGIN)
-    return replace(options, target=parent.data.tags.get(TAG_TARGET), quality_margin=margin)
+    return replace(options, target=tags.get(TAG_TARGET), quality_margin=margin)
 
 
 Row = dict[str, Any]  # one row of the comparison's table, as a plain dict (with its index under "index")

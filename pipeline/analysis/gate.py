@@ -16,14 +16,14 @@ With `--fail-if-slower` the exit code says it: 0 when every point was judged and
 a slowdown, 3 when some point is INCONCLUSIVE and none is SLOWER (`--allow-inconclusive`: 0). Noise
 alone fails a build in at most 2.5% of A/A pairs (tests/test_calibration.py measures it).
 
-Analysis only: the states and numbers. The gate's verdict in words is sentences.gate_verdict, its
-tables (terminal, markdown, csv, json) tables.py's.
+Analysis only: the states and numbers, from two sweeps read by the caller (the baseline:
+records.baseline_sweep). The gate's verdict in words is sentences.gate_verdict, its tables (terminal,
+markdown, csv, json) tables.py's.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,14 +33,10 @@ from pipeline.analysis.compare import ROW_KEYS, TWIN_KEYS
 from pipeline.errors import UserError
 from pipeline.measures import stats
 from pipeline.settings.grid import format_value
-from pipeline.tracking.records import read_sweep
 
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
     from pipeline.tracking.records import SweepRecord
-    from pipeline.tracking.store import Retrying
-
-_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 FASTER, SLOWER, NO_CHANGE, INCONCLUSIVE = "FASTER", "SLOWER", "NO CHANGE", "INCONCLUSIVE"
 EXIT_SLOWER, EXIT_INCONCLUSIVE = 1, 3
@@ -107,25 +103,6 @@ class GateResult:
         if self.failing:
             return EXIT_SLOWER
         return EXIT_INCONCLUSIVE if self.inconclusive and not self.allow_inconclusive else 0
-
-
-def baseline_sweep(client: Retrying, baseline: str, histories: tuple[str, ...], current: SweepRecord) -> SweepRecord:
-    """`--baseline`: a parent run id, or an experiment name for its latest sweep; never `current` itself."""
-    by_id = bool(_RUN_ID.fullmatch(baseline))
-    try:
-        sweep = read_sweep(
-            client, None if by_id else baseline, baseline if by_id else None, histories=histories, option="--baseline"
-        )
-    except UserError as exc:
-        raise UserError(f"--baseline {baseline}: {exc}") from None
-    if sweep.run_id == current.run_id:
-        raise UserError(
-            f"--baseline {baseline}: that is the sweep being compared ({sweep.name}); a sweep against "
-            "itself shows no change by construction; name an earlier sweep (its parent run id)"
-        )
-    if not sweep.children:
-        raise UserError(f"--baseline {baseline}: sweep {sweep.name!r} has no FINISHED runs")
-    return sweep
 
 
 def _keys(across_hosts: bool) -> list[str]:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from pipeline.base.names import TAG_CONCURRENT, TAG_RAY_NODE
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.execution.point import FAILED, FINISHED, NOT_RUN, Outcome, PointJob, Progress, run_point
-from pipeline.tracking.store import CREDENTIAL_VARIABLES, TrackingUnavailable, process_settings, redact, sqlite_path
+from pipeline.tracking.store import CREDENTIAL_VARIABLES, TrackingUnavailable, process_settings, sqlite_path
 from pipeline.tracking.tracker import Tracker
 
 if TYPE_CHECKING:

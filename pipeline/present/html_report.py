@@ -19,22 +19,12 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING
 
-from pipeline.base.names import (
-    ARTIFACT_EFFECTIVE_GRID,
-    TAG_CUDA,
-    TAG_DEVICE,
-    TAG_GRID_FILE,
-    TAG_HARDWARE,
-    TAG_HOST,
-    TAG_OPTIONS,
-    TAG_OVERRIDES,
-    TAG_TORCH,
-)
+from pipeline.base.names import ARTIFACT_EFFECTIVE_GRID, TAG_CUDA, TAG_DEVICE, TAG_HARDWARE, TAG_HOST, TAG_TORCH
+from pipeline.base.uris import redact
 from pipeline.present import charts
 from pipeline.present.sentences import headline, notes, speedup_lines
 from pipeline.present.tables import caption, decision_frame, timed_title, utilisation_frame
 from pipeline.present.tables import render as render_data
-from pipeline.tracking.store import redact
 
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
@@ -69,36 +59,15 @@ pre { background: #f6f6f6; padding: 0.6em 1em; overflow-x: auto; }
 
 @dataclass
 class Provenance:
-    """What the report says about where a sweep came from: read from its parent run by the caller."""
+    """What the report says about where a sweep came from: read from its parent run by the caller
+    (sweep/publish.py's `provenance`)."""
 
-    tracking_uri: str = ""  # shown masked (store.redact)
+    tracking_uri: str = ""  # shown masked (uris.redact)
     grid_file: str = ""
     overrides: str = ""  # "--set epochs=1 --set device=cpu"
     options: str = ""  # "--system-metrics --register fashion-cnn"
     grid_text: str = ""  # the grid it trained (grid/effective.yaml), where it could be read
     notes: list[str] = field(default_factory=list)
-
-
-def provenance(client, parent_run_id: str) -> Provenance:
-    """The sweep's grid, options and store, from its parent run's tags and its grid artifact."""
-    import tempfile
-    from pathlib import Path
-
-    tags = client.get_run(parent_run_id).data.tags
-    options = tags.get(TAG_OPTIONS, "")
-    found = Provenance(
-        client.tracking_uri,
-        tags.get(TAG_GRID_FILE, ""),
-        tags.get(TAG_OVERRIDES, ""),
-        "" if options == "none" else options,
-    )
-    try:
-        with tempfile.TemporaryDirectory(prefix="pipeline-report-") as folder:
-            path = client.download_artifacts(parent_run_id, ARTIFACT_EFFECTIVE_GRID, folder)
-            found.grid_text = Path(path).read_text(encoding="utf-8")
-    except Exception as exc:  # an old sweep without it, or an artifact store this machine cannot read
-        found.notes.append(f"its grid could not be read from the parent run ({exc.__class__.__name__})")
-    return found
 
 
 def render(comparison: Comparison, source: Provenance | None = None) -> str:

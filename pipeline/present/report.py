@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import pipeline.execution.point
+from pipeline.base.uris import redact
 from pipeline.settings.grid import SHOWN_POINTS, format_value, grid_size, run_count
-from pipeline.tracking.store import redact
 from pipeline.training.peak import TERA, reference
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from pipeline.execution.point import Outcome
     from pipeline.settings.config import GridSpec
     from pipeline.settings.grid import GridPoint
-    from pipeline.tracking.tracker import Tracker
     from pipeline.training.train import EpochStats
 
 
@@ -144,10 +143,10 @@ class Reporter(pipeline.execution.point.Progress):
     def note(self, text: str) -> None:
         self.console.print(f"note: {text}")
 
-    def sweep_start(self, tracker: Tracker, parent_id: str, spec: GridSpec) -> None:
+    def sweep_start(self, experiment_name: str, experiment_id: str, uri: str, parent_id: str, spec: GridSpec) -> None:
         self.console.print(
-            f"experiment {tracker.experiment_name!r} (id {tracker.experiment_id}), parent run {parent_id}, "
-            f"{sweep_size(spec)}, store {redact(tracker.uri)}"
+            f"experiment {experiment_name!r} (id {experiment_id}), parent run {parent_id}, "
+            f"{sweep_size(spec)}, store {redact(uri)}"
         )
 
     # --- during training ------------------------------------------------------------------------------

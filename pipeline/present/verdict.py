@@ -16,17 +16,16 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.base.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
+from pipeline.base.uris import redact
 from pipeline.present import sentences, view
 from pipeline.present.report import make_console, plural, status_cell
 from pipeline.present.tables import SPEEDUP_LABELS, caption, display_frame, gate_display_frame, gate_title, timed_title
 from pipeline.settings.grid import format_value
-from pipeline.tracking.store import redact
 
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
     from pipeline.analysis.gate import GateResult
     from pipeline.execution.point import SweepResult
-    from pipeline.tracking.tracker import Tracker
 
 
 class Verdict:
@@ -65,11 +64,12 @@ class Verdict:
         self,
         axes: Sequence[tuple[str, tuple]],
         result: SweepResult,
-        tracker: Tracker,
+        ui: tuple[str, str],
         comparison: Comparison | None = None,
     ) -> None:
         """The sweep's end: the verdict first, one row per run, what failed and why, the speedup
-        lines, and the UI's link."""
+        lines, and the UI's link (`ui`: the command that starts the UI on the store and the
+        experiment's runs page, masked, as Tracker.ui gives them)."""
         if comparison is not None and not comparison.table.empty:
             self.headline(comparison)
         self.console.print(results_table(axes, result))
@@ -91,7 +91,7 @@ class Verdict:
                 "Charts and tables: the parent run's comparison/ artifacts; or `pipeline compare --out DIR`"
             )
         published = comparison is not None and not comparison.table.empty
-        command, url = tracker.ui()
+        command, url = ui
         if published:
             if result.parent_run_id:
                 url = view.page(url, result.parent_run_id)  # the sweep's saved view

@@ -1,6 +1,7 @@
 """What the MLflow UI opens on: a saved view of each sweep, its runs' setting figures and verdict,
-and markdown descriptions. Written when a sweep is published (`pipeline run` at its end, `pipeline
-compare --publish`); `pipeline compare` alone only reads (`link`).
+and markdown descriptions, built here as plain data (tag values, texts, each child's metrics and
+tags). sweep/publish.py writes them when a sweep is published (`pipeline run` at its end, `pipeline
+compare --publish`) and reads what they depend on; `pipeline compare` alone only reads (publish.link).
 
 MLflow 3.17's runs page loads a saved view from the experiment tag `mlflow.sharedViewState.<id>`
 when its URL carries `viewStateShareKey=<id>`: an envelope {name, createdAt, updatedAt, state} whose
@@ -37,10 +38,12 @@ import json
 import math
 import time
 import zlib
+from dataclasses import dataclass
+from importlib.metadata import version as installed_version
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pipeline.analysis.compare import SUMMARY, pick, ranks_on_target, run_order
+from pipeline.analysis.compare import SUMMARY, ranks_on_target, run_order
 from pipeline.base.names import (
     FINAL_ACCURACY,
     RANK,
@@ -52,16 +55,13 @@ from pipeline.base.names import (
     SETTING_TO_TARGET,
     STEADY_EPOCH,
     STEADY_IMAGES,
-    TAG_GRID_FILE,
-    TAG_GRID_SIZE,
     TAG_SETTING,
     TAG_VERDICT,
 )
+from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.present.palette import colours
 from pipeline.present.sentences import claims, headline, notes, short_verdict, speedup_lines
 from pipeline.present.tables import markdown, percent, speedup_columns, spread
-from pipeline.tracking.records import every, latest_sweep
-from pipeline.tracking.store import RUNS_PAGE, redact, ui_hint
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
 VERIFIED_UI = ((3, 17),)
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 NOTE_TAG = "mlflow.note.content"
-# Added to a runs page URL (store.RUNS_PAGE, in Model training mode): the view, as a table (the
+# Added to a runs page URL (uris.RUNS_PAGE, in Model training mode): the view, as a table (the
 # columns side by side); its charts are the chart icon away.
 _VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=TABLE"
 # The view's first columns: each run's setting's figures, the numbers of `pipeline compare`'s row
@@ -93,12 +93,10 @@ def view_id(parent_run_id: str) -> str:
 
 
 def _mlflow_version(version: str | None) -> str:
-    """`version`, or the installed MLflow's."""
+    """`version`, or the installed MLflow's (its distribution's, read without importing it)."""
     if version is not None:
         return version
-    import mlflow
-
-    return mlflow.__version__
+    return installed_version("mlflow")
 
 
 def supported(version: str | None = None) -> bool:
@@ -145,10 +143,11 @@ def children_filter(parent_run_id: str) -> str:
     return f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
 
 
-def latest(client, experiment_id: str) -> str | None:
-    """The parent run id of the experiment's most recently written sweep view, if any."""
+def latest(experiment_tags: dict[str, str]) -> str | None:
+    """The parent run id of the experiment's most recently written sweep view, if any, from the
+    experiment's tags."""
     views = []
-    for key, value in client.get_experiment(experiment_id).tags.items():
+    for key, value in experiment_tags.items():
         if key.startswith(VIEW_TAG_PREFIX + "sweep-"):
             try:
                 views.append((json.loads(value).get("updatedAt", 0), key[len(VIEW_TAG_PREFIX + "sweep-") :]))
@@ -407,32 +406,25 @@ def _report_link(experiment_id: str, parent_run_id: str, words: str) -> str:
     return f"`{REPORT}` in the artifacts of run {parent_run_id}"
 
 
-def model_page(client, comparison: Comparison) -> str | None:
-    """The UI's page of the best setting's model (compare.pick's run's logged model), relative to the
-    UI; None where there is no best (speed withheld) or its run logged no model."""
-    best = pick(comparison)
-    if best is None:
+def model_page(experiment_id: str, model_id: str | None) -> str | None:
+    """The UI's page of the best setting's model (`model_id`: compare.pick's run's logged model),
+    relative to the UI; None where there is none (no best: speed withheld; or its run logged no model)."""
+    if model_id is None:
         return None
-    outputs = client.get_run(best.run_id).outputs
-    models = outputs.model_outputs if outputs is not None else []
-    if not models:
-        return None
-    return f"#/experiments/{comparison.sweep.experiment_id}/models/{models[-1].model_id}?workflowType=machine_learning"
+    return f"#/experiments/{experiment_id}/models/{model_id}?workflowType=machine_learning"
 
 
-def published(client, comparison: Comparison) -> bool:
-    """Whether the sweep's saved view is in its experiment (written by `pipeline run` at its end, or
-    by `pipeline compare --publish`)."""
-    sweep = comparison.sweep
-    return VIEW_TAG_PREFIX + view_id(sweep.run_id) in client.get_experiment(sweep.experiment_id).tags
+def published(comparison: Comparison, experiment_tags: dict[str, str]) -> bool:
+    """Whether the sweep's saved view is among its experiment's tags (written by `pipeline run` at its
+    end, or by `pipeline compare --publish`)."""
+    return VIEW_TAG_PREFIX + view_id(comparison.sweep.run_id) in experiment_tags
 
 
-def link(client, comparison: Comparison) -> str:
-    """The sweep's link as printed, with the command that starts the UI on a local store: its saved
-    view where one is published, else its runs. Reads only: `publish` writes the view."""
-
-    command, url = ui_hint(client.tracking_uri, comparison.sweep.experiment_id)
-    shown = supported() and published(client, comparison)
+def link(comparison: Comparison, hint: tuple[str, str], shown: bool) -> str:
+    """The sweep's link as printed, with the command that starts the UI on a local store (`hint`:
+    store.ui_hint's command and runs page): its saved view where one is `shown` (published, on a
+    verified MLflow), else its runs."""
+    command, url = hint
     if not supported():
         note = f"  ({unverified_note()})"
     elif not shown:
@@ -443,70 +435,49 @@ def link(client, comparison: Comparison) -> str:
     return redact(text)  # printed: a password in the store's URI is masked
 
 
-def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | None = None) -> None:
-    """Write what the UI opens on: the sweep's saved view, its children's colours, order and setting
-    figures, the parent's description and, where the sweep is its experiment's latest, the
-    experiment's. `axes`: the grid's (a sweep that just ran); else the settings the sweep varies."""
-
+def parent_summary(comparison: Comparison, grid_file: str, size: str) -> str:
+    """What the sweep did, as the parent's description says it (parent_note's `summary`): its grid
+    file and settings, and how many of its `size` planned runs (the parent's names.TAG_GRID_SIZE)
+    FINISHED."""
     sweep = comparison.sweep
-    tags = client.get_run(sweep.run_id).data.tags
-    grid_file = tags.get(TAG_GRID_FILE, "the grid file")
-    size = tags.get(TAG_GRID_SIZE, "?")
     runs = len(comparison.runs)
-    summary = (
+    return (
         f"Sweep of `{grid_file}`: {len(comparison.table)} setting{'s' if len(comparison.table) != 1 else ''}, "
         f"{runs} of {size} planned runs FINISHED "
         f"(`pipeline compare --parent-run {sweep.run_id}` prints the full comparison)."
     )
+
+
+def view_tag(comparison: Comparison) -> tuple[str, str]:
+    """The experiment tag that holds the sweep's saved view, and its value (`envelope` of `state`):
+    device and the settings that vary as its columns, those that do not read as numbers on its
+    parallel coordinates, its runs folded per setting where some setting has repeats. Written only on
+    a verified MLflow (`supported`): the format is the UI's, with no public API (VERIFIED_UI)."""
+    sweep = comparison.sweep
     settings = ["device"] + comparison.varying
-    view_link = None
-    if supported():
-        categorical = [k for k in settings if not _numeric(comparison.table[k])]
-        # internal: MLflow's UI saved-view format, no public API (VERIFIED_UI)
-        tag = VIEW_TAG_PREFIX + view_id(sweep.run_id)
-        groups = setting_names(comparison) if (comparison.table["n"] > 1).any() else []
-        client.set_experiment_tag(
-            sweep.experiment_id,
-            tag,
-            envelope(
-                sweep.name, state(sweep.run_id, settings, categorical, comparison.target, groups, _has_mfu(comparison))
-            ),
-        )
-        view_link = relative_page(sweep.experiment_id, sweep.run_id)
-    _mark_children(client, comparison)
-    _tag_models(client, comparison)
-    client.set_tag(sweep.run_id, NOTE_TAG, parent_note(comparison, sweep.run_id, summary))
-    if axes is None:
-        if latest_sweep(client, sweep.experiment_name).info.run_id != sweep.run_id:
-            return  # an older sweep published again leaves the experiment's description to the latest
-        axes = [(k, tuple(dict.fromkeys(comparison.table[k]))) for k in settings]
-    client.set_experiment_tag(
-        sweep.experiment_id,
-        NOTE_TAG,
-        experiment_note(comparison, grid_file, list(axes), view_link, model_page(client, comparison)),
+    categorical = [k for k in settings if not _numeric(comparison.table[k])]
+    groups = setting_names(comparison) if (comparison.table["n"] > 1).any() else []
+    return VIEW_TAG_PREFIX + view_id(sweep.run_id), envelope(
+        sweep.name, state(sweep.run_id, settings, categorical, comparison.target, groups, _has_mfu(comparison))
     )
 
 
-def _tag_models(client, comparison: Comparison, chunk: int = 100) -> None:
-    """Each child's logged model gets its setting's name (names.TAG_SETTING), as the run does: the
-    experiment's Models tab can then be searched by setting (`tags.`pipeline.setting` = 'cpu bs128
-    w0'`). The model itself keeps the name `model`, so that `runs:/RUN_ID/model` stays its URI (MLflow
-    resolves that path by the logged model's name). Only what differs is written."""
+def swept_axes(comparison: Comparison) -> list[tuple[str, tuple]]:
+    """Device and the settings the sweep varies, each with its values: the experiment description's
+    axes where the grid's are not at hand (a sweep published again by `pipeline compare --publish`)."""
+    return [(k, tuple(dict.fromkeys(comparison.table[k]))) for k in ["device"] + comparison.varying]
 
-    setting = {
+
+def run_settings(comparison: Comparison) -> dict[str, str]:
+    """Each child's setting name (setting_names, names.TAG_SETTING), by run id: what its run and its
+    logged model carry. The experiment's Models tab can then be searched by setting (`tags.`pipeline.
+    setting` = 'cpu bs128 w0'`); the model itself keeps the name `model`, so that `runs:/RUN_ID/model`
+    stays its URI (MLflow resolves that path by the logged model's name)."""
+    return {
         run_id: label
         for run_ids, label in zip(comparison.table["run_ids"], setting_names(comparison))
         for run_id in str(run_ids).split(",")
     }
-    run_ids = list(setting)
-    for start in range(0, len(run_ids), chunk):
-        quoted = ", ".join(f"'{run_id}'" for run_id in run_ids[start : start + chunk])
-        for model in every(
-            client.search_logged_models, [comparison.sweep.experiment_id], filter_string=f"source_run_id IN ({quoted})"
-        ):
-            wanted = setting[model.source_run_id]
-            if model.tags.get(TAG_SETTING) != wanted:
-                client.set_logged_model_tags(model.model_id, {TAG_SETTING: wanted})
 
 
 def setting_names(comparison: Comparison) -> list[str]:
@@ -569,20 +540,29 @@ def _same(logged, value: float) -> bool:
     return logged is not None and (logged == value or (logged != logged and value != value))
 
 
-def _mark_children(client, comparison: Comparison) -> None:
+@dataclass(frozen=True)
+class ChildUpdate:
+    """What one child run needs written for the view to show the comparison: the metrics and tags
+    whose values differ from those it holds (sweep/publish.py logs them in one batch)."""
+
+    run_id: str
+    metrics: dict[str, float]
+    tags: dict[str, str]
+
+
+def child_updates(comparison: Comparison) -> list[ChildUpdate]:
     """What each child needs for the view to show the comparison's figures: its setting's figures
     (setting_figures: the same numbers as `pipeline compare`'s row), its place in the verdict's order
     (names.RANK, which the view sorts by: the run the verdict names first), its steady-state summary
     where the run did not log one (a run made before children logged it: the comparison's figures
     from its history, compare.run_summary), and on a verified MLflow its setting's colour
-    (RUN_COLOR_TAG). Only what differs is written: a sweep published again as it was writes nothing."""
-    from mlflow.entities import Metric, RunTag
-
-    now = int(time.time() * 1000)
+    (RUN_COLOR_TAG). Only what differs from what the run holds (the sweep's records): a sweep
+    published again as it was needs nothing, and no child is listed."""
     children = {run.run_id: run for run in comparison.sweep.children}
     rank = {run_id: place for place, run_id in enumerate(run_order(comparison), start=1)}
     summaries = comparison.runs[list(SUMMARY)].to_dict("index")
     shades = colours(comparison) if supported() else [None] * len(comparison.table)
+    updates = []
     for run_ids, shade, figures, label, said in zip(
         comparison.table["run_ids"], shades, setting_figures(comparison), setting_names(comparison), claims(comparison)
     ):
@@ -597,15 +577,14 @@ def _mark_children(client, comparison: Comparison) -> None:
             wanted.update(
                 {name: math.nan for name in COLUMN_METRICS if name not in figures and _known(logged.get(name))}
             )
-            to_log = [
-                Metric(name, value, now, 0) for name, value in wanted.items() if not _same(logged.get(name), value)
-            ]
+            to_log = {name: value for name, value in wanted.items() if not _same(logged.get(name), value)}
             # internal: the UI's run colour (VERIFIED_UI)
             new_tags = {
                 TAG_SETTING: label,
                 TAG_VERDICT: said or "-",
                 **({RUN_COLOR_TAG: shade} if shade is not None else {}),
             }
-            to_tag = [RunTag(key, value) for key, value in new_tags.items() if tags.get(key) != value]
+            to_tag = {key: value for key, value in new_tags.items() if tags.get(key) != value}
             if to_log or to_tag:
-                client.log_batch(run_id, metrics=to_log, tags=to_tag)
+                updates.append(ChildUpdate(run_id, to_log, to_tag))
+    return updates

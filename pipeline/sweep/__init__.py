@@ -1,3 +1,3 @@
-"""The workflows the commands run: a whole sweep of a grid (`runner`) and registering its best model
-(`registry`).
+"""The workflows the commands run: a whole sweep of a grid (`runner`), registering its best model
+(`registry`), and publishing a sweep's comparison to the store (`publish`).
 """

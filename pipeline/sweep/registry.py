@@ -30,10 +30,11 @@ from pipeline.base.names import (
     TAG_ROLE,
     TAG_SETTING,
 )
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.settings.config import KEYS
 from pipeline.tracking.records import all_runs, deleted_experiment, every, read_sweep, sweep_parent
-from pipeline.tracking.store import first_line, fluent_target, open_client, redact
+from pipeline.tracking.store import first_line, fluent_target, open_client
 
 TAG_SOURCE_RUN = "pipeline.source_run"
 TAG_METRIC = "pipeline.metric"  # a version picked by --metric: which metric
@@ -107,7 +108,8 @@ def picked_run(
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to register; train a grid first")
     options = CompareOptions(include_contended=include_contended)
-    comparison = build(sweep, sweep_options(client.get_run(sweep.run_id), options))
+    parent = client.get_run(sweep.run_id).data
+    comparison = build(sweep, sweep_options(parent.params, parent.tags, options))
     chosen = pick(comparison, rule)
     if chosen is None:
         raise UserError(

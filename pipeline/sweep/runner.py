@@ -292,7 +292,7 @@ def _summary(
     failed and why, and the UI's link."""
     from pipeline.present.verdict import Verdict  # pandas and scipy (2 s): only once the sweep is over
 
-    Verdict(reporter.console).summary(axes, result, tracker, comparison)
+    Verdict(reporter.console).summary(axes, result, tracker.ui(), comparison)
 
 
 def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
@@ -664,7 +664,7 @@ class _Parent:
         # The grid it trains, after any --set: what the report's "run it again" commands download.
         files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
         tracker.log_files(self.run_id, files)
-        sweep.reporter.sweep_start(tracker, self.run_id, spec)
+        sweep.reporter.sweep_start(tracker.experiment_name, tracker.experiment_id, tracker.uri, self.run_id, spec)
         return self.run_id
 
     def end_quickly(self) -> None:
@@ -716,7 +716,7 @@ def _log_sweep_summary(
     best setting's run (compare.pick: what the verdict, `pipeline register` and the UI's first row
     name) linked as the sweep's output (MLflow 3.17's UI lists a run without a model output under
     "Evaluation runs" in GenAI experiments; with one it is a training run); its run id is the
-    parent's TAG_BEST_RUN, which publishing the comparison wrote (comparison_folder.publish). Where
+    parent's TAG_BEST_RUN, which publishing the comparison wrote (sweep/publish.py). Where
     every run is contended there is no best: nothing is linked."""
     from pipeline.analysis.compare import BEST, pick  # pandas, scipy (seconds): after the inputs are checked
 
@@ -814,13 +814,13 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
 
 
 def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: GridSpec, outcomes):
-    """The sweep published (comparison_folder.publish): the comparison table and charts as the parent
+    """The sweep published (sweep/publish.py): the comparison table and charts as the parent
     run's artifacts (comparison/), its report (report.html), and what the MLflow UI opens on (view.py):
     saved view, descriptions. The charts' histories are the epochs of `outcomes` as logged, never read
     back; each run's figures are the ones it logged at its end."""
     # pandas, scipy (seconds): after the inputs are checked
     from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, build
-    from pipeline.present.comparison_folder import publish
+    from pipeline.sweep.publish import publish
 
     known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:

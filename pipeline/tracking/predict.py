@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.model import CLASSES
-from pipeline.tracking.store import first_line, open_client, redact
+from pipeline.tracking.store import first_line, open_client
 from pipeline.training.device import DeviceUnavailable, resolve
 
 SIDE = 28

@@ -5,14 +5,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.base.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.measures.timing import has_end_figures
-from pipeline.tracking.store import first_line, redact
+from pipeline.tracking.store import first_line
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 # most) and a token for the next; every read here follows the tokens to the end (`every`).
 PAGE_SIZE = 1000
 NAMES_SHOWN = 20  # experiment names an error message lists; it counts the rest
+_RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id, as `--baseline` tells one from an experiment name
 
 
 def every(search: Callable[..., Any], *args: Any, page_size: int = PAGE_SIZE, **kwargs: Any) -> Iterator[Any]:
@@ -197,6 +200,26 @@ def read_sweep(
     return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
 
 
+def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: SweepRecord) -> SweepRecord:
+    """`pipeline compare --baseline`'s sweep, which the regression gate (gate.check) compares `current`
+    against: a parent run id, or an experiment name for its latest sweep; never `current` itself."""
+    by_id = bool(_RUN_ID.fullmatch(baseline))
+    try:
+        sweep = read_sweep(
+            client, None if by_id else baseline, baseline if by_id else None, histories=histories, option="--baseline"
+        )
+    except UserError as exc:
+        raise UserError(f"--baseline {baseline}: {exc}") from None
+    if sweep.run_id == current.run_id:
+        raise UserError(
+            f"--baseline {baseline}: that is the sweep being compared ({sweep.name}); a sweep against "
+            "itself shows no change by construction; name an earlier sweep (its parent run id)"
+        )
+    if not sweep.children:
+        raise UserError(f"--baseline {baseline}: sweep {sweep.name!r} has no FINISHED runs")
+    return sweep
+
+
 def latest_sweep(client, experiment: str | None):
     if experiment:
         found = client.get_experiment_by_name(experiment)
@@ -219,6 +242,13 @@ def latest_sweep(client, experiment: str | None):
         where = f"experiment {experiment!r}" if experiment else redact(client.tracking_uri)
         raise UserError(f"no sweep (a `pipeline run` parent run) in {where}; run a grid first")
     return sweeps[0]
+
+
+def logged_model_id(client, run_id: str) -> str | None:
+    """The id of the model a run logged last (its `model` output), or None where it logged none."""
+    outputs = client.get_run(run_id).outputs
+    models = outputs.model_outputs if outputs is not None else []
+    return models[-1].model_id if models else None
 
 
 def latest_experiment_id(client) -> str | None:

@@ -25,8 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
-from pipeline.tracking.store import UI_ENV, absolute_store_uri, check_backend, redact, sqlite_path
+from pipeline.tracking.store import UI_ENV, absolute_store_uri, check_backend, sqlite_path
 
 # Starlette's deprecation notice is a UserWarning, so it is named by its text.
 _SERVER_WARNINGS = "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated"

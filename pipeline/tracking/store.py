@@ -24,6 +24,7 @@ from pathlib import Path
 from pipeline.base.files import probe
 from pipeline.base.interrupts import critical
 from pipeline.base.names import TAG_CREATE_TOKEN, TAG_ERROR
+from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.errors import UserError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # MLflow's own default since 3.7
@@ -264,26 +265,6 @@ def local_state_dir(uri: str) -> Path:
     """Where local results and checkpoints live: beside a sqlite store, else the working directory."""
     path = sqlite_path(uri)
     return path.resolve().parent if path is not None else Path.cwd()
-
-
-# user:PASSWORD@ after any scheme (http, postgresql+psycopg, mysql, mssql+pyodbc, ...); the password may
-# hold an unescaped "@" (urllib reads the last "@" before the path as the end of it, and so does this). One
-# slash is enough: a URI given where a path was expected comes back normalised (http:/user:PW@host/x).
-_URI_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*:/+[^\s:/?#@]*:)[^\s/?#]*(?=@)")
-# ...and secrets passed as query parameters (?password=..., &sslpassword=..., ;token=...).
-_QUERY_SECRET = re.compile(
-    r"(?P<head>[?&;](?:[A-Za-z_]*password|passwd|pwd|pass|[A-Za-z_]*token|secret|"
-    r"client_secret|api_?key|access_?key|secret_?key|sig|signature)=)[^\s&;#'\"]*",
-    re.IGNORECASE,
-)
-
-
-def redact(text: str) -> str:
-    """`text` (a URI, or a message or command holding URIs) with every password and secret query value
-    replaced by ***, for anything printed, logged or tagged. The user name and host stay: they say
-    which store is meant."""
-    text = _URI_PASSWORD.sub(r"\g<head>***", text)
-    return _QUERY_SECRET.sub(r"\g<head>***", text)
 
 
 def first_line(exc: BaseException) -> str:
@@ -764,9 +745,6 @@ def fluent_target(uri: str, experiment_id: str | None = None):
 
 
 # The runs page in MLflow's Model training mode (a new browser would otherwise open the GenAI mode).
-RUNS_PAGE = "#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-
-
 def ui_hint(uri: str, experiment_id: str) -> tuple[str, str]:
     """The command that opens the MLflow UI on this store, and the experiment's training-runs page."""
     uri = absolute_store_uri(uri)

@@ -30,6 +30,7 @@ from pipeline.base.names import (
     TAG_ERROR,
     experiment_name_problem,
 )
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.tracking.liveness import process_tags
 from pipeline.tracking.records import deleted_experiment
@@ -38,7 +39,6 @@ from pipeline.tracking.store import (
     fluent_target,
     is_transient,
     open_client,
-    redact,
     store_failure,
     ui_hint,
 )
