@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.analysis.compare import HISTORIES, CompareOptions, build, sweep_options
 from pipeline.errors import UserError
 from pipeline.present.report import Reporter
 from pipeline.settings.config import check_repeats, load_grid
+from pipeline.sweep.comparing import comparison_of
 from pipeline.sweep.runner import Options, run_grid
-from pipeline.tracking.records import read_sweep
 from pipeline.tracking.store import absolute_store_uri, open_client, process_settings, resolve_tracking_uri
 
 if TYPE_CHECKING:
@@ -156,10 +155,7 @@ def compare(
 
 def _table(uri: str, experiment: str | None = None, parent_run: str | None = None) -> pandas.DataFrame:
     with process_settings():  # the retries and timeouts `pipeline compare` reads under
-        client = open_client(uri, must_exist=True)
-        sweep = read_sweep(client, experiment=experiment, parent_run_id=parent_run, histories=HISTORIES)
-        parent = client.get_run(sweep.run_id).data
-        return build(sweep, sweep_options(parent.params, parent.tags, CompareOptions())).table
+        return comparison_of(open_client(uri, must_exist=True), experiment, parent_run).table
 
 
 def _empty() -> pandas.DataFrame:

@@ -24,7 +24,7 @@ from pipeline.settings.schema import schema_text
 from pipeline.settings.starter import FIRST_GRID, write_examples
 from pipeline.sweep import registry
 from pipeline.tracking import results
-from pipeline.tracking.records import baseline_sweep, latest_experiment_id, read_sweep
+from pipeline.tracking.records import latest_experiment_id
 from pipeline.tracking.server import check_port, run_mlflow, serve
 from pipeline.tracking.store import (
     UI_OPTIONS,
@@ -589,18 +589,67 @@ def compare(
     to target, and each device's speedup over its cpu twin with a 95% interval over the runs. With
     --baseline, each point's change in epoch time against another sweep instead (a regression gate).
     It reads only: --out and --html write files, --publish writes to the store."""
-    from dataclasses import replace
-
     # pandas (the comparison and everything that reads it) and rich: loaded by compare only
-    from pipeline.analysis import gate
-    from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, CompareOptions, build, sweep_options
+    from pipeline.analysis.compare import CHART_HISTORIES, CompareOptions
     from pipeline.present import view
     from pipeline.present.comparison_folder import write_html, write_report
     from pipeline.present.tables import render, render_gate
     from pipeline.present.verdict import Verdict
+    from pipeline.sweep.comparing import comparison_of, gate_against
     from pipeline.sweep.publish import link, provenance
     from pipeline.sweep.publish import publish as publish_sweep
 
+    _check_compare_options(fail_if_slower, baseline, allow_inconclusive, quality_margin, publish, html, out)
+    client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
+    # Per-epoch histories only where a chart draws them (--out, --publish, --html), or for runs
+    # without end figures.
+    charted = CHART_HISTORIES if out or publish or html else ()  # only the test-accuracy chart draws histories
+    options = CompareOptions(sort, versus, include_contended)
+    comparison = comparison_of(client, experiment, parent_run, options, quality_margin, charted)
+    if not comparison.sweep.children:
+        sweep = comparison.sweep
+        raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
+    if baseline is not None:
+        result = gate_against(
+            client, comparison, baseline, options, quality_margin, fail_if_slower, across_hosts, allow_inconclusive
+        )
+        if fmt == "table":
+            Verdict().gate(result)
+        else:
+            click.echo(render_gate(result, fmt), nl=False)
+        sys.exit(result.exit_code)
+    # The writes first, then the printing: a reader that stops early (`| head`) ends the printing
+    # with a broken pipe, and that must not cancel a --publish or leave a report unwritten.
+    written: list[str] = []
+    if out:
+        written += [f"wrote {path}" for path in write_report(comparison, Path(out))]
+    if html:
+        written.append(f"wrote {write_html(comparison, Path(html), provenance(client, comparison.sweep.run_id))}")
+    if publish:
+        publish_sweep(client, comparison)
+        written.append(
+            f"published: the saved view, the descriptions and {view.REPORT} of sweep {comparison.sweep.run_id}"
+        )
+    if fmt == "table":
+        Verdict().comparison(comparison, wide)
+    else:
+        click.echo(render(comparison, fmt), nl=False)
+    for line in written:
+        click.echo(line, err=True)
+    click.echo(f"In the MLflow UI: {link(client, comparison)}", err=fmt != "table")
+
+
+def _check_compare_options(
+    fail_if_slower: float | None,
+    baseline: str | None,
+    allow_inconclusive: bool,
+    quality_margin: float | None,
+    publish: bool,
+    html: str | None,
+    out: str | None,
+) -> None:
+    """`pipeline compare`'s options that only make sense together, and the places it would write:
+    UserError before the store is opened or anything is printed."""
     if fail_if_slower is not None and baseline is None:
         raise UserError(f"--fail-if-slower {fail_if_slower:g} needs --baseline SWEEP to compare against")
     if fail_if_slower is not None and (fail_if_slower < 0 or fail_if_slower != fail_if_slower):
@@ -627,46 +676,6 @@ def compare(
         if Path(html).is_dir():
             raise UserError(f"--html {html}: a folder; pass a file name, e.g. --html {Path(html) / 'report.html'}")
         check_writable(Path(html).parent, "--html", "pass a file in a folder you can write in")
-    client = open_client(resolve_tracking_uri(tracking_uri), must_exist=True)
-    # Per-epoch histories only where a chart draws them (--out, --publish, --html), or for runs
-    # without end figures.
-    charted = CHART_HISTORIES if out or publish or html else ()  # only the test-accuracy chart draws histories
-    sweep = read_sweep(client, experiment, parent_run, histories=HISTORIES, charted=charted)
-    if not sweep.children:
-        raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to compare")
-    parent = client.get_run(sweep.run_id).data
-    options = sweep_options(parent.params, parent.tags, CompareOptions(sort, versus, include_contended), quality_margin)
-    comparison = build(sweep, options)
-    if baseline is not None:
-        base_sweep = baseline_sweep(client, baseline, HISTORIES, sweep)
-        base_parent = client.get_run(base_sweep.run_id).data
-        base_options = replace(options, sort=None, versus=None)
-        base = build(base_sweep, sweep_options(base_parent.params, base_parent.tags, base_options, quality_margin))
-        result = gate.check(comparison, base, fail_if_slower, across_hosts, allow_inconclusive)
-        if fmt == "table":
-            Verdict().gate(result)
-        else:
-            click.echo(render_gate(result, fmt), nl=False)
-        sys.exit(result.exit_code)
-    # The writes first, then the printing: a reader that stops early (`| head`) ends the printing
-    # with a broken pipe, and that must not cancel a --publish or leave a report unwritten.
-    written: list[str] = []
-    if out:
-        written += [f"wrote {path}" for path in write_report(comparison, Path(out))]
-    if html:
-        written.append(f"wrote {write_html(comparison, Path(html), provenance(client, comparison.sweep.run_id))}")
-    if publish:
-        publish_sweep(client, comparison)
-        written.append(
-            f"published: the saved view, the descriptions and {view.REPORT} of sweep {comparison.sweep.run_id}"
-        )
-    if fmt == "table":
-        Verdict().comparison(comparison, wide)
-    else:
-        click.echo(render(comparison, fmt), nl=False)
-    for line in written:
-        click.echo(line, err=True)
-    click.echo(f"In the MLflow UI: {link(client, comparison)}", err=fmt != "table")
 
 
 @main.command(short_help="Start the MLflow UI on the pipeline's store; print its address.")

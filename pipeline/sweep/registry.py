@@ -33,7 +33,7 @@ from pipeline.base.names import (
 from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.settings.config import KEYS
-from pipeline.tracking.records import all_runs, deleted_experiment, every, read_sweep, sweep_parent
+from pipeline.tracking.records import all_runs, deleted_experiment, every, sweep_parent
 from pipeline.tracking.store import first_line, fluent_target, open_client
 
 TAG_SOURCE_RUN = "pipeline.source_run"
@@ -101,15 +101,14 @@ def picked_run(
     count only with `include_contended`, as in `pipeline compare`. UserError when the sweep has no
     FINISHED run, or when every run is contended and the rule needs a speed figure."""
     # pandas: the CLI imports registry at its start, and --help stays quick
-    from pipeline.analysis.compare import HISTORIES, RULES, CompareOptions, build, pick, sweep_options
+    from pipeline.analysis.compare import RULES, CompareOptions, pick
     from pipeline.present.sentences import pick_words
+    from pipeline.sweep.comparing import comparison_of
 
-    sweep = read_sweep(client, experiment, parent_run_id, histories=HISTORIES)
+    comparison = comparison_of(client, experiment, parent_run_id, CompareOptions(include_contended=include_contended))
+    sweep = comparison.sweep
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to register; train a grid first")
-    options = CompareOptions(include_contended=include_contended)
-    parent = client.get_run(sweep.run_id).data
-    comparison = build(sweep, sweep_options(parent.params, parent.tags, options))
     chosen = pick(comparison, rule)
     if chosen is None:
         raise UserError(
