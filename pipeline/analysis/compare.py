@@ -256,12 +256,6 @@ class Comparison:
         table that folds into several repeats them in each)."""
         return ["device", *(k for k in self.varying if k in KEYS)]
 
-    @property
-    def variants(self) -> list[str]:
-        """Varying settings that change how a device runs the same training (config.Key.variant):
-        each value gets its own bar in the charts."""
-        return [k for k in self.varying if k in KEYS and KEYS[k].variant]
-
     @cached_property
     def per_run(self) -> dict[str, dict[str, Any]]:
         """The per-run columns the statistics read, as dicts by run id (a dict lookup per run, not a

@@ -307,7 +307,7 @@ class Boolean(Check):
 class Key:
     """What the pipeline knows about one grid key, kept as its RunConfig field's metadata. Every
     module that lists grid keys (validation and its errors, the schema, run keys, run names, twins,
-    chart variants and groups, registry tags, the `pipeline train` options, the docs' key tables,
+    speedup axes, chart groups, registry tags, the `pipeline train` options, the docs' key tables,
     MLproject's test) reads them from KEYS, so adding a key is one field (tests/test_keys.py adds one)."""
 
     check: Check  # raw YAML or CLI value -> the coerced value, or ValueError(what is allowed); and its schema
@@ -315,7 +315,6 @@ class Key:
     name: str | tuple[str, str]  # in run names: a prefix ("bs": bs1000; "": the value), or the words for true, false
     later: bool = False  # added after runs were recorded: joins a run key only when not at its default
     twin: bool = True  # speedups compare twins, runs equal in every twin key: runs that differ in it are not
-    variant: bool = False  # another way to run the same training on a device: its own bar in the charts
     shown: Literal["always", "varying", "never"] = "varying"  # compare's table: "varying" when runs differ in it
     train: bool = True  # an option of `pipeline train` and a parameter of MLproject's train entry point
     chart_group: str = ""  # words for it on a chart's axis: the epoch chart groups its bars by the keys that have them
@@ -391,7 +390,6 @@ class RunConfig:
         help="Upload the data once and index batches on the device (num_workers 0).",
         name=("ondevice", "hostdata"),
         later=True,
-        variant=True,
         shown="never",
     )
     cuda_graph: bool = _key(
@@ -400,7 +398,6 @@ class RunConfig:
         help="Replay the training step as a CUDA graph (cuda only).",
         name=("graph", "eager"),
         later=True,
-        variant=True,
     )
     precision: str = _key(
         "fp32",
@@ -408,7 +405,6 @@ class RunConfig:
         help="fp32, or autocast to bf16 / fp16 (fp16 with a gradient scaler on CUDA).",
         name="",
         later=True,
-        variant=True,
         speedup=("fp32", "precision_speedup"),
     )
     compile: bool = _key(
@@ -417,7 +413,6 @@ class RunConfig:
         help="torch.compile the model; compiling is timed as compile_s.",
         name=("compiled", "eager"),
         later=True,
-        variant=True,
         speedup=("false", "compile_speedup"),
     )
     prefetch: bool = _key(
@@ -426,7 +421,6 @@ class RunConfig:
         help="Gather into rotating pinned buffers, copy ahead on a side stream (cuda, num_workers 0).",
         name=("prefetch", "noprefetch"),
         later=True,
-        variant=True,
     )
     weight_decay: float = _key(
         0.0,
