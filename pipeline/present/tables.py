@@ -78,7 +78,7 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
 
 def decision_frame(comparison: Comparison) -> pd.DataFrame:
     """What a decision rests on, narrow enough for a 120-column terminal (a narrower one folds it into
-    tables that each repeat the settings: report.frame_tables): the device and the settings that vary,
+    tables that each repeat the settings: verdict.frame_tables): the device and the settings that vary,
     n where a setting was repeated, the epoch time with its interquartile range under it, time to
     target where timed, the speedups this sweep has (each interval on its cell's second line), test
     accuracy and images/s. Columns with nothing in them for this sweep are left out. Fastest first,
