@@ -121,7 +121,14 @@ def test_each_run_warms_up_and_its_model_holds_the_last_epoch(write_grid, data_d
 
 
 @pytest.mark.parametrize(
-    "stop", ["model fails", "Ctrl-C in epoch 1", "Ctrl-C in the last epoch", "Ctrl-C after the model"]
+    "stop",
+    [
+        "model fails",
+        "Ctrl-C in epoch 1",
+        "Ctrl-C wrapped by a library",
+        "Ctrl-C in the last epoch",
+        "Ctrl-C after the model",
+    ],
 )
 def test_a_run_that_ends_without_its_model_still_records_what_it_had(
     write_grid, data_dir, tracking_uri, monkeypatch, stop
@@ -143,6 +150,15 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
             raise KeyboardInterrupt
 
         monkeypatch.setattr(Reporter, "epoch_start", interrupted)
+    elif stop == "Ctrl-C wrapped by a library":  # e.g. an HTTP client that turns it into its own error
+
+        def wrapped(self, epoch, *args):
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                raise RuntimeError("request aborted") from exc
+
+        monkeypatch.setattr(Reporter, "epoch_start", wrapped)
     elif stop == "Ctrl-C in the last epoch":
         real_end = Reporter.epoch_end
 
@@ -177,6 +193,7 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
     }
     assert history == {
         "Ctrl-C in epoch 1": {"test_accuracy": [], "warmup_s": [0], names.RUN_DURATION: []},
+        "Ctrl-C wrapped by a library": {"test_accuracy": [], "warmup_s": [0], names.RUN_DURATION: []},
         "Ctrl-C in the last epoch": {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: []},
     }.get(stop, {"test_accuracy": [1, 2], "warmup_s": [0], names.RUN_DURATION: [0]})
     models = client.search_logged_models([run.info.experiment_id])

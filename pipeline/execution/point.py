@@ -227,12 +227,12 @@ def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
                 outcome.model_state = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
                 tracker.end_run(run_id, FAILED, quick=True, reason=str(hooks.tracking_error))
         except KeyboardInterrupt:
-            outcome.status, outcome.reason = KILLED, "interrupted"
-            progress.epoch_done()
-            tracker.end_run(run_id, KILLED)
-            progress.run_end(outcome)
+            _killed(tracker, run_id, outcome, progress)
             raise
         except Exception as exc:  # one run's failure must not stop the grid
+            if _interrupted(exc):  # a Ctrl-C (or Ray's cancel) that a library wrapped in an error of its own
+                _killed(tracker, run_id, outcome, progress)
+                raise KeyboardInterrupt(str(exc)) from exc
             outcome.reason = _failure_reason(exc, job.point.config.batch_size)
             outcome.device_lost = device.type == "cuda" and cuda_context_lost(exc)
             _end_failed(tracker, run_id, exc, outcome.reason)
@@ -374,12 +374,32 @@ def _record_result(tracker: Tracker, run_id: str, result, dataset: Dataset, hook
         hooks.tracking_error = exc
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the causes of `exc` (raised `from` it, or while it was
+    being handled): the run was interrupted, not failed."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _killed(tracker: Tracker, run_id: str, outcome: Outcome, progress: Progress) -> None:
+    outcome.status, outcome.reason = KILLED, "interrupted"
+    progress.epoch_done()
+    tracker.end_run(run_id, KILLED)
+    progress.run_end(outcome)
+
+
 def _end_failed(tracker: Tracker, run_id: str, exc: BaseException, reason: str) -> None:
     try:
         tracker.log_failure(run_id, exc, reason)
         tracker.end_run(run_id, FAILED)
     except TrackingUnavailable:
-        tracker.end_run(run_id, FAILED, quick=True)
+        tracker.end_run(run_id, FAILED, quick=True, reason=reason)
 
 
 class _PointHooks:
