@@ -135,6 +135,8 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
 ):
     """A run whose model cannot be saved (FAILED), or one interrupted (KILLED), still records its
     one-off costs, their tags and every epoch it finished, once each."""
+    import importlib
+
     import pipeline.tracking.tracker
 
     grid = write_grid("experiment: ends\ngrid:\n  batch_size: [128]\n  device: [cpu]\n  epochs: [2]\n")
@@ -143,7 +145,9 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
         def full_disk(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(mlflow.pytorch, "save_model", full_disk)
+        # The module itself: until something imports it, `mlflow.pytorch` is MLflow's lazy loader,
+        # and a function set on that is not the one log_model calls.
+        monkeypatch.setattr(importlib.import_module("mlflow.pytorch"), "save_model", full_disk)
     elif stop == "Ctrl-C in epoch 1":
 
         def interrupted(self, epoch, *args):
