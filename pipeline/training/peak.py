@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "PIPELINE_CACHE_DIR"  # a folder for the pipeline's cache files (peaks.json)
 CACHE_NAME = "peaks.json"
-FORMAT = 1  # the cache file's format; a file of another format is measured over, not read
+# The cache file's format; a file of another format is measured over, not read. 2: each peak records
+# how busy the machine was (others_share); a format-1 peak may have been measured on a busy machine.
+FORMAT = 2
 TERA = 1e12
 # (cache file, key) measured again in this process because a run was faster than it: once is enough.
 _REMEASURED: set[tuple[Path, str]] = set()
