@@ -52,6 +52,8 @@ FORMAT = 2
 TERA = 1e12
 # (cache file, key) measured again in this process because a run was faster than it: once is enough.
 _REMEASURED: set[tuple[Path, str]] = set()
+# Peaks measured in this process on a busy machine (never cached), by cache key (find).
+_BUSY: dict[str, Peak] = {}
 
 # One call of the matrix multiplication should take at least this long, so that the time is the
 # kernel's and not the launch's or the timer's (_matmul); no longer than LONGEST_CALL_S to find a faster size.
@@ -224,10 +226,16 @@ def find(device: torch.device, remeasure: bool = False) -> Found:
     the machine was too busy for it to stand (Peak.busy): then it is not cached, and says why."""
     if not remeasure and (peak := cached(device)) is not None:
         return Found(peak, reused=True, cache=cache_file())
-    peak = measure(device)
+    key = cache_key(*identity(device))
+    held = _BUSY.get(key)
+    # A busy machine's peak serves the rest of this process's runs while it still counts as busy:
+    # measuring again for every run of a sweep would cost seconds a run and add to the load.
+    peak = held if held is not None and held.busy and not remeasure else measure(device)
     if peak.busy:
+        _BUSY[key] = peak
         why = f"{peak.busy}; measure again when it is quieter"
         return Found(peak, reused=False, cache=cache_file(), cache_error=why)
+    _BUSY.pop(key, None)
     return Found(peak, reused=False, cache=cache_file(), cache_error=_store(peak))
 
 
