@@ -29,7 +29,7 @@ from pipeline.tracking.store import absolute_store_uri, open_client, process_set
 if TYPE_CHECKING:
     import pandas
 
-    from pipeline.execution.point import Outcome
+    from pipeline.execution.outcomes import Outcome
 
 
 @dataclass(frozen=True)

@@ -278,7 +278,7 @@ def test_energy_is_measured_or_absent_with_the_reason(sweep_store):
 def test_an_energy_counter_that_did_not_advance_is_unknown_not_free():
     """NVML's counter moves every 100 ms: on an H200 an epoch of 25 ms read 0 J or one whole step.
     Zeros average in (the mean over the steady epochs is right to one step); all zeros mean unknown."""
-    from pipeline.tracking.records import RunRecord, SweepRecord
+    from pipeline.base.runs import RunRecord, SweepRecord
 
     def run(run_id, joules, batch_size):
         return RunRecord(
@@ -307,7 +307,7 @@ def test_repeats_are_one_row_with_the_median_and_iqr_of_their_steady_epochs():
     """Runs that differ only in `repeat` are one setting: n, run ids, and the epoch time's median and
     quartiles over its runs, one value each (each run's median steady epoch, never epoch 1's 99 s);
     seeds stay rows of their own."""
-    from pipeline.tracking.records import RunRecord, SweepRecord
+    from pipeline.base.runs import RunRecord, SweepRecord
 
     def run(run_id, repeat, seconds, accuracy, seed="0"):
         return RunRecord(
@@ -636,8 +636,8 @@ def test_the_verdict_comes_first_in_plain_words(tracking_uri):
 def test_a_setting_of_one_run_shows_its_runs_figures():
     """A run that logged its summary shows it as logged; one made before (no summary metrics) shows
     what timing.summary makes of its history: the same rounding either way, in every column."""
+    from pipeline.base.runs import RunRecord, SweepRecord
     from pipeline.measures.timing import summary
-    from pipeline.tracking.records import RunRecord, SweepRecord
 
     history = {"epoch_duration_s": [2.0, 0.12345, 0.12361, 0.5], "images_per_s": [10.0, 1000.4, 1001.6, 250.0]}
     # As logged (the run's own figures, from its in-memory epochs), told apart from the history's.

@@ -165,8 +165,8 @@ def test_compile_is_refused_with_the_reason_where_it_cannot_build(write_grid, mo
 def test_runs_from_before_later_keys_are_their_defaults_and_flags_read_as_logged():
     """A run made before `compile` existed is the eager twin; boolean params are logged lower-case."""
     from pipeline.analysis.compare import build
+    from pipeline.base.runs import RunRecord, SweepRecord
     from pipeline.present.tables import display_frame
-    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def run(run_id, seconds, **params):
         return RunRecord(

@@ -19,7 +19,7 @@ import pytest
 from conftest import children, invoke, runs_of
 from pipeline.base import names
 from pipeline.execution.executors import concurrency, concurrency_by_node
-from pipeline.execution.point import DONE, FINISHED, Outcome
+from pipeline.execution.outcomes import DONE, FINISHED, Outcome
 from pipeline.measures import contention
 from pipeline.measures.contention import CONTENDED_SHARE, Contention, CpuSample, measure
 from pipeline.settings.config import RunConfig

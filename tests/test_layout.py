@@ -183,7 +183,21 @@ def test_the_layers_hold():
             "analysis.gate",
             "def _baseline(run_id):\n    from mlflow import MlflowClient\n\n"
             "    return MlflowClient().get_run(run_id)\n",
-            [CONTRACTS[5]],
+            [CONTRACTS[4], CONTRACTS[5]],  # presentation reads the gate: it would reach MLflow through it
+        ),
+        # The plain records growing an MLflow type: analysis and presentation would reach MLflow
+        # through them, though neither imports it itself.
+        (
+            "base.runs",
+            "def _from(run):\n    from mlflow.entities import Run\n\n    return isinstance(run, Run)\n",
+            [CONTRACTS[4], CONTRACTS[5]],
+        ),
+        # An outcome that logs itself: the Reporter would reach the store through it.
+        (
+            "execution.outcomes",
+            "def _log(outcome, client):\n    from pipeline.tracking.tracker import Tracker\n\n"
+            "    return Tracker(client)\n",
+            [CONTRACTS[4]],
         ),
     ],
 )

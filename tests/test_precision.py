@@ -68,7 +68,7 @@ def test_a_precision_sweep_skips_what_the_device_cannot_and_compares_with_fp32(w
 def test_old_runs_count_as_fp32_twins(tmp_path):
     """A run made before the precision key existed has no precision param: it is the fp32 twin."""
     from pipeline.analysis.compare import build
-    from pipeline.tracking.records import RunRecord, SweepRecord
+    from pipeline.base.runs import RunRecord, SweepRecord
 
     def run(run_id, seconds, **params):
         return RunRecord(

@@ -171,7 +171,7 @@ def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, pg):
 def _planned(device: str, resolved=None):
     import torch
 
-    from pipeline.execution.executors import Planned
+    from pipeline.execution.outcomes import Planned
     from pipeline.settings.config import RunConfig
     from pipeline.settings.grid import GridPoint
 

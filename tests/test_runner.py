@@ -12,7 +12,8 @@ import torch
 from rich.console import Console
 
 from pipeline.execution.executors import LocalExecutor
-from pipeline.execution.point import FAILED, FINISHED, NOT_RUN, UNLOGGED, Outcome, PointJob
+from pipeline.execution.outcomes import FAILED, FINISHED, NOT_RUN, UNLOGGED, Outcome
+from pipeline.execution.point import PointJob
 from pipeline.present.report import Reporter
 from pipeline.settings.config import load_grid
 from pipeline.sweep.runner import Options, run_grid

@@ -214,8 +214,8 @@ def test_compare_html_refuses_a_folder_and_the_gate(repeated, tmp_path):
 
 def test_a_report_of_100_settings_stays_under_3_mb():
     from pipeline.analysis.compare import build
+    from pipeline.base.runs import RunRecord, SweepRecord
     from pipeline.present import html_report
-    from pipeline.tracking.records import RunRecord, SweepRecord
 
     def name(b, lr):  # one name tries to close the report's script element
         return f"cpu bs{b} lr{lr}" + ("</script><!--<script>" if b == 32 and lr == 0.001 else "")
@@ -247,8 +247,8 @@ def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
     """No speed figure counts, so there is no speed chart; the accuracy per epoch still is one, and the
     page says why the speed charts are missing (the Charts heading stood empty)."""
     from pipeline.analysis.compare import build
+    from pipeline.base.runs import RunRecord, SweepRecord
     from pipeline.present import html_report
-    from pipeline.tracking.records import RunRecord, SweepRecord
 
     runs = [
         RunRecord(
@@ -270,8 +270,8 @@ def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
 
 def test_the_contended_note_names_five_runs_and_counts_the_rest():
     from pipeline.analysis.compare import build
+    from pipeline.base.runs import RunRecord, SweepRecord
     from pipeline.present.sentences import notes
-    from pipeline.tracking.records import RunRecord, SweepRecord
 
     runs = [
         RunRecord(

@@ -12,7 +12,7 @@ import torch
 from conftest import children_of
 from pipeline.base import names
 from pipeline.errors import UserError
-from pipeline.execution import point
+from pipeline.execution.outcomes import Outcome
 from pipeline.present.report import Reporter
 from pipeline.settings.config import load_grid
 from pipeline.sweep.runner import Options, run_grid, run_single
@@ -378,9 +378,9 @@ def test_outcome_statistics():
     from pipeline.training.train import EpochStats
 
     epochs = [EpochStats(i, 1, 0.5, 1, 0.5, float(i * i), 10) for i in (1, 2, 3)]
-    outcome = point.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
+    outcome = Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs)
     assert outcome.mean_epoch_s == 6.5 and outcome.final is epochs[-1]  # steady state: epochs 2 and 3
-    one = point.Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs[:1])
+    one = Outcome(GridPoint(1, RunConfig(), "x"), "FINISHED", epochs=epochs[:1])
     assert one.mean_epoch_s == 1.0  # a one-epoch run can only be timed cold
 
 

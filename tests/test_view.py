@@ -262,7 +262,7 @@ def test_the_parent_description_carries_speedup_intervals_and_the_not_significan
     """The parent run's description says each speedup as the comparison does: its 95% interval in
     words, (n.s.) where the interval includes no difference, and the summary lines under the table."""
     from pipeline.analysis.compare import build
-    from pipeline.tracking.records import RunRecord, SweepRecord
+    from pipeline.base.runs import RunRecord, SweepRecord
 
     def run(run_id, device, batch_size, seconds):
         return RunRecord(
@@ -301,7 +301,7 @@ def test_settings_that_share_a_label_get_names_of_their_own():
     """Rows on two kinds of hardware share a label ("cpu bs64"); the view folds runs by name, so each
     row's name says what tells it apart."""
     from pipeline.analysis.compare import build
-    from pipeline.tracking.records import RunRecord, SweepRecord
+    from pipeline.base.runs import RunRecord, SweepRecord
 
     runs = [
         RunRecord(

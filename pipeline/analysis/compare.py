@@ -66,7 +66,7 @@ from pipeline.settings.grid import format_value, short
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from pipeline.tracking.records import RunRecord, SweepRecord
+    from pipeline.base.runs import RunRecord, SweepRecord
 
 # Runs equal in all of these but the device are "twins" whose epoch times compare devices: every
 # grid key that changes what a run measures (config.Key.twin), and the data sizes.

@@ -36,7 +36,7 @@ from pipeline.settings.grid import format_value
 
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
-    from pipeline.tracking.records import SweepRecord
+    from pipeline.base.runs import SweepRecord
 
 FASTER, SLOWER, NO_CHANGE, INCONCLUSIVE = "FASTER", "SLOWER", "NO CHANGE", "INCONCLUSIVE"
 EXIT_SLOWER, EXIT_INCONCLUSIVE = 1, 3

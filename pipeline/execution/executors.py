@@ -21,33 +21,20 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from pipeline.base.names import TAG_CONCURRENT, TAG_RAY_NODE
 from pipeline.base.uris import redact
 from pipeline.errors import UserError
-from pipeline.execution.point import FAILED, FINISHED, NOT_RUN, Outcome, PointJob, Progress, run_point
+from pipeline.execution.outcomes import FAILED, FINISHED, NOT_RUN, Outcome, Planned, Progress
+from pipeline.execution.point import PointJob, run_point
 from pipeline.tracking.store import CREDENTIAL_VARIABLES, TrackingUnavailable, process_settings, sqlite_path
 from pipeline.tracking.tracker import Tracker
 
 if TYPE_CHECKING:
-    import torch
-
     from pipeline.settings.grid import GridPoint
 
 OnOutcome = Callable[[PointJob, Outcome], str]
-
-
-@dataclass
-class Planned:
-    """A grid point and the device it will run on, or why it cannot run."""
-
-    point: GridPoint
-    device: torch.device | None
-    reason: str = ""  # why the device is unavailable
-    hardware: str = ""  # what the run key names as the hardware (empty: the device's own name)
-    run_key: str = ""  # set by the runner once the data is known
 
 
 def plan(points: Sequence[GridPoint]) -> list[Planned]:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-import pipeline.execution.point
+import pipeline.execution.outcomes
 from pipeline.base.uris import redact
 from pipeline.settings.grid import SHOWN_POINTS, format_value, grid_size, run_count
 from pipeline.training.peak import TERA, reference
@@ -23,8 +23,7 @@ from pipeline.training.peak import TERA, reference
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pipeline.execution.executors import Planned
-    from pipeline.execution.point import Outcome
+    from pipeline.execution.outcomes import Outcome, Planned
     from pipeline.settings.config import GridSpec
     from pipeline.settings.grid import GridPoint
     from pipeline.training.train import EpochStats
@@ -91,7 +90,7 @@ def make_console() -> Console:
     return Console(highlight=False)
 
 
-class Reporter(pipeline.execution.point.Progress):
+class Reporter(pipeline.execution.outcomes.Progress):
     """The terminal's side of a sweep. It is the Progress a point reports to (`pipeline train` hands it
     to LocalExecutor): a method Progress gains is a no-op here until the Reporter shows it."""
 

@@ -25,7 +25,7 @@ from pipeline.settings.grid import format_value
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
     from pipeline.analysis.gate import GateResult
-    from pipeline.execution.point import SweepResult
+    from pipeline.execution.outcomes import SweepResult
 
 
 class Verdict:

@@ -18,7 +18,7 @@ from pipeline.tracking.records import baseline_sweep, read_sweep
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
     from pipeline.analysis.gate import GateResult
-    from pipeline.tracking.records import SweepRecord
+    from pipeline.base.runs import SweepRecord
 
 
 def comparison_of(

@@ -48,9 +48,10 @@ from pipeline.base.names import (
     TAG_ROLE,
     TAG_TARGET,
 )
+from pipeline.base.runs import RunRecord, SweepRecord
 from pipeline.errors import UserError
-from pipeline.execution.executors import Executor, LocalExecutor, Planned, open_executor, plan
-from pipeline.execution.point import (
+from pipeline.execution.executors import Executor, LocalExecutor, open_executor, plan
+from pipeline.execution.outcomes import (
     DONE,
     FAILED,
     FINISHED,
@@ -58,13 +59,11 @@ from pipeline.execution.point import (
     NOT_RUN,
     SKIPPED,
     UNLOGGED,
-    DataRef,
     Outcome,
-    PointJob,
+    Planned,
     SweepResult,
-    params_of,
-    with_position,
 )
+from pipeline.execution.point import DataRef, PointJob, params_of, with_position
 from pipeline.measures.contention import contended_share
 from pipeline.measures.timing import histories_of, steady_mean, summary, summary_line
 from pipeline.settings.config import AUTO, DEFAULTS, GridSpec, RunConfig, effective_yaml, with_repeats
@@ -83,8 +82,6 @@ from pipeline.settings.grid import (
 from pipeline.tracking import results
 from pipeline.tracking.liveness import kill_running_children, reap_orphans
 from pipeline.tracking.records import (
-    RunRecord,
-    SweepRecord,
     experiment_id_of,
     finished_by_key,
     history,

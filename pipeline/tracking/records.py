@@ -1,4 +1,5 @@
-"""What a store holds, read back as plain data: a sweep and its runs, and the runs already done.
+"""What a store holds, read back as plain data (`base.runs`' RunRecord and SweepRecord): a sweep and
+its runs, and the runs already done.
 
 `compare`, `report` and the runner work on these records, so they need no MLflow types of their own.
 """
@@ -7,10 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.base.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
+from pipeline.base.runs import RunRecord, SweepRecord
 from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.measures.timing import has_end_figures
@@ -48,27 +49,6 @@ def all_runs(
 ) -> list:
     """Every run of `experiment_ids` that matches `filter_string`, in `order_by`'s order: all pages."""
     return list(every(client.search_runs, experiment_ids, filter_string, order_by=order_by, page_size=page_size))
-
-
-@dataclass
-class RunRecord:
-    """A finished run as plain data."""
-
-    run_id: str
-    name: str
-    params: dict[str, str]
-    metrics: dict[str, float]  # last values
-    tags: dict[str, str]
-    histories: dict[str, list[float]] = field(default_factory=dict)  # per-epoch values, step order
-
-
-@dataclass
-class SweepRecord:
-    run_id: str
-    name: str
-    experiment_id: str
-    experiment_name: str
-    children: list[RunRecord]
 
 
 def record(
