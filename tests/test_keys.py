@@ -15,12 +15,12 @@ import yaml
 from conftest import REPO, children, invoke, runs_of
 from pipeline.analysis.compare import CompareOptions, build
 from pipeline.base import names
+from pipeline.base.runs import RunRecord, SweepRecord
 from pipeline.cli import main
 from pipeline.errors import UserError
 from pipeline.present.tables import display_frame
 from pipeline.settings.config import DEFAULTS, KEYS, RunConfig, load_grid
 from pipeline.settings.grid import config_hash, expand, format_value
-from pipeline.tracking.records import RunRecord, SweepRecord
 
 # Two values of every grid key, as a grid file writes them. A key added to RunConfig needs a line
 # here (test_every_key_has_two_values_here), and then every test below covers it.
@@ -89,6 +89,35 @@ def test_the_table_shows_a_setting_where_runs_differ_in_it(key):
     assert key in display_frame(build(SweepRecord("p", "p", "1", "x", runs))).columns
     same = [_run("a", "cpu", 4.0, {key: first}), _run("b", "cpu", 5.0, {key: first})]
     assert key not in display_frame(build(SweepRecord("p", "p", "1", "x", same))).columns
+
+
+@pytest.mark.parametrize("key", [k for k in TWO_VALUES if KEYS[k].column])
+def test_a_worded_key_has_its_column_once_a_run_sets_it(key):
+    """A key with words of its own (Key.column) shows under its heading, in its words, once a run sets
+    it, and not at all while no run does."""
+    heading, on, off = KEYS[key].column
+    runs = [_run("a", "cpu", 4.0, {key: "true"}), _run("b", "cpu", 5.0, {key: "false"})]
+    comparison = build(SweepRecord("p", "p", "1", "x", runs))
+    shown = display_frame(comparison).set_index(comparison.table["run_ids"])
+    assert (shown.loc["a", heading], shown.loc["b", heading]) == (on, off)
+    unset = [_run("a", "cpu", 4.0, {key: "false"}), _run("b", "cuda:0", 5.0, {key: "false"})]
+    assert heading not in display_frame(build(SweepRecord("p", "p", "1", "x", unset))).columns
+
+
+@pytest.mark.parametrize("key", list(TWO_VALUES))
+def test_a_run_records_each_key_where_it_means_something(key):
+    """Every key is a param of a run, but one kept to a device type (Key.device_only: gpus_per_run on
+    cuda), which a run on another device does not record."""
+    from pipeline.execution.point import DataRef, PointJob, params_of
+    from pipeline.settings.grid import GridPoint
+
+    def params(device: str) -> dict:
+        job = PointJob(GridPoint(1, RunConfig(), "x"), device, "k", "sqlite://", "1", "x", DataRef("data"))
+        return params_of(job)
+
+    only = KEYS[key].device_only
+    assert key in params("cuda:0")
+    assert (key in params("cpu")) == (not only or "cpu".startswith(only))
 
 
 @pytest.mark.parametrize("key", [k for k in TWO_VALUES if KEYS[k].twin])
@@ -314,7 +343,7 @@ from pipeline.present.tables import display_frame
 from pipeline.settings.config import RunConfig, load_grid
 from pipeline.errors import UserError
 from pipeline.settings.grid import expand, single_name
-from pipeline.tracking.records import RunRecord, SweepRecord
+from pipeline.base.runs import RunRecord, SweepRecord
 from pipeline.sweep.registry import Reason, version_tags
 from pipeline.settings.schema import grid_schema
 

@@ -31,6 +31,7 @@ from pipeline.measures.target import Target
 from pipeline.measures.target import Timing as TargetTiming
 from pipeline.measures.target import timing as target_timing
 from pipeline.measures.timing import logged_at_end, steady_median
+from pipeline.settings.config import KEYS
 from pipeline.settings.grid import GridPoint, config_hash
 from pipeline.tracking.store import TrackingUnavailable, is_no_room
 from pipeline.tracking.tracker import Tracker
@@ -202,11 +203,13 @@ def _open_run(
 
 
 def params_of(job: PointJob) -> dict:
-    """What a point's run records as params: its settings and the data sizes it trained on.
-    gpus_per_run only on a cuda point, the one place it means something."""
-    params = job.point.config.as_params()
-    if not job.device.startswith("cuda"):
-        del params["gpus_per_run"]
+    """What a point's run records as params: its settings and the data sizes it trained on. A key
+    kept to one device type (Key.device_only: gpus_per_run on cuda) only on a run on that type."""
+    params = {
+        name: value
+        for name, value in job.point.config.as_params().items()
+        if not KEYS[name].device_only or job.device.startswith(KEYS[name].device_only)
+    }
     return {
         **params,
         "train_size": job.data.train_size,

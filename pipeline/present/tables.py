@@ -44,10 +44,12 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
         k for k in comparison.varying if k in KEYS and KEYS[k].shown == "varying"
     ]
     out = t[settings].copy()
-    if "data_on_device" in t and (t["data_on_device"].astype(str).str.lower() == "true").any():
-        out["data path"] = [
-            "on device (no host data path)" if str(v).lower() == "true" else "host" for v in t["data_on_device"]
-        ]
+    for name, worded in KEYS.items():  # a key with words of its own (data_on_device: "data path")
+        if worded.column and name in t:
+            heading, on, off = worded.column
+            flags = [str(v).lower() == "true" for v in t[name]]
+            if any(flags):
+                out[heading] = [on if flag else off for flag in flags]
     out["n"] = t["n"]
     if t["contended"].any():
         out["contended"] = _contended(t)

@@ -308,7 +308,8 @@ class Key:
     """What the pipeline knows about one grid key, kept as its RunConfig field's metadata. Every
     module that lists grid keys (validation and its errors, the schema, run keys, run names, twins,
     speedup axes, chart groups, registry tags, the `pipeline train` options, the docs' key tables,
-    MLproject's test) reads them from KEYS, so adding a key is one field (tests/test_keys.py adds one)."""
+    MLproject's test, compare's worded columns, the params a run records) reads them from KEYS, so
+    adding a key is one field (tests/test_keys.py adds one)."""
 
     check: Check  # raw YAML or CLI value -> the coerced value, or ValueError(what is allowed); and its schema
     help: str  # what it does, in a line: `pipeline train --help`
@@ -321,6 +322,12 @@ class Key:
     # An axis compare measures a speedup along: (the reference value, the speedup's column). Twins that
     # differ only in this key, each against the one at the reference value.
     speedup: tuple[str, str] | tuple[()] = ()
+    # A true-or-false key compare's table shows under a heading of its own, in words, once any run
+    # sets it: (the heading, the words for true, the words for false).
+    column: tuple[str, str, str] | tuple[()] = ()
+    # The device type where the key means something ("cuda"): a run on another device does not
+    # record it as a param. Empty: every run records it.
+    device_only: str = ""
 
 
 def _key(default: Any, **metadata: Any) -> Any:
@@ -381,16 +388,18 @@ class RunConfig:
         twin=False,
         shown="never",
         train=False,
+        device_only="cuda",
     )
     # Settings added after runs were recorded (later=True): a run key includes them only when they
     # are not at their default, so runs made before they existed are still recognised as done.
     data_on_device: bool = _key(
         False,
-        check=Boolean(),  # compare gives it a column of its own, "data path"
+        check=Boolean(),
         help="Upload the data once and index batches on the device (num_workers 0).",
         name=("ondevice", "hostdata"),
         later=True,
-        shown="never",
+        shown="never",  # as itself: it has a column of its own
+        column=("data path", "on device (no host data path)", "host"),
     )
     cuda_graph: bool = _key(
         False,
