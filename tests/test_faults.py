@@ -347,8 +347,16 @@ SECRET_CASES = {
 }
 
 
-@pytest.mark.parametrize("scheme", ["http", "postgresql"])
-@pytest.mark.parametrize("command", sorted(SECRET_CASES))
+# Each command against both stores: one of them in `make test` (http and postgresql in turn), the
+# other in `make test-slow` (each case starts the CLI and waits out a store that is not there: 3-6 s).
+SECRET_MATRIX = [
+    pytest.param(command, scheme, marks=[] if (i % 2 == 0) == (scheme == "http") else [pytest.mark.slow])
+    for i, command in enumerate(sorted(SECRET_CASES))
+    for scheme in ("http", "postgresql")
+]
+
+
+@pytest.mark.parametrize("command, scheme", SECRET_MATRIX)
 def test_no_command_prints_the_password_of_a_store(tmp_path, command, scheme):
     """Every command that reaches a store, given one whose URI holds a password (on the command line,
     or in a results file's line), names the store with the password masked: one line, exit 2."""
@@ -456,9 +464,14 @@ RELOG_CRASHES = {
     "a param name MLflow refuses": ({"params": {"batch size!": 64}}, 1, "MLflow refused it"),
     "a model file that is no model": ({"model_file": "{home}/unlogged.pt"}, 1, "holds no model of this pipeline"),
 }
+SLOW_CRASHES = ("an epoch without its numbers", "a model file that is no model")
 
 
-@pytest.mark.parametrize("case", list(RELOG_CRASHES))
+# A bad line (exit 2) and a failed run (exit 1) in `make test`, the other two in `make test-slow`.
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(case, marks=[pytest.mark.slow] if case in SLOW_CRASHES else []) for case in RELOG_CRASHES],
+)
 def test_a_results_line_that_crashed_relog_fails_alone(world, tmp_path, case):
     """The bad line first, a good one after it: relog goes on with the good one, the bad one's run (if
     it made one) is FAILED with the reason, one line says so, and no run stays RUNNING."""

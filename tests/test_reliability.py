@@ -55,7 +55,10 @@ def test_another_host_is_another_measurement(write_grid, data_dir, tracking_uri,
     assert len(keys) == 2
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+# Ctrl-C in `make test`; SIGTERM (also ended at each stage in test_interrupts) in `make test-slow`.
+@pytest.mark.parametrize(
+    "signum, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)]
+)
 def test_interrupt_marks_killed_and_the_rerun_finishes_the_rest(write_grid, data_dir, tracking_uri, signum, code):
     grid = write_grid(FOUR)
     args = ["run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri]
@@ -268,6 +271,7 @@ mlflow.MlflowClient(sys.argv[1]).search_experiments()  # creates the store, as t
 """
 
 
+@pytest.mark.slow  # two races, each waited out: 30-50 s on 2 cores
 def test_a_new_store_created_by_a_foreign_client_at_the_same_moment(tmp_path):
     """Another MLflow program (not a pipeline: our lock means nothing to it) creates the same new
     sqlite store; ours starts while its tables are half made. Interleaved migrations fail on one
