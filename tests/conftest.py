@@ -310,11 +310,27 @@ def checksums(folder: Path, leave_out: Path | None = None) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def shared_sweep(tmp_path_factory, data_dir, _store_template) -> Sweep:
-    """SHARED_GRID trained once per pytest worker, for the tests that only read a sweep: two cpu
-    points (batch sizes 64 and 128) of two epochs each. A test that writes to it takes `sweep_copy`.
-    A change to this store, or to a file its runs logged, fails the session at teardown."""
-    sweep = train_sweep(tmp_path_factory.mktemp("shared-sweep"), SHARED_GRID, data_dir, _store_template)
+def shared_sweep(tmp_path_factory, worker_id, _store_template) -> Sweep:
+    """SHARED_GRID trained once per test run, for the tests that only read a sweep: two cpu points
+    (batch sizes 64 and 128) of two epochs each, on small data of its own. The first pytest worker to
+    ask trains it; the others wait on a file lock, then read the sweep it recorded. A test that
+    writes to it takes `sweep_copy`. A change to this store, or to a file its runs logged, fails the
+    session at teardown."""
+    import json
+
+    from filelock import FileLock
+
+    # Every worker's temporary folders lie in one folder per test run (pytest's numbered folder).
+    root = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    recorded = root / "shared-sweep.json"
+    with FileLock(root / "shared-sweep.lock"):
+        if not recorded.exists():
+            folder = Path(tempfile.mkdtemp(prefix="shared-sweep-", dir=root))  # a failed try's folder stays apart
+            sweep = train_sweep(folder, SHARED_GRID, make_idx(folder / "fashion"), _store_template)
+            fields = {"folder": folder, "uri": sweep.uri, "grid": sweep.grid, "data_dir": sweep.data_dir}
+            recorded.write_text(json.dumps({**{k: str(v) for k, v in fields.items()}, "output": sweep.output}))
+        saved = json.loads(recorded.read_text())
+    sweep = Sweep(Path(saved["folder"]), saved["uri"], Path(saved["grid"]), Path(saved["data_dir"]), saved["output"])
     store, logged = checksums(sweep.store), checksums(sweep.folder / "mlruns")
     yield sweep
     assert checksums(sweep.store) == store, "a test wrote to shared_sweep's store: give it sweep_copy"
