@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from pipeline.measures import stats
 
@@ -52,6 +53,23 @@ def test_the_runs_spread_decides_not_their_epochs():
     spans the difference between the runs (pseudo-replication would have made it narrow)."""
     ratio = stats.ratio([1.0, 1.4], [1.2, 1.2])
     assert ratio.low < 1 < ratio.high and ratio.significant is False
+
+
+def test_a_side_that_does_not_vary_warns_nothing_and_its_interval_is_the_other_sides():
+    """Repeats of one setting that scored the same (deterministic CPU runs): no scipy warning reaches
+    the user's terminal, and the interval is Welch's with that side's variance 0, i.e. the other
+    side's t interval, shifted."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        difference = stats.difference([0.81, 0.83, 0.82], [0.8123, 0.8123, 0.8123])
+        ratio = stats.ratio([1.0, 1.4], [1.2, 1.2])
+    t = scipy.stats.t.ppf(0.975, 2)
+    half = t * np.std([0.81, 0.83, 0.82], ddof=1) / math.sqrt(3)
+    assert difference.low == pytest.approx(0.82 - 0.8123 - half)
+    assert difference.high == pytest.approx(0.82 - 0.8123 + half)
+    assert ratio.low < 1 < ratio.high
 
 
 def test_the_estimate_is_the_ratio_of_geometric_means_and_sits_in_its_interval():

@@ -22,6 +22,7 @@ no interval: "n too small", never a guess dressed as a number.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -105,8 +106,12 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     low = high = a.mean(axis=-1) - b.mean(axis=-1)
     varies = (np.ptp(a, axis=-1) > 0) | (np.ptp(b, axis=-1) > 0)
     if varies.any():
-        test = scipy_stats.ttest_ind(a[varies], b[varies], axis=-1, equal_var=False)
-        interval = test.confidence_interval(confidence_level=CONFIDENCE)
+        with warnings.catch_warnings():
+            # One side may not vary (repeats that timed or scored the same): its variance is 0, which
+            # scipy's moment check reports as precision loss on stderr, under the user's table.
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"scipy\.stats")
+            test = scipy_stats.ttest_ind(a[varies], b[varies], axis=-1, equal_var=False)
+            interval = test.confidence_interval(confidence_level=CONFIDENCE)
         low, high = low.copy(), high.copy()
         low[varies], high[varies] = interval.low, interval.high
     return low, high
