@@ -316,7 +316,7 @@ def checksums(folder: Path, leave_out: Path | None = None) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def shared_sweep(tmp_path_factory, worker_id, _store_template) -> Sweep:
+def shared_sweep(tmp_path_factory, _store_template) -> Sweep:
     """SHARED_GRID trained once per test run, for the tests that only read a sweep: two cpu points
     (batch sizes 64 and 128) of two epochs each, on small data of its own. The first pytest worker to
     ask trains it; the others wait on a file lock, then read the sweep it recorded. A test that
@@ -326,8 +326,10 @@ def shared_sweep(tmp_path_factory, worker_id, _store_template) -> Sweep:
 
     from filelock import FileLock
 
-    # Every worker's temporary folders lie in one folder per test run (pytest's numbered folder).
-    root = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    # Under xdist (PYTEST_XDIST_WORKER set) every worker's temporary folders lie in one folder per test
+    # run, pytest's numbered folder; without it (`-p no:xdist`) there is one process and its own.
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     recorded = root / "shared-sweep.json"
     with FileLock(root / "shared-sweep.lock"):
         if not recorded.exists():
