@@ -17,6 +17,9 @@ from pipeline.errors import UserError
 
 ray = pytest.importorskip("ray")
 
+# Every test on the cluster (15-25 s to start on 2 cores) is in `make test-slow`, which CI runs after
+# `make test` and which starts it once for them all; `make test` keeps the ones that need no cluster.
+
 
 @pytest.fixture(scope="module")
 def nodes():
@@ -101,6 +104,7 @@ def test_grid_on_ray_logs_to_a_postgresql_backed_server(cluster, pg, postgres, t
     assert len((tmp_path / "pipeline-results.jsonl").read_text().splitlines()) == 4
 
 
+@pytest.mark.slow
 def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_grid, data_dir, pg):
     grid = write_grid("experiment: gpu-less\ngrid:\n  device: [cuda, cpu]\n  gpus_per_run: [0.5]\n")
     out = CliRunner().invoke(
@@ -122,6 +126,7 @@ def test_a_gpu_point_on_a_gpu_less_cluster_is_skipped_at_once(cluster, write_gri
     assert "cuda needs 0.5 GPU(s) but the Ray cluster has 0" in out.output
 
 
+@pytest.mark.slow
 def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_dir, tracking_uri):
     """Two nodes cannot share a local sqlite file: exit 2 at once, before any run is made."""
     from pipeline.execution.executors import RayExecutor
@@ -137,6 +142,7 @@ def test_sqlite_is_refused_for_a_multi_node_cluster(cluster, write_grid, data_di
     assert not Path("mlflow.db").exists()  # nothing half-written: not even the store
 
 
+@pytest.mark.slow
 def test_fail_fast_stops_submitting_on_ray(cluster, write_grid, data_dir, pg):
     """The first point diverges at its first step; with --fail-fast the points not yet submitted
     (the cluster's 2 CPUs hold 2 in flight) are NOT RUN instead of being trained."""
@@ -179,6 +185,7 @@ def _planned(device: str, resolved=None):
     return Planned(GridPoint(1, config, device), torch.device(resolved) if resolved else None)
 
 
+@pytest.mark.slow
 def test_gpu_resources_follow_the_planned_device(cluster, pg):
     """auto asks for a GPU exactly when it resolves to cuda; cuda:N cannot be pinned under Ray."""
     from pipeline.execution.executors import RayExecutor, task_resources
