@@ -228,8 +228,9 @@ def find(device: torch.device, remeasure: bool = False) -> Found:
         return Found(peak, reused=True, cache=cache_file())
     key = cache_key(*identity(device))
     held = _BUSY.get(key)
-    # A busy machine's peak serves the rest of this process's runs while it still counts as busy:
-    # measuring again for every run of a sweep would cost seconds a run and add to the load.
+    # A peak measured on a busy machine is never cached, but it serves the rest of this process's
+    # runs (remeasure measures again): measuring for every run of a sweep would cost seconds a run
+    # and add to the load it measures.
     peak = held if held is not None and held.busy and not remeasure else measure(device)
     if peak.busy:
         _BUSY[key] = peak
@@ -421,7 +422,7 @@ def share(device: torch.device, precision: str, achieved_flops: float) -> Share:
         f"{precision} matmul peak {peak / TERA:.4g} TFLOP/s measured {found.peak.measured_at} on "
         f"{found.peak.hardware}" + (f", {found.peak.threads} torch threads" if found.peak.threads else "")
     )
-    if found.peak.busy:  # a low peak: the share reads high (never cached, so the next run measures again)
+    if found.peak.busy:  # a low peak: the share reads high (never cached; this process's later runs reuse it)
         where += f", {found.peak.busy}: this mfu reads high"
 
     if achieved_flops > peak:
