@@ -547,8 +547,9 @@ def data(data_dir: str | None, download: bool) -> None:
     "--fail-if-slower",
     type=float,
     metavar="PCT",
-    help="With --baseline: exit 1 when a point is slower by more than PCT percent and its 95% "
-    "interval lies above no change; exit 3 when a point cannot be judged (and none is slower).",
+    help="With --baseline: exit 1 when a point is slower by more than PCT percent by its interval, "
+    "not its estimate (Holm-corrected across the points, 2.5% family-wise); exit 3 when a point cannot "
+    "be judged (and none is slower).",
 )
 @click.option(
     "--allow-inconclusive",
@@ -583,11 +584,12 @@ def compare(
     quality_margin: float | None,
     tracking_uri: str | None,
 ) -> None:
-    """The verdict first (the best setting and its run, the fastest, the most accurate, each speedup in
-    words), then one row per setting of a sweep (its repeats aggregated): n runs, the median and
-    quartiles of their steady-state epoch times, final loss and accuracy, images/s, time shares, time
-    to target, and each device's speedup over its cpu twin with a 95% interval over the runs. With
-    --baseline, each point's change in epoch time against another sweep instead (a regression gate).
+    """The verdict first (the best setting and its run, "the fastest" only where its lead is
+    significant, the most accurate, each speedup in words), then one row per setting of a sweep (its
+    repeats aggregated): n runs, the geometric mean and quartiles of their steady-state epoch times,
+    final loss and accuracy, images/s, time shares, time to target, and each device's speedup over its
+    cpu twin with a 95% interval over the runs. With --baseline, each point's change in epoch time
+    against another sweep instead (a regression gate, Holm-corrected across the points).
     It reads only: --out and --html write files, --publish writes to the store."""
     # pandas (the comparison and everything that reads it) and rich: loaded by compare only
     from pipeline.analysis.compare import CHART_HISTORIES, CompareOptions

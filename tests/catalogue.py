@@ -132,6 +132,11 @@ BAD_GRIDS: list[tuple[str, str, tuple[str, ...]]] = [
         "repeats: auto\nmax_repeats: 1\n",
         ("max_repeats: got 1", "integer >= 2", "judges from 2 runs a side"),
     ),
+    (
+        "max_repeats past the design's plan",
+        "repeats: auto\nmax_repeats: 101\n",
+        ("max_repeats: got 101", "up to 100", "plans its looks for at most 100 rounds"),
+    ),
     ("max_repeats without auto", "repeats: 3\nmax_repeats: 5\n", ("max_repeats: only with repeats: auto",)),
     ("half_width of 1", "repeats: auto\nhalf_width: 1\n", ("half_width: got 1", "above 0 and below 1")),
     ("half_width zero", "repeats: auto\nhalf_width: 0\n", ("half_width: got 0", "above 0 and below 1")),

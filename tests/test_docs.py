@@ -286,17 +286,19 @@ VOLATILE = [
     (re.compile(r"\brun [0-9a-f]{8}\b"), "run <run id>"),
     (re.compile(r"\b\d+\.\d+s \([\d,]+ img/s\)"), "<s> (<img/s>)"),  # an epoch's line
     (re.compile(r"\b\d+\.\d+ s/epoch\b"), "<s>/epoch"),  # the verdict's
+    (re.compile(r"over the best, \d+\.\d+x (faster|slower)\b"), "over the best, <ratio>"),  # its "First on speed:"
 ]
 TIMED_COLUMNS = ("epoch s", "img/s")  # the results table's
 BOX = "┏┃┡│└┗┓┳╇┩┛┻┴┘┐┬┼├┤"
-# Which setting is fastest is the clock's call. Of settings equally accurate the verdict names the
-# fastest, so its name is normalised; and when the clock made a less accurate setting the fastest of
-# all, the best is "the most accurate" and a "Fastest:" line names the other. CLOCK_FORMS are those
-# two endings of the best's line.
-VERDICT_NAME = re.compile(r"^(Best|Fastest): .+? \(")
+# Which setting is first on speed is the clock's call. Of settings equally accurate the verdict names
+# the first, so its name is normalised, and with one run a side it cannot be told from the next,
+# named too; when the clock made a less accurate setting the first of all, the best is "the most
+# accurate" and a "First on speed:" line names the other. CLOCK_FORMS are those endings of the
+# best's line.
+VERDICT_NAME = re.compile(r"^(Best|First on speed): .+? \(")
 CLOCK_FORMS = (
-    ": the fastest and the most accurate",
-    ": the most accurate (every faster setting is less accurate by more than the margin)",
+    re.compile(r": first on epoch time, not yet told from .+?: n too small \(1 run\), and the most accurate$"),
+    re.compile(r": the most accurate \(every faster setting is less accurate by more than the margin\)$"),
 )
 
 
@@ -327,14 +329,14 @@ def volatile(output: str) -> list[str]:
 
 def _fold_clock(lines: list[str]) -> list[str]:
     """The verdict with the clock's call left out: either ending of the best's line, and the
-    "Fastest:" line that comes with the second."""
+    "First on speed:" line that comes with the second."""
     folded = []
     for line in lines:
-        if line.startswith("Fastest: ") and folded and folded[-1].startswith("Best: "):
+        if line.startswith("First on speed: ") and folded and folded[-1].startswith("Best: "):
             continue
         for form in CLOCK_FORMS:
-            if line.startswith("Best: ") and line.endswith(form):
-                line = line[: -len(form)] + ": <the clock's call>"
+            if line.startswith("Best: "):
+                line = form.sub(": <the clock's call>", line)
         folded.append(line)
     return folded
 
@@ -361,11 +363,11 @@ def _same_lines(page: list[str], fresh: list[str]) -> bool:
 
 def same_but_for_the_clock(page: list[str], fresh: list[str]) -> bool:
     """Equal lines (learned figures within LEARNED_TOLERANCE); or, where one run's clock made a less
-    accurate setting the fastest and the other's did not (one has a "Fastest:" line, the other
+    accurate setting the fastest and the other's did not (one has a "First on speed:" line, the other
     not), equal once that call is folded."""
     if _same_lines(page, fresh):
         return True
-    fastest = [any(line.startswith("Fastest: ") for line in lines) for lines in (page, fresh)]
+    fastest = [any(line.startswith("First on speed: ") for line in lines) for lines in (page, fresh)]
     return fastest[0] != fastest[1] and _same_lines(_fold_clock(page), _fold_clock(fresh))
 
 
@@ -547,7 +549,8 @@ def sample_difference(where: str, command: str, shown: str, output: str) -> str 
     expected, got = volatile(shown), volatile(output)
     if same_but_for_the_clock(expected, got):
         return None
-    if any(text.startswith("Fastest: ") for text in expected) != any(text.startswith("Fastest: ") for text in got):
+    first = "First on speed: "
+    if any(text.startswith(first) for text in expected) != any(text.startswith(first) for text in got):
         expected, got = _fold_clock(expected), _fold_clock(got)  # the clock's call is no difference
     return "\n".join(difflib.unified_diff(expected, got, where, command, lineterm=""))
 
@@ -622,15 +625,15 @@ def test_a_sample_is_checked_against_a_real_run(prepared, page_says, same, tmp_p
 
 # The two verdicts the quickstart's runs print, the clock deciding which (a row of the table below each).
 FIRST_FORM = (
-    "Best: cpu bs100 w0 (0.807 s/epoch, test acc 0.7784, 1 run; model from run a27f444f): the fastest and "
-    "the most accurate\n"
+    "Best: cpu bs100 w0 (0.807 s/epoch, test acc 0.7784, 1 run; model from run a27f444f): first on epoch time, "
+    "not yet told from cpu bs100 w1: n too small (1 run), and the most accurate\n"
     "│ 1 │ 0.01 │ 100        │   0.7784 │   0.807 │ 12,385 │ FINISHED │"
 )
 SECOND_FORM = (
     "Best: cpu bs100 w1 (1.244 s/epoch, test acc 0.7784, 1 run; model from run 0b1c2d3e): the most accurate "
     "(every faster setting is less accurate by more than the margin)\n"
-    "Fastest: cpu bs1000 w1 (0.701 s/epoch, test acc 0.6844), but less accurate than the most accurate by "
-    "more than 0.005\n"
+    "First on speed: cpu bs1000 w1 (0.701 s/epoch, test acc 0.6844): over the best, 1.77x faster "
+    "(significance withheld: n too small (1 run)); but less accurate than the most accurate by more than 0.005\n"
     "│ 1 │ 0.01 │ 100        │   0.7784 │   1.244 │  8,040 │ FINISHED │"
 )
 HEADER = "┃ # ┃ lr   ┃ batch_size ┃ test acc ┃ epoch s ┃  img/s ┃ status   ┃\n"
@@ -648,7 +651,7 @@ HEADER = "┃ # ┃ lr   ┃ batch_size ┃ test acc ┃ epoch s ┃  img/s ┃ 
         (FIRST_FORM, FIRST_FORM.replace("0.7784 │", "0.7985 │"), False),
         (FIRST_FORM, FIRST_FORM.replace("FINISHED", "FAILED"), False),
         (FIRST_FORM, FIRST_FORM.splitlines()[0], False),  # a line dropped
-        (FIRST_FORM, SECOND_FORM.replace("Fastest: ", "Quickest: "), False),
+        (FIRST_FORM, SECOND_FORM.replace("First on speed: ", "Quickest: "), False),
     ],
 )
 def test_only_what_changes_between_runs_is_left_out_of_a_sample(page, now, same):

@@ -182,3 +182,47 @@ def test_a_sweep_gated_against_itself_is_refused(slower):
     out = _gate(uri, "--parent-run", current, "--baseline", current, "--fail-if-slower", "10")
     assert out.exit_code == 2 and "that is the sweep being compared" in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1
+
+
+def test_a_point_fails_only_when_its_interval_is_beyond_the_threshold(tracking_uri):
+    """A point 12% slower on its estimate, but whose interval reaches below +10%: a 10% gate passes it
+    (judging the estimate alone failed it); the same point fails a 5% gate. The verdict names the
+    correction across the build's points."""
+
+    def sweep(experiment, seconds):
+        return write_sweep(
+            tracking_uri,
+            experiment,
+            [
+                Run([2 * t, t, t, t], params={"batch_size": bs, names.REPEAT: str(r)})
+                for bs in ("128", "256")
+                for r, t in enumerate(seconds, start=1)
+            ],
+        )
+
+    baseline = sweep("steady", [1.0, 1.02, 0.98, 1.0])
+    current = sweep("later", [1.12, 1.10, 1.145, 1.115])
+    out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "10")
+    assert out.exit_code == 0, out.output
+    words = " ".join(out.output.split())
+    assert "PASS: none of the 2 points is slower by more than 10% (2 NO CHANGE; Holm over 2 judged points" in words
+    out = _gate(
+        tracking_uri, "--parent-run", current, "--baseline", baseline, "--fail-if-slower", "5", "--format", "json"
+    )
+    assert out.exit_code == 1, out.output
+    points = json.loads(out.stdout)["points"]
+    assert all(p["state"] == "SLOWER" and p["change_pct_low"] > 5 and p["slower_p_holm"] <= 0.025 for p in points)
+
+
+def test_holm_corrects_across_the_points_of_a_build():
+    """Holm's step-down by hand: with three judged points the smallest p-value is held to 2.5% / 3,
+    the next to 2.5% / 2; a point not judged (NaN) is not counted."""
+    from pipeline.analysis import gate
+
+    slower = np.array([[0.005, 0.011, 0.2, np.nan]])
+    assert gate.holm(slower)[0][:3] == pytest.approx([0.015, 0.022, 0.2])
+    states = gate.states(slower, np.full_like(slower, 0.9))[0]
+    assert list(states) == ["SLOWER", "SLOWER", "NO CHANGE", "INCONCLUSIVE"]
+    # Alone, 0.02 fails; beside a second point it would need 0.0125 or less.
+    assert list(gate.states(np.array([[0.02]]), np.array([[0.9]]))[0]) == ["SLOWER"]
+    assert list(gate.states(np.array([[0.02, 0.5]]), np.array([[0.9, 0.9]]))[0]) == ["NO CHANGE", "NO CHANGE"]

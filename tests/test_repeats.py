@@ -171,7 +171,16 @@ def test_auto_stops_when_every_speedup_is_clear_or_at_the_cap():
         "[0.90-1.30] (n.s.) ±18.2%; cpu bs512 vs bs64: 1.50x faster (n too small (1 run)); training round 4"
     )
     assert sentences.rounds_stopped(4, sentences.stop_reason(unclear, 4, spec)).startswith(
-        "repeats: auto stopped after 4 rounds: max_repeats 4 reached; 2 speedups still unclear: cpu bs128 vs bs64"
+        "repeats: auto stopped after 4 rounds: max_repeats 4 reached; no difference found in 2 speedups: "
+        "cpu bs128 vs bs64: 1.10x faster [0.90-1.30] (n.s.)"
+    )
+    # Settled without a difference (the design's futility rule): clear, and said so.
+    settled = rounds.Speedup("cpu seed1 vs seed0", stats.Ratio(1.01, 0.95, 1.07, (3, 3)), None, no_difference=True)
+    assert settled.clear
+    plain = GridSpec(Path("g.yaml"), "g", repeats=2, max_repeats=8)
+    assert sentences.stop_reason(rounds.Judgement((significant, settled)), 3, plain) == (
+        "every speedup is settled (cuda:0 vs cpu: 2.00x faster [1.90-2.10] ±5.0%; cpu seed1 vs seed0: no difference "
+        "found within 3 runs a side, 1.01x faster [0.95-1.07] (n.s.))"
     )
     assert (
         sentences.stop_reason(rounds.Judgement(why_none="the grid varies no setting: nothing to compare"), 2, spec)
@@ -226,7 +235,10 @@ def test_auto_trains_a_round_at_a_time_up_to_max_repeats(write_grid, data_dir, t
     words = _words(out)
     assert "repeats: auto, round 2 of at most 3: 1 speedup still unclear: cpu bs128 vs bs64: " in words
     assert "training round 3" in words
-    stopped = "repeats: auto stopped after 3 rounds: max_repeats 3 reached; 1 speedup still unclear: cpu bs128 vs bs64"
+    stopped = (
+        "repeats: auto stopped after 3 rounds: max_repeats 3 reached; no difference found in 1 speedup: "
+        "cpu bs128 vs bs64"
+    )
     assert stopped in words
     runs = _by_start(tracking_uri, "auto3")
     assert [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs] == [
@@ -245,3 +257,43 @@ def test_auto_trains_a_round_at_a_time_up_to_max_repeats(write_grid, data_dir, t
     out = invoke(*args)
     assert out.exit_code == 0 and out.output.count("DONE") == 6 and stopped in _words(out), out.output
     assert len(children(runs_of(tracking_uri, "auto3"))) == 6
+
+
+def test_an_equal_pair_is_settled_as_no_difference_at_the_designs_confidence(tracking_uri):
+    """A `repeats: auto` sweep (max_repeats 8) read back after round 3: its comparison takes the round
+    from the parent's `rounds` and judges at the sequential design's confidence for it, wider than a
+    plain 95%. Two seeds that time alike are settled as no difference found (the futility rule);
+    a clear 2x device speedup in the same sweep is significant; `pipeline compare` says at which
+    confidence its intervals are."""
+    from pipeline.measures.sequential import Design
+    from pipeline.sweep.comparing import comparison_of
+    from synthetic_sweeps import Run, write_sweep
+
+    times = {"0": [1.000, 1.012, 0.991], "1": [1.004, 0.995, 1.008]}
+    runs = [
+        Run([2 * t, t, t], device, {"seed": seed, names.REPEAT: str(r)})
+        for r in (1, 2, 3)
+        for seed in ("0", "1")
+        for device, t in (("cpu", times[seed][r - 1]), ("cuda:0", times[seed][r - 1] / 2))
+    ]
+    parent = write_sweep(tracking_uri, "settled", runs)
+    client = mlflow.MlflowClient(tracking_uri)
+    client.log_param(parent, "repeats", "auto")
+    client.log_param(parent, "max_repeats", "8")
+    client.log_metric(parent, names.ROUNDS, 3)
+    comparison = comparison_of(client, parent_run=parent)
+    assert comparison.rounds == (3, 8) and comparison.confidence == Design(8).confidence(3) > 0.98
+    judged = rounds.judge(comparison, [("device", ("cuda", "cpu")), ("seed", (0, 1))])
+    devices = [s for s in judged.speedups if s.label.endswith(" vs cpu")]
+    seeds = [s for s in judged.speedups if s.label.endswith("seed1 vs seed0")]
+    assert len(devices) == 2 and all(s.ratio.significant and not s.no_difference for s in devices)
+    assert len(seeds) == 2 and all(s.no_difference and s.ratio.significant is False for s in seeds)
+    spec = GridSpec(Path("g.yaml"), "settled", repeats=2, max_repeats=8)
+    assert rounds.decide(judged, 3, spec) == rounds.ALL_CLEAR
+    said = sentences.stop_reason(judged, 3, spec)
+    assert said.startswith("every speedup is settled (") and "no difference found within 3 runs a side" in said
+    out = invoke("compare", "--tracking-uri", tracking_uri, "--experiment", "settled")
+    assert out.exit_code == 0, out.output
+    confidence = f"{100 * Design(8).confidence(3):.1f}%"
+    note = f"every interval is the sequential design's repeated 95% interval, {confidence} at this round"
+    assert f"repeats: auto, round 3 of at most 8: {note}" in _words(out)

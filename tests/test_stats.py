@@ -56,19 +56,17 @@ def test_the_runs_spread_decides_not_their_epochs():
 
 
 def test_a_side_that_does_not_vary_warns_nothing_and_its_interval_is_the_other_sides():
-    """Repeats of one setting that scored the same (deterministic CPU runs): no scipy warning reaches
-    the user's terminal, and the interval is Welch's with that side's variance 0, i.e. the other
-    side's t interval, shifted."""
+    """Repeats of one setting that timed the same: no scipy warning reaches the user's terminal, and
+    the interval is Welch's with that side's variance 0, i.e. the other side's t interval, shifted."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        difference = stats.difference([0.81, 0.83, 0.82], [0.8123, 0.8123, 0.8123])
         ratio = stats.ratio([1.0, 1.4], [1.2, 1.2])
-    t = scipy.stats.t.ppf(0.975, 2)
-    half = t * np.std([0.81, 0.83, 0.82], ddof=1) / math.sqrt(3)
-    assert difference.low == pytest.approx(0.82 - 0.8123 - half)
-    assert difference.high == pytest.approx(0.82 - 0.8123 + half)
+    t = scipy.stats.t.ppf(0.975, 1)
+    logs = np.log([1.0, 1.4])
+    half = t * np.std(logs, ddof=1) / math.sqrt(2)
+    assert math.log(ratio.low) == pytest.approx(logs.mean() - math.log(1.2) - half)
     assert ratio.low < 1 < ratio.high
 
 
@@ -97,10 +95,43 @@ def test_an_accuracy_difference_has_welchs_interval():
     assert not stats.difference([0.8], [0.85, 0.86]).has_interval
 
 
-def test_repeats_that_computed_the_same_accuracy_differ_exactly():
-    """Runs of one seed on one device compute the same numbers: the difference is known, not unknowable."""
-    change = stats.difference([0.80, 0.80], [0.81, 0.81])
-    assert change.low == change.high == pytest.approx(-0.01)
+def test_repeats_that_computed_the_same_accuracy_say_so_instead_of_a_zero_width_interval():
+    """Runs of one seed on a deterministic device compute the same numbers: their difference says
+    nothing of how accuracy varies between seeds, so there is no interval, and the reason says what
+    gives one. A side that varies beside one that does not is no better: that side's repeats are
+    still identical."""
+    for a, b in (([0.80, 0.80], [0.81, 0.81]), ([0.81, 0.83, 0.82], [0.8123, 0.8123, 0.8123])):
+        change = stats.difference(a, b)
+        assert change.estimate == pytest.approx(np.mean(a) - np.mean(b))
+        assert not change.has_interval and change.identical == len(b)
+        assert change.why_no_interval == f"identical in all {len(b)} repeats: vary `seed` for an accuracy interval"
+
+
+def test_p_values_are_welchs():
+    """The p-values behind every judgement are scipy's Welch test on the logs, two-sided and one-sided,
+    also against a bound other than no difference (the gate's PCT)."""
+    a, b = [1.30, 1.22, 1.41, 1.35], [1.0, 1.05, 0.97]
+    ratio = stats.ratio(a, b)
+    logs_a, logs_b = np.log(a), np.log(b)
+    assert ratio.p_value == pytest.approx(scipy.stats.ttest_ind(logs_a, logs_b, equal_var=False).pvalue)
+    greater = scipy.stats.ttest_ind(logs_a - math.log(1.1), logs_b, equal_var=False, alternative="greater")
+    assert ratio.p_above(1.1) == pytest.approx(greater.pvalue)
+    assert ratio.p_below(1.1) == pytest.approx(1 - greater.pvalue)
+    assert math.isnan(stats.ratio([2.0], [1.0]).p_value)
+
+
+def test_a_higher_confidence_widens_the_interval_around_the_same_estimate():
+    a, b = _runs(1.2, 4, seed=7, spread=0.1), _runs(1.0, 4, seed=8, spread=0.1)
+    plain, strict = stats.ratio(a, b), stats.ratio(a, b, 0.99)
+    assert strict.estimate == plain.estimate and strict.low < plain.low < plain.high < strict.high
+    assert strict.confidence == 0.99 and plain.confidence == stats.CONFIDENCE
+
+
+def test_the_geometric_mean_is_the_estimate_speedups_are_ratios_of():
+    values = [1.0, 4.0, float("nan"), 0.0]
+    assert stats.geometric_mean(values) == pytest.approx(2.0)
+    assert stats.ratio([1.0, 4.0], [1.0, 1.0]).estimate == pytest.approx(stats.geometric_mean(values))
+    assert math.isnan(stats.geometric_mean([]))
 
 
 def test_quartiles_are_over_the_runs():

@@ -106,7 +106,7 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
     assert re.search(r"cuda:0 vs cpu, epoch time: \d\.\d\dx faster \[[\d.-]+\] \(significant\)", said["cuda:0 bs64"])
 
     # the descriptions: the verdict the terminal prints, and each setting's epoch time
-    verdict = [line for line in table.splitlines() if line.startswith(("Best:", "Fastest:", "Most accurate:"))]
+    verdict = [line for line in table.splitlines() if line.startswith(("Best:", "First on speed:", "Most accurate:"))]
     assert verdict
     parent = client.get_run(parent_id).data.tags["mlflow.note.content"]
     experiment = client.get_experiment_by_name("surfaces").tags["mlflow.note.content"]

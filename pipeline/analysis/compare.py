@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline.base.names import (
@@ -59,6 +60,7 @@ from pipeline.base.names import (
 )
 from pipeline.errors import UserError
 from pipeline.measures import stats
+from pipeline.measures.sequential import Design
 from pipeline.measures.timing import FIGURE_HISTORIES, has_end_figures, run_figures, significant, timed_label
 from pipeline.settings.config import DEFAULT_QUALITY_MARGIN, DEFAULTS, KEYS, LATER_KEYS
 from pipeline.settings.grid import format_value, short
@@ -86,7 +88,13 @@ SPEEDUPS = (*(column for _, _, column in TWIN_AXES), VERSUS, TARGET_SPEEDUP)
 INTERVAL_SUFFIXES = ("_low", "_high", "_significant")
 # With each speedup, the faster row's accuracy against its reference's (a difference, with its
 # interval) and whether the speedup is a win: significant, and not less accurate beyond the margin.
-QUALITY_SUFFIXES = ("_accuracy_change", "_accuracy_change_low", "_accuracy_change_high", "_win")
+QUALITY_SUFFIXES = (
+    "_accuracy_change",
+    "_accuracy_change_low",
+    "_accuracy_change_high",
+    "_accuracy_change_identical",  # where a side's repeats all scored the same: their count (no interval)
+    "_win",
+)
 HIGHER_IS_BETTER = (
     "train_accuracy",
     "test_accuracy",
@@ -180,17 +188,28 @@ class CompareOptions:
     include_contended: bool = False  # count contended runs in the speed figures, speedups and the gate
     target: str | None = None  # the sweep's target (its parent's TAG_TARGET); None: the runs' own
     quality_margin: float = DEFAULT_QUALITY_MARGIN  # the accuracy a faster setting may lose and still win
+    # A `repeats: auto` sweep's (rounds reached, max_repeats): its intervals are its sequential design's
+    # at that round (measures/sequential.py). None: a fixed count, judged once at 95%.
+    rounds: tuple[int, int] | None = None
 
 
 def sweep_options(
-    params: Mapping[str, str], tags: Mapping[str, str], options: CompareOptions, quality_margin: float | None = None
+    params: Mapping[str, str],
+    tags: Mapping[str, str],
+    options: CompareOptions,
+    quality_margin: float | None = None,
+    rounds: int | None = None,
 ) -> CompareOptions:
     """`options` with what the sweep's parent run recorded (its `params` and `tags`, read by the
-    caller): its target (TAG_TARGET) and its grid's quality margin (the `quality_margin` param; 0.005
-    for sweeps made before it was recorded), unless `quality_margin` overrides it."""
+    caller): its target (TAG_TARGET), its grid's quality margin (the `quality_margin` param; 0.005
+    for sweeps made before it was recorded) unless `quality_margin` overrides it, and for a `repeats:
+    auto` sweep the round it reached (`rounds`, read by the caller) of its max_repeats."""
     recorded = params.get("quality_margin")
     margin = quality_margin if quality_margin is not None else float(recorded or DEFAULT_QUALITY_MARGIN)
-    return replace(options, target=tags.get(TAG_TARGET), quality_margin=margin)
+    design = None
+    if params.get("repeats") == "auto" and params.get("max_repeats") and rounds:
+        design = (int(rounds), int(params["max_repeats"]))
+    return replace(options, target=tags.get(TAG_TARGET), quality_margin=margin, rounds=design)
 
 
 Row = dict[str, Any]  # one row of the comparison's table, as a plain dict (with its index under "index")
@@ -233,6 +252,20 @@ class Comparison:
     versus: tuple[str, str] | None = None  # --versus KEY=VALUE, checked: (KEY, VALUE)
     sorted_by: str | None = None  # --sort, where one was asked for
     quality_margin: float = DEFAULT_QUALITY_MARGIN
+    rounds: tuple[int, int] | None = None  # a `repeats: auto` sweep's (round reached, max_repeats)
+
+    @property
+    def confidence(self) -> float:
+        """The confidence of every interval of the comparison: 95%, or for a `repeats: auto` sweep its
+        sequential design's at the round it stopped (a repeated 95% interval, wider than a plain one)."""
+        if self.rounds is None:
+            return stats.CONFIDENCE
+        reached, most = self.rounds
+        return Design(most).confidence(reached)
+
+    def ratio(self, numerator: list[float], denominator: list[float]) -> stats.Ratio:
+        """stats.ratio at the comparison's confidence: every speedup, lead and headline takes this one."""
+        return stats.ratio(numerator, denominator, self.confidence)
 
     def label(self, row: pd.Series) -> str:
         """A setting as people name it: its device and the settings that vary ("cpu bs128 w0"),
@@ -275,8 +308,9 @@ class Comparison:
         return [float(steady[r]) for r in self.timed_runs(row)]
 
     def to_target(self, row: Mapping[str, Any]) -> list[float]:
-        """The time to target of each timed run of `row` that reached it, one value per run; none unless
-        the row ranks on time to target (at least half its timed runs reached it)."""
+        """The time to target of each timed run of `row`, one value per run; none unless the row ranks
+        on time to target (every timed run reached it: a figure from the survivors alone would favour
+        a setting that often misses)."""
         if not ranks_on_target(row):
             return []
         times = (self.per_run["time_to_target_s"][r] for r in self.timed_runs(row))
@@ -290,9 +324,9 @@ class Comparison:
 
 
 def ranks_on_target(row: Mapping[str, Any]) -> bool:
-    """Whether a row's time to target counts (ranks, headlines, speedups): at least half its timed runs
-    reached the target (the table's `target_ranked`). A setting that rarely gets there shows "not
-    reached (k/n)" instead."""
+    """Whether a row's time to target counts (ranks, headlines, speedups): every one of its timed runs
+    reached the target (the table's `target_ranked`). A setting that missed it in some shows "reached
+    in k of n runs" and ranks by epoch time instead."""
     return bool(row.get("target_ranked", False))
 
 
@@ -372,13 +406,21 @@ def run_summary(run: RunRecord) -> dict[str, float]:
     return {**computed, **{name: run.metrics[name] for name in SUMMARY if name in run.metrics}}
 
 
+def _geometric_means(values: pd.Series, groups: pd.Series) -> pd.Series:
+    """The geometric mean of each group's positive values (stats.geometric_mean, all groups at once)."""
+    logs = np.log(values.where(values > 0))
+    return np.exp(logs.groupby(groups).mean())
+
+
 def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -> pd.DataFrame:
-    """One row per setting from its runs (the repeats), one value per run and figure: medians over the
-    runs, and the quartiles of their steady epoch times, all settings at once (a sweep of 10,000
-    runs is a few group-wise reductions, not 10,000 small frames). Speed figures count the timed
-    runs (contended ones left out unless `include_contended`); a row with none has no speed figure
-    (NaN: withheld). The summary is rounded as timing.summary rounds a run's, so a one-run setting
-    shows its run's own figures."""
+    """One row per setting from its runs (the repeats), one value per run and figure, all settings at
+    once (a sweep of 10,000 runs is a few group-wise reductions, not 10,000 small frames). The epoch
+    time and the time to target are geometric means over the runs, the estimate every speedup is a
+    ratio of (so the figures, the ranking and the speedups agree), with the quartiles of the epoch
+    times as their spread; every other figure is the median over the runs. Speed figures count the
+    timed runs (contended ones left out unless `include_contended`); a row with none has no speed
+    figure (NaN: withheld). The summary is rounded as timing.summary rounds a run's, so a one-run
+    setting shows its run's own figures."""
     group = runs.groupby(list(ROW_KEYS), dropna=False, sort=False).ngroup().rename("group")
     runs = runs.assign(group=group.values)
     timed = runs if include_contended else runs[~runs["contended"]]
@@ -389,11 +431,8 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
     levels = [0.25, 0.5, 0.75]
     quartiles = timed_groups[STEADY_EPOCH].quantile(levels).unstack() if len(timed) else pd.DataFrame()
     quartiles = quartiles.reindex(index=table.index, columns=levels)  # every run contended: all NaN
-    table["epoch_duration_s_q1"], table["epoch_duration_s"], table["epoch_duration_s_q3"] = (
-        quartiles[0.25],
-        quartiles[0.5],
-        quartiles[0.75],
-    )
+    table["epoch_duration_s_q1"], table["epoch_duration_s_q3"] = quartiles[0.25], quartiles[0.75]
+    table["epoch_duration_s"] = _geometric_means(timed[STEADY_EPOCH], timed["group"]).reindex(table.index)
     speed = timed_groups[[*SPEED_MEDIANS, STEADY_IMAGES]].median().reindex(table.index)
     table[list(SPEED_MEDIANS)] = speed[list(SPEED_MEDIANS)]
     table[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]] = every[
@@ -414,14 +453,21 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
         targeted = timed[timed["target"].notna()].groupby("group")
         table["target_runs"] = targeted.size().reindex(table.index, fill_value=0)
         table["target_reached"] = targeted["time_to_target_s"].count().reindex(table.index, fill_value=0)
+        # Every timed run reached it, or the row does not rank on it: a time from the runs that made it
+        # alone would favour a setting that often misses.
+        table["target_ranked"] = (table["target_reached"] > 0) & (table["target_reached"] == table["target_runs"])
+        reached = timed[timed["target"].notna()]
         table["time_to_target_s"] = (
-            targeted["time_to_target_s"]
-            .median()
+            _geometric_means(reached["time_to_target_s"], reached["group"])
             .reindex(table.index)
+            .where(table["target_ranked"])
             .map(lambda v: v if math.isnan(v) else significant(v, 4))
         )  # as read: 4 significant digits, like the epoch
-        table["wall_to_target_s"] = targeted["wall_to_target_s"].median().reindex(table.index)
-        table["target_ranked"] = (table["target_reached"] > 0) & (2 * table["target_reached"] >= table["target_runs"])
+        table["wall_to_target_s"] = (
+            _geometric_means(reached["wall_to_target_s"], reached["group"])
+            .reindex(table.index)
+            .where(table["target_ranked"])
+        )
     table["run_ids"] = [",".join(ids[number]) for number in table.index]
     return table.reset_index(drop=True)
 
@@ -440,13 +486,21 @@ def build(sweep: SweepRecord, options: CompareOptions | None = None) -> Comparis
             options.include_contended,
             options.target,
             quality_margin=options.quality_margin,
+            rounds=options.rounds,
         )
     runs = runs.set_index("run_id", drop=False)
     known = runs["target"].dropna()
     target = options.target or (known.iloc[0] if len(known) else None)
     table = _settings(runs, target, options.include_contended)
     comparison = Comparison(
-        sweep, table, [], runs, options.include_contended, target, quality_margin=options.quality_margin
+        sweep,
+        table,
+        [],
+        runs,
+        options.include_contended,
+        target,
+        quality_margin=options.quality_margin,
+        rounds=options.rounds,
     )
     versus = comparison.versus = _versus(comparison, options.versus) if options.versus else None
     for axis, reference, column in TWIN_AXES:
@@ -472,6 +526,7 @@ def build(sweep: SweepRecord, options: CompareOptions | None = None) -> Comparis
 # --- the one best setting -------------------------------------------------------------------------
 
 BEST, SPEED, ACCURACY = "best", "speed", "accuracy"
+TARGET = "target"  # a ranking only (ranking): the settings that rank on the target
 RULES = {
     BEST: "the fastest setting whose test accuracy is within the quality margin of the most accurate's",
     SPEED: "the fastest setting",
@@ -493,7 +548,8 @@ class Pick:
 
 def fastest_first(table: pd.DataFrame, target: str | None) -> pd.Index:
     """The rows' index, fastest first: rows that rank on time to target (where the sweep has a target)
-    by it, then the rest by steady epoch time; rows with no speed figure (withheld) last."""
+    by it, then the rest by epoch time, each the geometric mean over the runs (the speedups' estimate);
+    rows with no speed figure (withheld) last."""
     ranked = (
         table["target_ranked"]
         if target is not None and "target_ranked" in table
@@ -503,39 +559,53 @@ def fastest_first(table: pd.DataFrame, target: str | None) -> pd.Index:
         {
             "unranked": ~ranked,
             "time": table["time_to_target_s"].where(ranked) if ranked.any() else math.nan,
-            "epoch": table[STEADY_EPOCH],
+            "epoch": table["epoch_duration_s"],
         },
         index=table.index,
     )
     return keys.sort_values(["unranked", "time", "epoch"], na_position="last", kind="stable").index
 
 
+def ranking(comparison: Comparison, rule: str = SPEED) -> list[Any]:
+    """The rows a speed rule ranks, fastest first (fastest_first), as table indexes: SPEED every row
+    with a speed figure (not withheld), BEST those of them no more than the quality margin less
+    accurate than the most accurate setting, TARGET those that rank on the sweep's target."""
+    t = comparison.table
+    if t.empty:
+        return []
+    order = t.loc[fastest_first(t, comparison.target)]
+    order = order[order[STEADY_EPOCH].notna()]
+    if rule == BEST:
+        top = t[FINAL_ACCURACY].max()
+        order = order[
+            [not less_accurate(accuracy - top, comparison.quality_margin) for accuracy in order[FINAL_ACCURACY]]
+        ]
+    elif rule == TARGET:
+        order = (
+            order[order["target_ranked"]] if comparison.target is not None and "target_ranked" in order else order[:0]
+        )
+    return list(order.index)
+
+
 def pick(comparison: Comparison, rule: str = BEST) -> Pick | None:
     """The setting `rule` picks, or None when no row has a speed figure (every run contended) for a
-    rule that needs one. BEST: of the settings whose accuracy is no more than the quality margin below
-    the most accurate setting's, the fastest (by time to target where the sweep has one and the
-    setting reaches it in at least half its runs, else by steady epoch). SPEED: the fastest. ACCURACY:
-    the most accurate, the fastest of equals. The verdict, the parent's model, `pipeline register`
-    and the UI's first row all name this one."""
+    rule that needs one. BEST: of the settings whose accuracy is no more than the quality margin
+    below the most accurate setting's, the first in fastest_first's order (by time to target where
+    the sweep has one and the setting reached it in every run, else by epoch time). SPEED: the first
+    of all. ACCURACY: the most accurate, the fastest of equals. The verdict, the parent's model,
+    `pipeline register` and the UI's first row all name this one. Whether the first is clearly the
+    fastest, or within noise of the next, is lead's to say."""
     t = comparison.table
     if t.empty:
         return None
-    order = t.loc[fastest_first(t, comparison.target)]
     if rule == ACCURACY:
-        candidates = order[order[FINAL_ACCURACY] == t[FINAL_ACCURACY].max()]
+        order = t.loc[fastest_first(t, comparison.target)]
+        candidates = list(order[order[FINAL_ACCURACY] == t[FINAL_ACCURACY].max()].index)
     else:
-        candidates = order[order[STEADY_EPOCH].notna()]  # a speed figure: not withheld
-        if rule == BEST:
-            top = t[FINAL_ACCURACY].max()
-            candidates = candidates[
-                [
-                    not less_accurate(accuracy - top, comparison.quality_margin)
-                    for accuracy in candidates[FINAL_ACCURACY]
-                ]
-            ]
-    chosen = candidates.index[0] if len(candidates) else None
-    if chosen is None:
+        candidates = ranking(comparison, rule)
+    if not candidates:
         return None
+    chosen = candidates[0]
     row = t.loc[chosen]
     on_target = comparison.target is not None and ranks_on_target(row)
     speed = "time_to_target_s" if on_target else STEADY_EPOCH
@@ -579,7 +649,7 @@ def _model_run(comparison: Comparison, row: pd.Series) -> str:
 
 def _sorted(table: pd.DataFrame, sort: str | None, target: str | None) -> pd.DataFrame:
     """`--sort`'s order (higher first for accuracies and speedups); by default, with a target, the
-    rows that rank on it (reached in at least half their runs) fastest first, then the rest by epoch
+    rows that rank on it (reached in every timed run) fastest first, then the rest by epoch
     time (the terminal's table puts the fastest first either way: decision_frame)."""
     if sort is None:
         if target is None:
@@ -676,7 +746,7 @@ def axis_ratios(
     found = []
     for reference, others in _twins(comparison, axis, reference_value):
         for row in others:
-            ratio = stats.ratio(samples(reference), samples(row))
+            ratio = comparison.ratio(samples(reference), samples(row))
             if not math.isnan(ratio.estimate):
                 found.append((comparison.label(row), ratio))
     return found
@@ -710,6 +780,7 @@ def _speedups(
     size = len(table)
     speedup, low, high = ([math.nan] * size for _ in range(3))
     change, change_low, change_high = ([math.nan] * size for _ in range(3))
+    change_identical = [0] * size
     significant: list[bool | None] = [None] * size
     win: list[bool | None] = [None] * size
     versus = [""] * size
@@ -718,7 +789,7 @@ def _speedups(
         found = []
         for row in others:
             index = row["index"]
-            ratio = stats.ratio(samples(reference), samples(row))
+            ratio = comparison.ratio(samples(reference), samples(row))
             if math.isnan(ratio.estimate):
                 continue
             speedup[index], low[index], high[index] = ratio.estimate, ratio.low, ratio.high
@@ -727,6 +798,7 @@ def _speedups(
             if ratio.estimate > 1:  # faster: a win only if it learnt as well
                 accuracy = accuracy_change(comparison, row, reference)
                 change[index], change_low[index], change_high[index] = accuracy.estimate, accuracy.low, accuracy.high
+                change_identical[index] = accuracy.identical
                 worse = accuracy if less_accurate(accuracy.estimate, comparison.quality_margin) else None
                 win[index] = bool(ratio.significant) and worse is None
             else:
@@ -740,4 +812,59 @@ def _speedups(
     table[f"{column}_significant"], table[f"{column}_vs"] = significant, versus
     table[f"{column}_accuracy_change"], table[f"{column}_accuracy_change_low"] = change, change_low
     table[f"{column}_accuracy_change_high"], table[f"{column}_win"] = change_high, win
+    table[f"{column}_accuracy_change_identical"] = change_identical
     return groups
+
+
+# --- the first of a ranking, against the rest ----------------------------------------------------
+
+LEAD_CHECKED = 10  # rows a lead tests against the first, down the ranking, before it stops looking
+
+
+@dataclass(frozen=True)
+class Lead:
+    """The first setting of a ranking against the next ones, on the figure they rank by, with the
+    comparison's test: whether it is clearly the fastest, or which settings are within noise of it."""
+
+    top: Any  # the first row's index
+    what: str  # "epoch time", "time to TARGET" where both rank on it, or "reaching TARGET in every run"
+    runner_up: Any = None  # the second row's index (None: the ranking has one row)
+    ratio: stats.Ratio | None = None  # the runner-up's figure over the top's: > 1, the top is faster
+    tied: tuple[Any, ...] = ()  # rows down the ranking not significantly slower than the top, in order
+
+    @property
+    def clear(self) -> bool:
+        """The top is significantly faster than the runner-up (and so than every row after it)."""
+        return self.ratio is not None and bool(self.ratio.significant) and self.ratio.estimate > 1
+
+
+def lead(comparison: Comparison, ranking: list[Any]) -> Lead | None:
+    """How the first of `ranking` (table indexes, fastest first) stands against the rest: its speedup
+    over the second, at the comparison's confidence, on time to target where both rank on it, else on
+    epoch time; and the rows within noise of it, from the second down until one is significantly
+    slower (at most LEAD_CHECKED looked at). Where only the first ranks on the target, it is first by
+    reaching it in every run, with no ratio. None for an empty ranking. "The fastest" is said only
+    where the lead is clear; otherwise the top and its ties are within noise of each other."""
+    if not ranking:
+        return None
+    table = comparison.table
+    top = table.loc[ranking[0]]
+    if len(ranking) == 1:
+        return Lead(ranking[0], "epoch time")
+    top_on_target = comparison.target is not None and ranks_on_target(top)
+    if top_on_target and not ranks_on_target(table.loc[ranking[1]]):
+        # The only one of the ranking to reach the target in every run: first on that, not on a figure.
+        return Lead(ranking[0], f"reaching {comparison.target} in every run", ranking[1])
+    tied, first = [], None
+    for index in ranking[1 : 1 + LEAD_CHECKED]:
+        row = table.loc[index]
+        on_target = top_on_target and ranks_on_target(row)
+        samples = comparison.to_target if on_target else comparison.epochs
+        ratio = comparison.ratio(samples(row), samples(top))
+        if first is None:
+            first = (index, ratio, f"time to {comparison.target}" if on_target else "epoch time")
+        if ratio.significant and ratio.estimate > 1:
+            break
+        tied.append(index)
+    assert first is not None
+    return Lead(ranking[0], first[2], first[0], first[1], tuple(tied))

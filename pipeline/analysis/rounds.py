@@ -1,13 +1,16 @@
-"""`repeats: auto`: whether a sweep's speedups are clear yet, and why its rounds stop.
+"""`repeats: auto`: whether a sweep's speedups are settled yet, and why its rounds stop.
 
 The runner trains a `repeats: auto` sweep in rounds (every point once a round, interleaved): the
 first MIN_RUNS together, then one at a time. After each it hands this module the comparison of the
-runs so far (compare.build). Every grid key that varies is an axis, and every row with a twin at the
-axis's reference value has a speedup over it (compare.axis_ratios): the reference is cpu for the
-device when the grid lists it, else the first value listed. A speedup is clear when it is
-significant, or, with `half_width`, when its 95% interval's half-width is within that share of its
-estimate. The rounds stop when every speedup is clear, when there is none to judge, or once
-`max_repeats` rounds ran.
+runs so far (compare.build, with the round reached: its intervals are the sequential design's at
+that round, measures/sequential.py). Every grid key that varies is an axis, and every row with a
+twin at the axis's reference value has a speedup over it (compare.axis_ratios): the reference is cpu
+for the device when the grid lists it, else the first value listed. A speedup is settled (clear)
+when it is significant at the round's confidence; when, from round 3, it could only become so by
+max_repeats with a chance under 10% at the trend so far (no difference found: the design's futility
+rule); or, with `half_width`, when its interval's half-width is within that share of its estimate.
+The rounds stop when every speedup is settled, when there is none to judge, or once `max_repeats`
+rounds ran.
 
 Analysis only: it reads a Comparison and returns the judgement and whether the rounds stop (and on
 what); sentences.py says it in words, the runner trains and records, the reporter prints. Never
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipeline.analysis.compare import axis_ratios
+from pipeline.measures.sequential import Design
 from pipeline.settings.config import KEYS
 from pipeline.settings.grid import format_value, short
 
@@ -40,12 +44,18 @@ class Speedup:
     label: str  # "cuda:0 bs128 vs cpu", "cpu bs256 vs bs64"
     ratio: Ratio
     half_width: float | None = None  # the grid's half-width target, when it has one
+    no_difference: bool = False  # settled without one: the design's futility rule (Design.futile)
 
     @property
     def clear(self) -> bool:
-        """Significant, or within the half-width target (Ratio.half_width: NaN without an interval)."""
-        if self.ratio.significant:
+        """Significant, settled without a difference, or within the half-width target
+        (Ratio.half_width: NaN without an interval)."""
+        if self.ratio.significant or self.no_difference:
             return True
+        return self.within_half_width
+
+    @property
+    def within_half_width(self) -> bool:
         return self.half_width is not None and self.ratio.half_width <= self.half_width
 
 
@@ -76,7 +86,9 @@ def references(axes: Sequence[tuple[str, tuple[Any, ...]]]) -> list[tuple[str, A
 def judge(
     comparison: Comparison, axes: Sequence[tuple[str, tuple[Any, ...]]], half_width: float | None = None
 ) -> Judgement:
-    """Every speedup on the varying keys of `axes` (a grid's) in `comparison`, each judged clear or not."""
+    """Every speedup on the varying keys of `axes` (a grid's) in `comparison`, each judged clear or not:
+    at the comparison's confidence, and for a comparison of a round of a `repeats: auto` sweep
+    (comparison.rounds) with the design's futility rule too."""
     varying = references(axes)
     if not varying:
         return Judgement(why_none="the grid varies no setting: nothing to compare")
@@ -87,11 +99,21 @@ def judge(
             continue
         against = value if key == "device" else short(key, reference)
         speedups += [
-            Speedup(f"{label} vs {against}", ratio, half_width) for label, ratio in axis_ratios(comparison, key, value)
+            Speedup(f"{label} vs {against}", ratio, half_width, _no_difference(comparison, ratio))
+            for label, ratio in axis_ratios(comparison, key, value)
         ]
     if speedups:
         return Judgement(tuple(speedups))
     return Judgement(why_none=_why_no_speedup(comparison, [key for key, _ in varying]))
+
+
+def _no_difference(comparison: Comparison, ratio: Ratio) -> bool:
+    """Whether a speedup that is not significant is settled without a difference (Design.futile) at
+    the round the comparison was built at; never outside `repeats: auto`."""
+    if comparison.rounds is None or ratio.significant is not False:
+        return False
+    reached, most = comparison.rounds
+    return bool(Design(most).futile(ratio.p_value, reached))
 
 
 def _compared_value(comparison: Comparison, key: str, reference: Any) -> str | None:
@@ -120,8 +142,8 @@ def _why_no_speedup(comparison: Comparison, keys: list[str]) -> str:
 
 def decide(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
     """After round `rounds`: NOTHING_TO_JUDGE (the grid varies nothing, or no twins finished),
-    ALL_CLEAR (every speedup is clear), MAX_REPEATS (spec.most_repeats rounds ran, some still
-    unclear), or CONTINUE."""
+    ALL_CLEAR (every speedup is settled), MAX_REPEATS (spec.most_repeats rounds ran, some not
+    significant: no difference found within them), or CONTINUE."""
     if judgement.why_none:
         return NOTHING_TO_JUDGE
     if not judgement.unclear:

@@ -44,13 +44,18 @@ def too_small(runs: tuple[int, int]) -> str:
 
 @dataclass(frozen=True)
 class Ratio:
-    """geomean(numerator) / geomean(denominator) over one value per run, with Welch's 95% interval
-    where both sides have at least MIN_RUNS runs."""
+    """geomean(numerator) / geomean(denominator) over one value per run, with Welch's interval at
+    `confidence` (95% unless a sequential design asks for more) where both sides have at least
+    MIN_RUNS runs. `log_se` and `df` are the test behind the interval: the standard error of the
+    difference of the mean logs and its Welch-Satterthwaite degrees of freedom."""
 
     estimate: float
     low: float = float("nan")
     high: float = float("nan")
     runs: tuple[int, int] = (0, 0)  # the numerator's runs, the denominator's
+    confidence: float = CONFIDENCE
+    log_se: float = float("nan")
+    df: float = float("nan")
 
     @property
     def has_interval(self) -> bool:
@@ -74,20 +79,52 @@ class Ratio:
     def why_no_interval(self) -> str:
         return "" if self.has_interval else too_small(self.runs)
 
+    @property
+    def p_value(self) -> float:
+        """Welch's two-sided p-value for no difference (NaN without an interval)."""
+        if not self.has_interval:
+            return float("nan")
+        return float(2 * min(self.p_above(1.0), self.p_below(1.0)))
+
+    def p_above(self, bound: float) -> float:
+        """Welch's one-sided p-value for "the true ratio is above `bound`": small when the runs show it
+        is (NaN without an interval)."""
+        return float(one_sided(np.log(self.estimate) - math.log(bound), self.log_se, self.df))
+
+    def p_below(self, bound: float) -> float:
+        """Welch's one-sided p-value for "the true ratio is below `bound`"."""
+        return float(one_sided(math.log(bound) - np.log(self.estimate), self.log_se, self.df))
+
 
 @dataclass(frozen=True)
 class Difference:
     """mean(a) - mean(b) over one value per run, with Welch's 95% interval where both sides have at
-    least MIN_RUNS runs."""
+    least MIN_RUNS runs and each side's runs vary. Repeats that computed the same value bit for bit
+    (one seed on a deterministic device) say nothing of how it varies between seeds: no interval,
+    and `identical` counts those repeats."""
 
     estimate: float
     low: float = float("nan")
     high: float = float("nan")
     runs: tuple[int, int] = (0, 0)
+    identical: int = 0  # the repeats of a side that all gave the same value (0: each side varies)
 
     @property
     def has_interval(self) -> bool:
         return not (math.isnan(self.low) or math.isnan(self.high))
+
+    @property
+    def why_no_interval(self) -> str:
+        if self.has_interval:
+            return ""
+        if self.identical:
+            return identical(self.identical)
+        return too_small(self.runs) if min(self.runs) else ""
+
+
+def identical(repeats: int) -> str:
+    """Why an accuracy comparison has no interval where repeats computed the same value."""
+    return f"identical in all {repeats} repeats: vary `seed` for an accuracy interval"
 
 
 def finite(values: Sequence[float]) -> np.ndarray:
@@ -97,13 +134,39 @@ def finite(values: Sequence[float]) -> np.ndarray:
     return kept
 
 
-def welch(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Welch's 95% interval for mean(a) - mean(b) along the last axis: (low, high). Many comparisons
-    at once take one row each (the calibration simulates thousands through this same code). Where
-    neither side varies (repeats that computed the same accuracy bit for bit), the difference is known
-    exactly and the interval is that point."""
+@dataclass(frozen=True)
+class Welch:
+    """Welch's test of mean(a) - mean(b), row by row: the difference, its interval at the confidence
+    asked for, its standard error and degrees of freedom."""
+
+    difference: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    se: np.ndarray
+    df: np.ndarray
+
+    def p_above(self, shift: float | np.ndarray = 0.0) -> np.ndarray:
+        """One-sided p-values for "the true difference is above `shift`", row by row."""
+        return one_sided(self.difference - shift, self.se, self.df)
+
+    @property
+    def p_value(self) -> np.ndarray:
+        """Two-sided p-values for no difference, row by row."""
+        above, below = self.p_above(0.0), one_sided(-self.difference, self.se, self.df)
+        two_sided: np.ndarray = np.minimum(1.0, 2 * np.minimum(above, below))
+        return two_sided
+
+
+def welch(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> Welch:
+    """Welch's test of mean(a) - mean(b) along the last axis, with its interval at `confidence`
+    (scipy.stats.ttest_ind, equal_var=False). Many comparisons at once take one row each (the
+    calibration simulates thousands through this same code). Where neither side varies (repeats that
+    timed or scored the same bit for bit), the difference is known exactly: the interval is that
+    point, its standard error 0."""
     a, b = np.atleast_2d(a), np.atleast_2d(b)
-    low = high = a.mean(axis=-1) - b.mean(axis=-1)
+    difference = a.mean(axis=-1) - b.mean(axis=-1)
+    low, high = difference.copy(), difference.copy()
+    se, df = np.zeros_like(difference), np.full_like(difference, np.inf)
     varies = (np.ptp(a, axis=-1) > 0) | (np.ptp(b, axis=-1) > 0)
     if varies.any():
         with warnings.catch_warnings():
@@ -111,37 +174,59 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             # scipy's moment check reports as precision loss on stderr, under the user's table.
             warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"scipy\.stats")
             test = scipy_stats.ttest_ind(a[varies], b[varies], axis=-1, equal_var=False)
-            interval = test.confidence_interval(confidence_level=CONFIDENCE)
-        low, high = low.copy(), high.copy()
-        low[varies], high[varies] = interval.low, interval.high
-    return low, high
+            interval = test.confidence_interval(confidence_level=confidence)
+        low[varies], high[varies], df[varies] = interval.low, interval.high, test.df
+        # The interval is the difference plus or minus t * se: se from its width.
+        quantile = scipy_stats.t.ppf(1 - (1 - confidence) / 2, test.df)
+        se[varies] = (np.asarray(interval.high) - np.asarray(interval.low)) / (2 * quantile)
+    return Welch(difference, low, high, se, df)
 
 
-def log_ratios(numerator: np.ndarray, denominator: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ratio of geometric means and its Welch interval on the logs, row by row: (estimate, low,
-    high). Each row is one comparison with at least MIN_RUNS positive values a side."""
-    logs_top, logs_bottom = np.log(np.atleast_2d(numerator)), np.log(np.atleast_2d(denominator))
-    low, high = welch(logs_top, logs_bottom)
-    return np.exp(logs_top.mean(axis=-1) - logs_bottom.mean(axis=-1)), np.exp(low), np.exp(high)
+def one_sided(gap: float | np.ndarray, se: float | np.ndarray, df: float | np.ndarray) -> np.ndarray:
+    """The one-sided p-value of an observed `gap` above a bound (positive: beyond it), given Welch's
+    standard error and degrees of freedom; where se is 0 (a difference known exactly) 0 beyond the
+    bound, else 1."""
+    gap, se, df = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (gap, se, df)))
+    p = np.where(gap > 0, 0.0, 1.0)
+    spread = se > 0
+    p = np.where(spread, scipy_stats.t.sf(np.divide(gap, se, out=np.zeros_like(gap), where=spread), df), p)
+    return np.where(np.isnan(se) | np.isnan(gap), np.nan, p)
 
 
-def ratio(numerator: Sequence[float], denominator: Sequence[float]) -> Ratio:
-    """geomean(numerator) / geomean(denominator), one positive value per run on each side, and its 95%
-    interval: Welch's t on the logs. Speedup of `other` over `reference`: ratio(reference, other)
-    (> 1: other is faster). NaN estimate when a side has no value; no interval below MIN_RUNS."""
+def log_ratios(numerator: np.ndarray, denominator: np.ndarray, confidence: float = CONFIDENCE) -> Welch:
+    """Welch's test on the logs, row by row: `difference` is the log of the ratio of geometric means,
+    the interval (exp of `low` and `high`) the ratio's at `confidence`. Each row is one comparison
+    with at least MIN_RUNS positive values a side."""
+    return welch(np.log(np.atleast_2d(numerator)), np.log(np.atleast_2d(denominator)), confidence)
+
+
+def ratio(numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE) -> Ratio:
+    """geomean(numerator) / geomean(denominator), one positive value per run on each side, and its
+    interval at `confidence`: Welch's t on the logs. Speedup of `other` over `reference`:
+    ratio(reference, other) (> 1: other is faster). NaN estimate when a side has no value; no interval
+    below MIN_RUNS."""
     top, bottom = finite(numerator), finite(denominator)
     top, bottom = top[top > 0], bottom[bottom > 0]
     runs = (len(top), len(bottom))
     if not len(top) or not len(bottom):
-        return Ratio(float("nan"), runs=runs)
+        return Ratio(float("nan"), runs=runs, confidence=confidence)
     if min(runs) < MIN_RUNS:
-        return Ratio(math.exp(np.log(top).mean() - np.log(bottom).mean()), runs=runs)
-    estimate, low, high = log_ratios(top, bottom)
-    return Ratio(float(estimate[0]), float(low[0]), float(high[0]), runs)
+        return Ratio(math.exp(np.log(top).mean() - np.log(bottom).mean()), runs=runs, confidence=confidence)
+    test = log_ratios(top, bottom, confidence)
+    return Ratio(
+        math.exp(float(test.difference[0])),
+        math.exp(float(test.low[0])),
+        math.exp(float(test.high[0])),
+        runs,
+        confidence,
+        float(test.se[0]),
+        float(test.df[0]),
+    )
 
 
 def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
-    """mean(a) - mean(b), one value per run on each side, and Welch's 95% interval (none below MIN_RUNS)."""
+    """mean(a) - mean(b), one value per run on each side, and Welch's 95% interval: none below
+    MIN_RUNS, and none where a side's repeats all gave the same value (Difference.identical)."""
     left, right = finite(a), finite(b)
     runs = (len(left), len(right))
     if not len(left) or not len(right):
@@ -149,8 +234,19 @@ def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
     estimate = float(left.mean() - right.mean())
     if min(runs) < MIN_RUNS:
         return Difference(estimate, runs=runs)
-    low, high = welch(left, right)
-    return Difference(estimate, float(low[0]), float(high[0]), runs)
+    same = [len(side) for side in (left, right) if np.ptp(side) == 0]
+    if same:
+        return Difference(estimate, runs=runs, identical=max(same))
+    test = welch(left, right)
+    return Difference(estimate, float(test.low[0]), float(test.high[0]), runs)
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """The geometric mean of one positive value per run (NaN where there is none): the estimate every
+    speedup is a ratio of, so a setting's figure and its speedups agree."""
+    array = finite(values)
+    array = array[array > 0]
+    return float(np.exp(np.log(array).mean())) if len(array) else float("nan")
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float, float]:

@@ -144,8 +144,9 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
 def _tradeoff(comparison: Comparison) -> dict:
     """Speed against accuracy, one labelled point per setting at its final test accuracy. Without a
     target its x is its epoch time, whiskers from its first to its third quartile. With one, a
-    setting that ranks on the target (compare.ranks_on_target) is at its median time to it; one that
-    missed it is hollow, at its total training time (its median run duration): every setting is
+    setting that ranks on the target (compare.ranks_on_target: every run reached it) is at its time
+    to it (the geometric mean over its runs); one that missed it in any run is hollow, at its total
+    training time (its median run duration): every setting is
     on the chart, and none is drawn faster than it was. The best trade-offs (the Pareto front, among
     the points whose x is the same figure) are ringed, and joined where there are two or more."""
 
@@ -190,8 +191,8 @@ def _tradeoff(comparison: Comparison) -> dict:
     )
     if to_target:
         xlabel = (
-            f"time to {comparison.target} (s), median over the runs that reached it\n"
-            "settings that missed it: total training time (s), median run duration"
+            f"time to {comparison.target} (s), geometric mean over the runs, every one of which reached it\n"
+            "settings that missed it in any run: total training time (s), median run duration"
         )
     else:
         xlabel = f"epoch time (s), {_timed(comparison)}; whiskers: first to third quartile over its runs"
@@ -200,7 +201,7 @@ def _tradeoff(comparison: Comparison) -> dict:
         "points": points,
         "front": front,
         "front_label": front_label,
-        "reached_label": "reached the target: median time to it" if to_target else None,
+        "reached_label": "reached the target in every run: time to it" if to_target else None,
         "missed_label": (
             "missed the target: drawn at total training time" if any(point["missed"] for point in points) else None
         ),
@@ -213,8 +214,8 @@ def _tradeoff(comparison: Comparison) -> dict:
 
 def _epoch_duration(comparison: Comparison) -> dict:
     """Steady-state epoch duration (timing.steady), one bar per setting in its colour, grouped by the
-    group keys (batch size, workers: _group_keys): the median over the setting's timed runs, whiskers
-    from its first to its third quartile."""
+    group keys (batch size, workers: _group_keys): the geometric mean over the setting's timed runs
+    (the estimate its speedups are ratios of), whiskers from its first to its third quartile."""
     groups = _group_keys()
     bars: list[dict[str, Any]] = []
     left_out = []
@@ -244,7 +245,7 @@ def _epoch_duration(comparison: Comparison) -> dict:
         "legend": "setting",
         "left_out": left_out,
         "xlabel": " / ".join(words),
-        "ylabel": "epoch duration (s), " + _timed(comparison) + "\nmedian over the runs, "
+        "ylabel": "epoch duration (s), " + _timed(comparison) + "\ngeometric mean over the runs, "
         "whiskers: first to third quartile",
         "title": f"Epoch duration by {' and '.join(words)}\n{comparison.sweep.name}",
     }

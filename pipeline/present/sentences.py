@@ -16,14 +16,18 @@ from pipeline.analysis.compare import (
     BEST,
     ROW_KEYS,
     SPEED,
+    TARGET,
     TARGET_SPEEDUP,
     TWIN_AXES,
     VERSUS,
     Comparison,
+    Lead,
     Pick,
     Row,
+    lead,
     less_accurate,
     pick,
+    ranking,
 )
 from pipeline.analysis.gate import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Change, GateResult
 from pipeline.analysis.rounds import ALL_CLEAR, MAX_REPEATS, NOTHING_TO_JUDGE, Judgement, Speedup, decide
@@ -114,17 +118,21 @@ def verdict(
             shortfall += (
                 f"\n{-worse.high:.4f}-{-worse.low:.4f}" if compact else f" [{-worse.high:.4f}-{-worse.low:.4f}]"
             )
+        elif worse.identical and not compact:
+            shortfall += f" ({worse.why_no_interval})"
         text += f"\nless accurate by {shortfall}" if compact else f", but less accurate by {shortfall}"
     return text
 
 
 def headline(comparison: Comparison) -> list[str]:
     """The answer first, in a few plain lines: the best setting by the one rule (pick) and the run
-    whose model stands for it; the fastest and the most accurate where they are other settings; the
-    first to the target among settings that reach it in at least half their runs; each axis's speedup
-    with its interval (device, precision, compile, --versus). Where every run is contended, the speed
-    claims are withheld and the lines say why. The sweep's end, `pipeline compare` and the parent
-    run's description all open with these lines."""
+    whose model stands for it, "the fastest" only where its lead over the next is significant (lead;
+    else which settings it is within noise of); the first on speed where it is another, less
+    accurate setting, with its speedup over the best; the most accurate where it is another; the
+    first to the target among settings that reached it in every run; each axis's speedup with its
+    interval (device, precision, compile, --versus). Every claim takes the estimate and the test the
+    speedups take. Where every run is contended, the speed claims are withheld and the lines say why.
+    The sweep's end, `pipeline compare` and the parent run's description all open with these lines."""
     t = comparison.table
     if t.empty:
         return []
@@ -136,9 +144,11 @@ def headline(comparison: Comparison) -> list[str]:
     if best is not None:
         lines.append(f"Best: {pick_words(best)}" + _best_is(comparison, best, fastest, accurate))
     if fastest is not None and best is not None and fastest.index != best.index:
+        over_best = comparison.ratio(comparison.epochs(t.loc[best.index]), comparison.epochs(t.loc[fastest.index]))
+        said = verdict(over_best.estimate, over_best.low, over_best.high, runs=over_best.runs, significance=True)
         lines.append(
-            f"Fastest: {fastest.label} ({_figures(t.loc[fastest.index])}), but less accurate than "
-            f"the most accurate by more than {comparison.quality_margin:g}"
+            f"First on speed: {fastest.label} ({_figures(t.loc[fastest.index])}): over the best, {said}; but "
+            f"less accurate than the most accurate by more than {comparison.quality_margin:g}"
         )
     if accurate is not None and (best is None or accurate.index != best.index):
         lines.append(f"Most accurate: {accurate.label} ({_figures(t.loc[accurate.index], accuracy_first=True)})")
@@ -152,8 +162,8 @@ def headline(comparison: Comparison) -> list[str]:
 def short_verdict(comparison: Comparison, reason: bool = True) -> str:
     """The verdict in one short line, for where one line is all a reader sees (the MLflow UI shows an
     experiment's description folded to its first line): "Best: cpu bs128 (0.412 s/epoch, test acc
-    0.8123): the fastest and the most accurate" (without `reason`, up to the colon); the first
-    withheld line where every run is contended."""
+    0.8123): the fastest (1.52x [1.40-1.65] over cpu bs64), and the most accurate" (without `reason`,
+    up to the colon); the first withheld line where every run is contended."""
     t = comparison.table
     if t.empty:
         return ""
@@ -169,15 +179,20 @@ def short_verdict(comparison: Comparison, reason: bool = True) -> str:
 
 def claims(comparison: Comparison) -> list[str]:
     """Each setting's part of the verdict, one text per row of the table: which of its picks the
-    setting is (best, fastest, most accurate) and each speedup it has over its reference twin, in the
-    verdict's words with its significance ("bf16 vs fp32, epoch time: 1.52x faster [1.40-1.65]
-    (significant)"). The UI's view shows it beside each setting's figures (names.TAG_VERDICT)."""
+    setting is (best; fastest where its lead is significant, else first on speed within noise; most
+    accurate) and each speedup it has over its reference twin, in the verdict's words with its
+    significance ("bf16 vs fp32, epoch time: 1.52x faster [1.40-1.65] (significant)"). The UI's view
+    shows it beside each setting's figures (names.TAG_VERDICT)."""
     t = comparison.table
     said: dict[Any, list[str]] = {index: [] for index in t.index}
+    speed = lead(comparison, ranking(comparison, SPEED))
     for rule, word in ((BEST, "best"), (SPEED, "fastest"), (ACCURACY, "most accurate")):
         chosen = pick(comparison, rule)
-        if chosen is not None:
-            said[chosen.index].append(word)
+        if chosen is None:
+            continue
+        if rule == SPEED and speed is not None and not speed.clear:
+            word = "first on speed, " + ("within noise of the next" if speed.runner_up is not None else "alone")
+        said[chosen.index].append(word)
     for axis, reference, column, what in _axes(comparison):
         if column not in t:
             continue
@@ -190,18 +205,42 @@ def claims(comparison: Comparison) -> list[str]:
 
 
 def _best_is(comparison: Comparison, best: Pick, fastest: Pick | None, accurate: Pick | None) -> str:
-    """Why the best is the best, in words: ": the fastest and the most accurate", ": the fastest,
-    within 0.005 test acc of the most accurate", ..."""
+    """Why the best is the best, in words, each speed claim held to the speedups' test (lead): ":
+    the fastest (1.52x [1.40-1.65] over cpu bs64), and the most accurate"; ": first on epoch time,
+    within noise of cpu bs64 (1.02x faster [0.95-1.09] (n.s.)), within 0.005 test acc of the most
+    accurate"; ": the most accurate (every faster setting is less accurate by more than the margin)"."""
     if len(comparison.table) == 1:
         return ""
     is_fastest = fastest is not None and fastest.index == best.index
     is_accurate = accurate is not None and accurate.index == best.index
     within = f"within {comparison.quality_margin:g} test acc of the most accurate"
-    if is_fastest and is_accurate:
-        return ": the fastest and the most accurate"
-    if is_accurate:
+    if is_accurate and not is_fastest:
         return ": the most accurate (every faster setting is less accurate by more than the margin)"
-    return f": the fastest, {within}" if is_fastest else f": the fastest {within}"
+    if is_fastest:
+        speed = _speed_claim(comparison, lead(comparison, ranking(comparison, SPEED)), "the fastest")
+        return f": {speed}, and the most accurate" if is_accurate else f": {speed}, {within}"
+    return ": " + _speed_claim(comparison, lead(comparison, ranking(comparison, BEST)), f"the fastest {within}")
+
+
+def _speed_claim(comparison: Comparison, found: Lead | None, fastest: str) -> str:
+    """A ranking's first in words: `fastest` with its lead over the next where that is significant
+    ("the fastest (1.52x [1.40-1.65] over cpu bs64)"); else first on the figure it ranks by, and
+    which settings it is within noise of, or that the runs are too few to tell."""
+    if found is None or found.runner_up is None:
+        return fastest
+    if found.ratio is None:
+        return f"first, as the only one to reach {comparison.target} in every run"
+    t = comparison.table
+    ratio, next_one = found.ratio, comparison.label(t.loc[found.runner_up])
+    if found.clear:
+        return f"{fastest} ({ratio.estimate:.2f}x [{ratio.low:.2f}-{ratio.high:.2f}] over {next_one})"
+    first = f"first on {found.what}"
+    if not ratio.has_interval:
+        return f"{first}, not yet told from {next_one}: {ratio.why_no_interval}"
+    tied = [comparison.label(t.loc[index]) for index in found.tied]
+    names = ", ".join(tied[:3]) + (f" and {len(tied) - 3} more" if len(tied) > 3 else "")
+    said = verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)
+    return f"{first}, within noise of {names} (over {next_one}: {said})"
 
 
 def withheld_line(comparison: Comparison) -> list[str]:
@@ -218,28 +257,33 @@ def withheld_line(comparison: Comparison) -> list[str]:
 
 
 def _target_lines(comparison: Comparison) -> list[str]:
-    """The first to the target among the settings that rank on it, and the ones that rarely get there."""
+    """The first to the target among the settings that reached it in every run, held to the
+    speedups' test against the next, and the settings that reached it in only some of their runs."""
     t = comparison.table
-    ranked = t[t["target_ranked"]]
+    ranked = ranking(comparison, TARGET)
     timed = t[t["target_runs"] > 0]
     lines = []
-    if len(ranked):
-        first = ranked.loc[ranked["time_to_target_s"].idxmin()]
+    if ranked:
+        first = t.loc[ranked[0]]
+        found = lead(comparison, ranked)
+        claim = (
+            "" if found is None or found.runner_up is None else ": " + _speed_claim(comparison, found, "clearly first")
+        )
         lines.append(
             f"First to {comparison.target}: {comparison.label(first)} in {first['time_to_target_s']:.2f} s "
-            f"({first['target_reached']}/{first['target_runs']} runs)"
+            f"({first['target_reached']}/{first['target_runs']} runs){claim}"
         )
     elif len(timed):
-        lines.append(f"No setting reached {comparison.target} in at least half its runs")
-    rare = timed[(timed["target_reached"] > 0) & ~timed["target_ranked"]]
-    if len(rare):
+        lines.append(f"No setting reached {comparison.target} in every run")
+    some = timed[(timed["target_reached"] > 0) & ~timed["target_ranked"]]
+    if len(some):
         names = ", ".join(
-            f"{comparison.label(row)} ({row['target_reached']}/{row['target_runs']})"
-            for _, row in rare.head(5).iterrows()
+            f"{comparison.label(row)} ({row['target_reached']} of {row['target_runs']})"
+            for _, row in some.head(5).iterrows()
         )
         lines.append(
-            f"Reached {comparison.target} in fewer than half their runs (not ranked): {names}"
-            + (f" and {len(rare) - 5} more" if len(rare) > 5 else "")
+            f"Reached {comparison.target} in only some of their runs (ranked by epoch time instead): {names}"
+            + (f" and {len(some) - 5} more" if len(some) > 5 else "")
         )
     return lines
 
@@ -293,7 +337,12 @@ def cell(comparison: Comparison, row: pd.Series, column: str, compact: bool = Fa
     change = row.get(f"{column}_accuracy_change", math.nan)
     worse = None
     if not math.isnan(change):
-        worse = stats.Difference(change, row[f"{column}_accuracy_change_low"], row[f"{column}_accuracy_change_high"])
+        worse = stats.Difference(
+            change,
+            row[f"{column}_accuracy_change_low"],
+            row[f"{column}_accuracy_change_high"],
+            identical=int(row.get(f"{column}_accuracy_change_identical", 0) or 0),
+        )
         worse = worse if less_accurate(change, comparison.quality_margin) else None
     runs = None
     if row.get(f"{column}_vs"):
@@ -322,6 +371,13 @@ def notes(comparison: Comparison) -> list[str]:
     """Why a figure is missing or which runs were left out: energy, untargeted and contended runs.
     Settings are named in the sweep's run order, whichever way the table is sorted."""
     table, runs, notes = _in_run_order(comparison), comparison.runs, []
+    if comparison.rounds is not None:
+        reached, most = comparison.rounds
+        notes.append(
+            f"repeats: auto, round {reached} of at most {most}: every interval is the sequential design's "
+            f"repeated 95% interval, {100 * comparison.confidence:.1f}% at this round, so that the 95% holds "
+            "whichever round the sweep stopped at"
+        )
     if table["energy_j"].isna().any():
         for source, group in table[table["energy_j"].isna()].groupby("energy_source", sort=False):
             where = "every row" if len(group) == len(table) else ", ".join(group["run_name"])
@@ -410,20 +466,26 @@ def gate_verdict(result: GateResult) -> str:
         for state in (SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE)
         if result.in_state(state)
     )
-    judged = len(result.changes) - len(result.inconclusive)
+    judged, correction = result.judged, f"({result.correction})"
     if result.threshold is None:
-        return f"{counts}; no --fail-if-slower, so the gate does not fail"
+        return f"{counts} {correction}; no --fail-if-slower, so the gate does not fail"
     if result.failing:
         names = ", ".join(c.point for c in result.failing)
         unjudged = f"; {_unjudged(result)}" if result.inconclusive else ""
         return (
             f"FAIL: {len(result.failing)} of {judged} judged points slower by more than {result.threshold:g}% "
-            f"with the interval above no change: {names}{unjudged}"
+            f"{correction}: {names}{unjudged}"
         )
     if result.inconclusive:
         head = "PASS (--allow-inconclusive)" if result.allow_inconclusive else "INCONCLUSIVE"
-        return f"{head}: {_unjudged(result)}; none of the {judged} judged is slower by more than {result.threshold:g}%"
-    return f"PASS: none of the {judged} points is slower by more than {result.threshold:g}% ({counts})"
+        return (
+            f"{head}: {_unjudged(result)}; none of the {judged} judged is slower by more than "
+            f"{result.threshold:g}% {correction}"
+        )
+    return (
+        f"PASS: none of the {judged} points is slower by more than {result.threshold:g}% "
+        f"({counts}; {result.correction})"
+    )
 
 
 def _unjudged(result: GateResult) -> str:
@@ -439,26 +501,41 @@ ROUNDS_SHOWN = 3  # unclear speedups a line names; it counts the rest
 
 
 def round_speedup(speedup: Speedup) -> str:
-    """ "cuda:0 bs128 vs cpu: 1.95x faster [1.90-2.00] ±2.6%" (the ± only with a half-width target)."""
+    """ "cuda:0 bs128 vs cpu: 1.95x faster [1.90-2.00] ±2.6%" (the ± only with a half-width target);
+    "cpu seed1 vs seed0: no difference found within 3 runs a side, 1.01x faster [0.95-1.07] (n.s.)"
+    where the design's futility rule settled it."""
     ratio = speedup.ratio
-    said = f"{speedup.label}: {verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)}"
+    said = verdict(ratio.estimate, ratio.low, ratio.high, runs=ratio.runs)
+    if speedup.no_difference:
+        said = f"no difference found within {_runs_a_side(ratio.runs)}, {said}"
     shown = speedup.half_width is not None and ratio.has_interval
-    return said + (f" ±{100 * ratio.half_width:.1f}%" if shown else "")
+    return f"{speedup.label}: {said}" + (f" ±{100 * ratio.half_width:.1f}%" if shown else "")
+
+
+def _runs_a_side(runs: tuple[int, int]) -> str:
+    fewer, more = sorted(runs)
+    return f"{fewer} runs a side" if fewer == more else f"{runs[0]} runs vs {runs[1]}"
 
 
 def stop_reason(judgement: Judgement, rounds: int, spec: GridSpec) -> str:
-    """Why a `repeats: auto` sweep stops after `rounds` rounds (rounds.decide), or '' to train another."""
+    """Why a `repeats: auto` sweep stops after `rounds` rounds (rounds.decide), or '' to train another:
+    every speedup significant ("every speedup is significant (...)"), or settled some other way, each
+    named with how ("every speedup is settled (...: no difference found within 3 runs a side, ...)");
+    max_repeats, with the speedups in which no difference was found; or nothing to judge."""
     decision = decide(judgement, rounds, spec)
     if decision == NOTHING_TO_JUDGE:
         return judgement.why_none
+    named = _round_named(list(judgement.speedups))
     if decision == ALL_CLEAR:
-        if spec.half_width is None or all(s.ratio.significant for s in judgement.speedups):
-            clear = "significant"
-        else:
-            clear = f"significant or within ±{100 * spec.half_width:g}%"
-        return f"every speedup is {clear} ({_round_named(list(judgement.speedups))})"
+        if all(s.ratio.significant for s in judgement.speedups):
+            return f"every speedup is significant ({named})"
+        if spec.half_width is not None and not any(s.no_difference for s in judgement.speedups):
+            return f"every speedup is significant or within ±{100 * spec.half_width:g}% ({named})"
+        return f"every speedup is settled ({named})"
     if decision == MAX_REPEATS:
-        return f"max_repeats {spec.most_repeats} reached; {_still_unclear(judgement.unclear)}"
+        unclear = judgement.unclear
+        count = f"{len(unclear)} speedup{'s' if len(unclear) != 1 else ''}"
+        return f"max_repeats {spec.most_repeats} reached; no difference found in {count}: {_round_named(unclear)}"
     return ""
 
 

@@ -166,31 +166,37 @@ def caption(comparison: Comparison) -> str:
 
 
 def timed_title(comparison: Comparison) -> str:
-    """Which epochs the epoch times are, for a table's title: "epoch s: median of epochs 2-4"."""
+    """Which epochs the epoch times are, for a table's title: "epoch s: median of epochs 2-4, geometric
+    mean over the runs"."""
     labels = comparison.table["timed"].unique()
     timed = labels[0] if len(labels) == 1 else "the steady epochs (see timed)"
-    return f"epoch s: median of {timed}, quartiles under it"
+    return f"epoch s: median of {timed}, geometric mean over the runs, quartiles under it"
 
 
-def spread(median: float, q1: float, q3: float, compact: bool) -> str:
-    """A median epoch time and its interquartile range: "0.300 [0.290-0.310]" (none where they agree;
+def spread(figure: float, q1: float, q3: float, compact: bool) -> str:
+    """An epoch time and its runs' interquartile range: "0.300 [0.290-0.310]" (none where they agree;
     "-" where every run was contended and the figure is withheld)."""
-    if math.isnan(median):
+    if math.isnan(figure):
         return "-"
     if math.isnan(q1) or f"{q1:.3f}" == f"{q3:.3f}":
-        return f"{median:.3f}"
-    return f"{median:.3f}\n{q1:.3f}-{q3:.3f}" if compact else f"{median:.3f} [{q1:.3f}-{q3:.3f}]"
+        return f"{figure:.3f}"
+    return f"{figure:.3f}\n{q1:.3f}-{q3:.3f}" if compact else f"{figure:.3f} [{q1:.3f}-{q3:.3f}]"
 
 
 def _to_target(row: pd.Series, compact: bool) -> str:
-    """A row's median time to target and how many of its timed runs reached it: "1.23 (3/4)"; "not
-    reached (1/4)" where fewer than half did (it does not rank on it); "-" where its runs were
-    trained without the target."""
+    """A row's time to target (the geometric mean over its runs) where every timed run reached it:
+    "1.23 (4/4)"; else how many did, "reached in 1 of 4" (it ranks by epoch time instead), or "not
+    reached (0/4)"; "-" where its runs were trained without the target."""
     if not row["target_runs"]:
         return "-"
-    reached = f"({row['target_reached']}/{row['target_runs']})"
-    time = f"{row['time_to_target_s']:.2f}" if ranks_on_target(row) else "not reached"
-    return f"{time}\n{reached}" if compact else f"{time} {reached}"
+    reached, runs = row["target_reached"], row["target_runs"]
+    if ranks_on_target(row):
+        time, count = f"{row['time_to_target_s']:.2f}", f"({reached}/{runs})"
+    elif reached:
+        time, count = "reached in", f"{reached} of {runs}"
+    else:
+        time, count = "not reached", f"(0/{runs})"
+    return f"{time}\n{count}" if compact else f"{time} {count}"
 
 
 def speedup_columns(

@@ -335,9 +335,10 @@ def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str
             ]
         lines += [
             markdown_text(
-                f"Epoch time: median over each setting's runs, {t['timed'].iloc[0]} (steady state "
-                "when a run had 2+ epochs); speedups with their 95% interval over the runs (none "
-                "below 2 runs a side), (n.s.) where it includes no difference."
+                f"Epoch time: geometric mean over each setting's runs of their median epoch, "
+                f"{t['timed'].iloc[0]} (steady state when a run had 2+ epochs); speedups, its ratios, "
+                "with their 95% interval over the runs (none below 2 runs a side), (n.s.) where it "
+                "includes no difference."
                 + (
                     " MFU: the FLOP/s of its steady-state epochs over the device's measured matrix-"
                     "multiplication peak at its precision."

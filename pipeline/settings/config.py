@@ -484,11 +484,19 @@ _TOP_KEYS = (
 MAX_REPEATS = 10_000  # far past any useful count; --max-points bounds the runs a sweep trains anyway
 AUTO = "auto"
 DEFAULT_MAX_REPEATS = 8  # `repeats: auto`'s cap when the grid names none
+# `repeats: auto` judges after every round at its sequential design's confidence for that round
+# (measures/sequential.py), so more rounds planned mean a stricter look each: at 100, 99.8% intervals.
+MAX_AUTO_ROUNDS = 100
 DEFAULT_QUALITY_MARGIN = 0.005
 # The checks of the top-level settings that take a number (`repeats` also takes auto: check_repeats).
 SETTING_CHECKS: dict[str, Check] = {
     "repeats": Integer(1, MAX_REPEATS),
-    "max_repeats": Integer(MIN_RUNS, MAX_REPEATS, why=f"the comparison judges from {MIN_RUNS} runs a side"),
+    "max_repeats": Integer(
+        MIN_RUNS,
+        MAX_AUTO_ROUNDS,
+        why=f"the comparison judges from {MIN_RUNS} runs a side; repeats: auto plans its looks for at most "
+        f"{MAX_AUTO_ROUNDS} rounds, and repeats: N trains any count",
+    ),
     "half_width": Number("a number above 0 and below 1, e.g. 0.05", exclusive_minimum=0, exclusive_maximum=1),
     "quality_margin": Number(
         "a number >= 0 and below 1, e.g. 0.005 (half a point of accuracy)", minimum=0, exclusive_maximum=1

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.analysis import gate
 from pipeline.analysis.compare import HISTORIES, CompareOptions, build, sweep_options
+from pipeline.base.names import REPEAT, ROUNDS
 from pipeline.tracking.records import baseline_sweep, read_sweep
 
 if TYPE_CHECKING:
@@ -58,5 +59,11 @@ def gate_against(
 
 
 def _options(client, sweep: SweepRecord, options: CompareOptions, quality_margin: float | None) -> CompareOptions:
+    """`options` with what the sweep's parent recorded, and for a `repeats: auto` sweep the round it
+    reached: its `rounds` metric, or where it ended before recording one (interrupted), the highest
+    repeat among its runs."""
     parent = client.get_run(sweep.run_id).data
-    return sweep_options(parent.params, parent.tags, options, quality_margin)
+    rounds = parent.metrics.get(ROUNDS)
+    if rounds is None:
+        rounds = max((int(run.params.get(REPEAT, "1")) for run in sweep.children), default=None)
+    return sweep_options(parent.params, parent.tags, options, quality_margin, None if rounds is None else int(rounds))

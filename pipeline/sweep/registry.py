@@ -271,7 +271,7 @@ def version_tags(run, reason: Reason) -> dict[str, str]:
 
 def version_description(run, reason: Reason) -> str:
     """A registered version's description: its setting (names.TAG_SETTING, as the sweep's view names
-    it; else the run's name) with the setting's figures where the sweep was published (the medians
+    it; else the run's name) with the setting's figures where the sweep was published (the figures
     `pipeline compare` gives it), else the run's own; its run; and why it was registered."""
     metrics = run.data.metrics
     setting = run.data.tags.get(TAG_SETTING) or run.info.run_name

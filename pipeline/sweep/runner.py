@@ -461,7 +461,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     if parent_id and not store_down:
         if stopped:
             _log_rounds(tracker, parent_id, reporter, stopped, reached)
-        comparison = _log_comparison(tracker, parent_id, reporter, spec, result.outcomes)
+        comparison = _log_comparison(tracker, parent_id, reporter, spec, result.outcomes, reached)
         _log_sweep_summary(tracker, parent_id, reporter, result.outcomes, comparison)
         if not parent.adopted:  # `mlflow run` ends its own run from our exit code
             if result.exit_code:
@@ -576,7 +576,7 @@ def _rounds_stop(
         which = f"round {reached}" if reached > spec.repeats else f"rounds 1-{reached}"
         return rounds_stopped(reached, f"no run of {which} finished")
     try:
-        comparison = _judged_comparison(sweep, spec, parent_id, outcomes, finished)
+        comparison = _judged_comparison(sweep, spec, parent_id, outcomes, finished, reached)
         judgement = rounds.judge(comparison, spec.axes, spec.half_width)
     except Exception as exc:  # like the comparison's report: judging must never cost the user their sweep
         return rounds_stopped(reached, f"could not judge the speedups ({exc.__class__.__name__}: {exc})")
@@ -588,11 +588,12 @@ def _rounds_stop(
 
 
 def _judged_comparison(
-    sweep: _Sweep, spec: GridSpec, parent_id: str | None, outcomes: list[Outcome], finished: _Finished
+    sweep: _Sweep, spec: GridSpec, parent_id: str | None, outcomes: list[Outcome], finished: _Finished, reached: int
 ) -> Comparison:
-    """The comparison `repeats: auto` judges: the parent's FINISHED children, built as _log_comparison
-    builds it (the epochs this process logged, not read back), and the DONE runs of the rounds reached
-    so far, so that a rerun reaches the rounds the first sweep did."""
+    """The comparison `repeats: auto` judges after round `reached`: the parent's FINISHED children,
+    built as _log_comparison builds it (the epochs this process logged, not read back, and the
+    design's confidence at that round), and the DONE runs of the rounds reached so far, so that a
+    rerun reaches the rounds the first sweep did."""
     from pipeline.analysis.compare import HISTORIES, build  # pandas, scipy (seconds): after the inputs are checked
 
     tracker = sweep.tracker
@@ -600,18 +601,23 @@ def _judged_comparison(
     if parent_id is None:  # every run so far was DONE: no parent yet
         return build(
             SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done),
-            _compare_options(spec),
+            _compare_options(spec, reached),
         )
     known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     children = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known)
-    return build(replace(children, children=children.children + done), _compare_options(spec))
+    return build(replace(children, children=children.children + done), _compare_options(spec, reached))
 
 
-def _compare_options(spec: GridSpec) -> CompareOptions:
-    """How a sweep compares its own runs: against its grid's target and quality margin."""
+def _compare_options(spec: GridSpec, reached: int) -> CompareOptions:
+    """How a sweep compares its own runs: against its grid's target and quality margin, and with
+    `repeats: auto` at its sequential design's confidence for round `reached`."""
     from pipeline.analysis.compare import CompareOptions  # pandas, scipy (seconds): after the inputs are checked
 
-    return CompareOptions(target=str(spec.target) if spec.target else None, quality_margin=spec.quality_margin)
+    return CompareOptions(
+        target=str(spec.target) if spec.target else None,
+        quality_margin=spec.quality_margin,
+        rounds=(reached, spec.most_repeats) if spec.auto_repeats else None,
+    )
 
 
 def _log_rounds(tracker: Tracker, parent_id: str, reporter: Reporter, stopped: str, reached: int) -> None:
@@ -810,7 +816,7 @@ def _done_without_writing(spec: GridSpec, planned: list[Planned], options: Optio
     return _finished_outcomes(client, planned, finished)
 
 
-def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: GridSpec, outcomes):
+def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: GridSpec, outcomes, reached: int):
     """The sweep published (sweep/publish.py): the comparison table and charts as the parent
     run's artifacts (comparison/), its report (report.html), and what the MLflow UI opens on (view.py):
     saved view, descriptions. The charts' histories are the epochs of `outcomes` as logged, never read
@@ -825,7 +831,7 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
             read_sweep(
                 tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known, charted=CHART_HISTORIES
             ),
-            _compare_options(spec),
+            _compare_options(spec, reached),
         )
         if comparison.table.empty:
             return comparison
