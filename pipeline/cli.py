@@ -368,9 +368,7 @@ def run(
     result = run_grid(spec, Reporter(), options)
     if register_name and result.tracking_uri is not None:  # None: a dry run, which records nothing
         try:
-            _print_registration(
-                registry.register_best(result.tracking_uri, result.parent_run_id, result.experiment_id, register_name)
-            )
+            _print_registration(registry.register_best(result.tracking_uri, result.comparison, register_name))
         except UserError as exc:  # the sweep is done and recorded; only the registration failed
             click.echo(f"--register {register_name}: {redact(str(exc))}", err=True)
             sys.exit(max(result.exit_code, 1))
@@ -753,7 +751,8 @@ def ui(port: int, host: str, tracking_uri: str | None) -> None:
     flag_value=True,
     default=False,
     metavar="[true|false]",
-    help="Make a new version even if this run is already registered; the bare flag means true.",
+    help="Make a new version even if this run is already registered, and move --alias even to a less "
+    "accurate model than the one it holds; the bare flag means true.",
 )
 @click.option(
     "--include-contended",
@@ -800,13 +799,11 @@ def register(
         run = registry.best_run(client, experiment=experiment, parent_run_id=parent_run, metric=metric, mode=mode)
         reason = registry.metric_reason(run, metric)
     else:
-        run, reason = registry.picked_run(
-            client,
-            experiment=experiment,
-            parent_run_id=parent_run,
-            rule=rule or "best",
-            include_contended=include_contended,
-        )
+        from pipeline.analysis.compare import CompareOptions  # pandas: --help stays quick
+        from pipeline.sweep.comparing import comparison_of
+
+        comparison = comparison_of(client, experiment, parent_run, CompareOptions(include_contended=include_contended))
+        run, reason = registry.picked_run(client, comparison, rule or "best")
     _print_registration(registry.register(client, run, name=name, reason=reason, alias=alias, force=force))
 
 

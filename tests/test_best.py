@@ -98,7 +98,8 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
 
     # Counting them is one choice everywhere: a verdict published with --include-contended names the
     # same run as its parent's tag and as `register --include-contended`; published without, there is
-    # no best, no tag, and register says how to count them.
+    # no best and no tag: register takes the most accurate setting and says why, and --by speed refuses
+    # saying how to count them.
     published = invoke(
         "compare", "--experiment", "best", "--include-contended", "--publish", "--tracking-uri", tracking_uri
     )
@@ -120,7 +121,15 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     assert client.get_model_version_by_alias("counted-cnn", "champion").run_id == named
     assert invoke("compare", "--experiment", "best", "--publish", "--tracking-uri", tracking_uri).exit_code == 0
     assert "pipeline.best_run" not in client.get_run(parent.info.run_id).data.tags
-    refused = invoke("register", "--experiment", "best", "--name", "none", "--tracking-uri", tracking_uri)
+    fallback = invoke("register", "--experiment", "best", "--name", "busy", "--tracking-uri", tracking_uri)
+    assert fallback.exit_code == 0, fallback.output
+    assert "by accuracy (the most accurate setting), as every run is contended" in fallback.output, fallback.output
+    version = client.get_model_version_by_alias("busy", "champion")
+    assert version.tags["pipeline.rule"] == "accuracy"
+    assert version.run_id == client.get_model_version_by_alias("accurate-cnn", "champion").run_id
+    refused = invoke(
+        "register", "--experiment", "best", "--by", "speed", "--name", "none", "--tracking-uri", tracking_uri
+    )
     assert refused.exit_code == 2 and "--include-contended" in refused.output, refused.output
 
 

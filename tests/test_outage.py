@@ -114,7 +114,7 @@ def test_store_lost_while_logging_the_model_keeps_the_point_for_relog(write_grid
     assert "logged 1 run(s)" in invoke("relog", "--tracking-uri", tracking_uri).output
     (run,) = [r for r in children(runs_of(tracking_uri, "lost-model")) if r.info.status == "FINISHED"]
     assert run.outputs.model_outputs and run.data.params["batch_size"] == "128"
-    assert invoke(*args).output.count("DONE") == 1  # 128 is done; only 256 trains
+    assert invoke(*args).output.count("│ DONE") == 1  # 128 is done; only 256 trains
 
 
 def test_relog_after_the_orphans_were_reaped_tells_the_outage_story(tracking_uri, tmp_path):

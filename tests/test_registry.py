@@ -88,6 +88,17 @@ def test_register_best_run_under_champion(trained):
     worst = min(runs.values(), key=lambda r: r.data.metrics["test_accuracy"])
     assert client.get_model_version_by_alias("worst", "worst").run_id == worst.info.run_id
 
+    # Moving @champion to a less accurate model says both accuracies and takes --force.
+    worse = ["register", "--run-id", worst.info.run_id, "--name", "fashion-cnn", "--tracking-uri", uri]
+    refused = invoke(*worse)
+    held, offered = best.data.metrics["final_test_accuracy"], worst.data.metrics["final_test_accuracy"]
+    assert refused.exit_code == 2 and f"test acc {held:.4f}" in refused.output, refused.output
+    assert f"less accurate ({offered:.4f})" in refused.output and "--force" in refused.output, refused.output
+    assert len(client.search_model_versions("name = 'fashion-cnn'")) == 2
+    assert client.get_model_version_by_alias("fashion-cnn", "champion").run_id == best.info.run_id
+    assert invoke(*worse, "--force").exit_code == 0
+    assert client.get_model_version_by_alias("fashion-cnn", "champion").run_id == worst.info.run_id
+
 
 def test_predict_split_accuracy_matches_the_run(trained, data_dir):
     client, runs = trained

@@ -32,7 +32,7 @@ def test_rerun_skips_finished_points(write_grid, data_dir, tracking_uri):
     assert invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri).exit_code == 0
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     assert out.exit_code == 0 and "2 of 2 points already have a FINISHED run" in out.output
-    assert out.output.count("DONE") == 2
+    assert out.output.count("│ DONE") == 2
     assert len(runs_of(tracking_uri, "again")) == 3  # no new parent when nothing is left to train
 
     bigger = write_grid("experiment: again\ngrid:\n  batch_size: [128, 256, 512]\n  device: [cpu]\n")

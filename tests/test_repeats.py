@@ -97,7 +97,7 @@ def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, trac
     assert "repeat" in results.splitlines()[2]  # the summary's header shows the repeat column
 
     out = invoke(*args, "--repeats", "3")
-    assert out.exit_code == 0 and out.output.count("DONE") == 4, out.output
+    assert out.exit_code == 0 and out.output.count("│ DONE") == 4, out.output
     runs = _by_start(tracking_uri)
     assert len(runs) == 6
     third = [(r.data.params["batch_size"], r.data.params[names.REPEAT]) for r in runs[4:]]
@@ -106,7 +106,7 @@ def test_raising_repeats_trains_only_the_missing_ones(write_grid, data_dir, trac
     assert parent.data.tags[names.TAG_OPTIONS] == "--repeats 3"
 
     out = invoke(*args, "--repeats", "1")
-    assert out.exit_code == 0 and out.output.count("DONE") == 2, out.output
+    assert out.exit_code == 0 and out.output.count("│ DONE") == 2, out.output
     assert len(children(runs_of(tracking_uri, "reps"))) == 6
     parent_ids = {r.data.tags["mlflow.parentRunId"] for r in runs}
     assert all(mlflow.MlflowClient(tracking_uri).get_run(p).info.status == "FINISHED" for p in parent_ids)
@@ -255,7 +255,7 @@ def test_auto_trains_a_round_at_a_time_up_to_max_repeats(write_grid, data_dir, t
     assert parent.data.metrics[names.ROUNDS] == 3
 
     out = invoke(*args)
-    assert out.exit_code == 0 and out.output.count("DONE") == 6 and stopped in _words(out), out.output
+    assert out.exit_code == 0 and out.output.count("│ DONE") == 6 and stopped in _words(out), out.output
     assert len(children(runs_of(tracking_uri, "auto3"))) == 6
 
 

@@ -82,6 +82,7 @@ ROUNDS = "rounds"  # `repeats: auto`: the rounds the sweep reached (each point's
 # Statuses MLflow stores (a run's end).
 FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 
+TAG_PARENT_RUN = "mlflow.parentRunId"  # MLflow's own (mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID)
 TAG_DEVICE = "pipeline.device"
 TAG_HARDWARE = "pipeline.hardware"
 TAG_TORCH = "pipeline.torch_version"
@@ -114,6 +115,10 @@ TAG_COMPLETE = "pipeline.complete"
 TAG_RELOGGED = "pipeline.relogged_from"  # the results file a run's numbers were restored from
 TAG_TARGET = "pipeline.target"  # the target a run was timed against, e.g. "test_accuracy >= 0.85"
 TAG_TARGET_STATUS = "pipeline.target_status"  # "reached at epoch 2" or "not reached in 3 epochs"
+# A sweep's parent: the runs of its grid's points that were FINISHED before it (DONE: skipped, not
+# trained again), which its comparison counts with the runs it trained. Comma-separated run ids, in
+# tags of at most MLflow's 8,000 characters: "pipeline.done_runs", then "pipeline.done_runs.2", ...
+TAG_DONE_RUNS = "pipeline.done_runs"
 TAG_BEST_RUN = "pipeline.best_run"  # a sweep's parent: the run of its best setting (compare.pick), whose model it links
 # A `repeats: auto` sweep's parent: why its rounds stopped, as printed at the sweep's end, e.g.
 # "repeats: auto stopped after 4 rounds: every speedup is significant"

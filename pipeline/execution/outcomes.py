@@ -9,7 +9,7 @@ it never reaches the store" holds through it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.base import names
 from pipeline.measures.timing import steady_mean, summary_of
@@ -94,6 +94,9 @@ class SweepResult:
     parent_run_id: str | None = None
     tracking_uri: str | None = None
     stopped: str = ""  # `repeats: auto`: why its rounds stopped, e.g. "repeats: auto stopped after 4 rounds: ..."
+    # The comparison its verdict was built from (analysis.compare.Comparison: every point of the
+    # grid, trained now or DONE), which `run --register` registers from; None where there is none.
+    comparison: Any = None
 
     @property
     def exit_code(self) -> int:

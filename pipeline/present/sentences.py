@@ -7,6 +7,7 @@ nothing they do not hold (tables.py lays the same figures out as tables).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import pandas as pd
@@ -32,6 +33,7 @@ from pipeline.analysis.compare import (
 from pipeline.analysis.gate import FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Change, GateResult
 from pipeline.analysis.rounds import ALL_CLEAR, MAX_REPEATS, NOTHING_TO_JUDGE, Judgement, Speedup, decide
 from pipeline.base.names import FINAL_ACCURACY, OTHERS_CPU_SHARE, STEADY_EPOCH
+from pipeline.base.runs import SweepRecord
 from pipeline.measures import stats
 from pipeline.settings.config import KEYS, GridSpec
 from pipeline.settings.grid import format_value, short
@@ -367,10 +369,41 @@ def _names(names: pd.Series, total: int, limit: int = 5) -> str:
     return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
 
 
+def _coverage(sweep: SweepRecord) -> list[str]:
+    """Which runs the comparison covers: a sweep still running, or one that ended before its grid
+    did, says how many of its runs finished; DONE runs say which earlier sweep trained them."""
+    said, finished = [], len(sweep.children)
+    if sweep.partial:
+        of = f" of {sweep.planned}" if sweep.planned else ""
+        said.append(f"partial: {finished}{of} runs finished; the sweep is still running, and this verdict covers those")
+    elif sweep.planned and finished < sweep.planned and sweep.status in ("FAILED", "KILLED"):
+        said.append(
+            f"{finished} of {sweep.planned} runs finished: the sweep ended {sweep.status}; running its grid again "
+            "trains only the rest, and that sweep's verdict covers them all"
+        )
+    earlier = Counter(run.parent_run_id for run in sweep.from_earlier())
+    if earlier:
+        sources = "; ".join(f"{count} from {_source(sweep, parent)}" for parent, count in earlier.items())
+        said.append(
+            f"{sum(earlier.values())} of {finished} runs are DONE points trained before (same settings, data, host "
+            f"and hardware), counted here and not trained again: {sources}"
+        )
+    return said
+
+
+def _source(sweep: SweepRecord, parent: str) -> str:
+    """Where a DONE run came from: "sweep 'grid 2026-12-05 10:00' (1a2b3c4d)", or `pipeline train`."""
+    if not parent:
+        return "`pipeline train` (no sweep)"
+    name = sweep.earlier.get(parent)
+    return f"sweep {name!r} ({parent[:8]})" if name and name != parent[:8] else f"sweep {parent[:8]}"
+
+
 def notes(comparison: Comparison) -> list[str]:
     """Why a figure is missing or which runs were left out: energy, untargeted and contended runs.
     Settings are named in the sweep's run order, whichever way the table is sorted."""
     table, runs, notes = _in_run_order(comparison), comparison.runs, []
+    notes += _coverage(comparison.sweep)
     if comparison.rounds is not None:
         reached, most = comparison.rounds
         notes.append(

@@ -88,28 +88,25 @@ def check_name(name: str, option: str = "--name") -> None:
         )
 
 
-def picked_run(
-    client,
-    *,
-    experiment: str | None = None,
-    parent_run_id: str | None = None,
-    rule: str = "best",
-    include_contended: bool = False,
-):
-    """The run `rule` picks (compare.pick) in a sweep: `parent_run_id`, else the latest sweep of
-    `experiment`, else the store's latest; with the Reason to record. Contended runs' speed figures
-    count only with `include_contended`, as in `pipeline compare`. UserError when the sweep has no
-    FINISHED run, or when every run is contended and the rule needs a speed figure."""
+def picked_run(client, comparison, rule: str = "best"):
+    """The run `rule` picks (compare.pick) in `comparison` (a sweep's, as its verdict reads it: every
+    point of its grid), with the Reason to record. Where every run is contended, the default rule has
+    no speed figure to go on: it registers the most accurate setting instead and says why; `--by
+    speed` refuses. UserError when the sweep has no FINISHED run."""
     # pandas: the CLI imports registry at its start, and --help stays quick
-    from pipeline.analysis.compare import RULES, CompareOptions, pick
+    from pipeline.analysis.compare import ACCURACY, BEST, RULES, pick
     from pipeline.present.sentences import pick_words
-    from pipeline.sweep.comparing import comparison_of
 
-    comparison = comparison_of(client, experiment, parent_run_id, CompareOptions(include_contended=include_contended))
     sweep = comparison.sweep
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to register; train a grid first")
-    chosen = pick(comparison, rule)
+    chosen, why = pick(comparison, rule), f"{rule} ({RULES[rule]})"
+    if chosen is None and rule == BEST:
+        chosen = pick(comparison, ACCURACY)
+        why = (
+            f"{ACCURACY} ({RULES[ACCURACY]}), as every run is contended (other processes took the cores) and "
+            "no speed figure counts (--include-contended counts them)"
+        )
     if chosen is None:
         raise UserError(
             f"sweep {sweep.name!r}: no {rule} setting: every run is contended (other processes took the "
@@ -118,12 +115,12 @@ def picked_run(
         )
     # A figure withheld (NaN: no timed run) is no tag: "nan" would read as a value.
     tags = {
-        TAG_RULE: rule,
+        TAG_RULE: chosen.rule,
         TAG_SETTING: chosen.label,
         TAG_SWEEP: sweep.run_id,
         **{name: f"{value:g}" for name, value in chosen.figures.items() if not math.isnan(value)},
     }
-    return client.get_run(chosen.run_id), Reason(f"{rule} ({RULES[rule]}): {pick_words(chosen)}", tags)
+    return client.get_run(chosen.run_id), Reason(f"{why}: {pick_words(chosen)}", tags)
 
 
 def metric_reason(run, metric: str) -> Reason:
@@ -225,6 +222,7 @@ def register(client, run, *, name: str, reason: Reason, alias: str = "champion",
 
 
 def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: str, force: bool) -> Registration:
+    import mlflow
     from mlflow.exceptions import MlflowException
 
     run_id = run.info.run_id
@@ -234,23 +232,45 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
+        if not force:
+            _check_not_worse(client, run, name, alias)
         existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
         created = force or not existing
         if created:
-            version = client.create_model_version(
-                name,
-                source=f"models:/{model_id}",
-                run_id=run_id,
-                tags=version_tags(run, reason),
-                model_id=model_id,
-                description=version_description(run, reason),
-            )
+            # MLflow's register_model, not the client's create_model_version: it also links the
+            # version on its logged model, so that the model's page in the UI shows it registered.
+            version = mlflow.register_model(f"models:/{model_id}", name, tags=version_tags(run, reason))
+            client.update_model_version(name, version.version, description=version_description(run, reason))
         else:
             version = max(existing, key=lambda v: int(v.version))
         client.set_registered_model_alias(name, alias, version.version)
     except MlflowException as exc:
         raise UserError(f"registering {name!r}: {first_line(exc)}") from None
     return Registration(name, str(version.version), alias, run_id, reason, created)
+
+
+def _check_not_worse(client, run, name: str, alias: str) -> None:
+    """UserError when `alias` holds a model of another run that is more accurate than `run`'s (their
+    final test accuracy): moving it there takes --force."""
+    held = client.get_registered_model(name).aliases.get(alias)
+    if held is None:
+        return
+    version = client.get_model_version(name, held)
+    if version.run_id == run.info.run_id:
+        return
+    try:
+        before = client.get_run(version.run_id).data.metrics.get(FINAL_ACCURACY)
+    except Exception:  # its run deleted for good: the version's own tag says what it scored
+        before = None
+    if before is None:
+        before = float(version.tags.get(FINAL_ACCURACY, "nan"))
+    after = run.data.metrics.get(FINAL_ACCURACY, math.nan)
+    if after < before:
+        raise UserError(
+            f"{name}@{alias} is version {held} (run {version.run_id[:8]}, test acc {before:.4f}); run "
+            f"{run.info.run_id[:8]}'s model is less accurate ({after:.4f}), so the alias stays: "
+            f"`pipeline register --name {name} --run-id {run.info.run_id} --alias {alias} --force` moves it"
+        )
 
 
 def version_tags(run, reason: Reason) -> dict[str, str]:
@@ -288,10 +308,11 @@ def version_description(run, reason: Reason) -> str:
     )
 
 
-def register_best(tracking_uri: str, parent_run_id: str | None, experiment_id: str | None, name: str) -> Registration:
-    """`pipeline run --register NAME`: the sweep's best run (compare.pick), as its verdict names it;
-    where every point was already done (no new sweep), the experiment's latest sweep's."""
+def register_best(tracking_uri: str, comparison, name: str) -> Registration:
+    """`pipeline run --register NAME`: the run the sweep's verdict names (picked_run on the comparison
+    it was built from, which covers the grid's DONE points too), never another grid's sweep."""
+    if comparison is None or not comparison.sweep.children:
+        raise UserError("the grid has no FINISHED run to register; its failures are listed above")
     client = open_client(tracking_uri)
-    experiment = client.get_experiment(experiment_id).name if parent_run_id is None and experiment_id else None
-    run, reason = picked_run(client, experiment=experiment, parent_run_id=parent_run_id)
+    run, reason = picked_run(client, comparison)
     return register(client, run, name=name, reason=reason)

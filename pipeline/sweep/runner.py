@@ -82,11 +82,13 @@ from pipeline.settings.grid import (
 from pipeline.tracking import results
 from pipeline.tracking.liveness import kill_running_children, reap_orphans
 from pipeline.tracking.records import (
+    done_tags,
     experiment_id_of,
     finished_by_key,
     history,
     read_sweep,
     record,
+    sweep_names,
 )
 from pipeline.tracking.store import (
     NO_ROOM_ERRNOS,
@@ -467,6 +469,12 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
             if result.exit_code:
                 tracker.log_tags(parent_id, {TAG_ERROR: _why_failed(result)})
             tracker.end_run(parent_id, FAILED if result.exit_code else FINISHED)
+    elif parent.done and not store_down:  # every point DONE: their comparison, and nothing written
+        try:
+            comparison = _judged_comparison(sweep, spec, None, outcomes, finished, reached)
+        except Exception as exc:  # like the report: a comparison must never cost the user their sweep
+            reporter.note(f"could not compare the DONE runs ({exc.__class__.__name__}: {exc})")
+    result.comparison = comparison
     _summary(reporter, spec.axes, result, tracker, comparison)
     return result
 
@@ -480,6 +488,7 @@ def _train(
     _assign_run_keys(batch, sweep.identity, spec.stop_at)
     outcomes = _already_done(sweep, batch, finished.by_key)
     todo = [p for p in batch if p.device is not None and p.point.index not in outcomes]
+    parent.count_done([o.run_id for o in outcomes.values() if o.status == DONE and o.run_id])
     if todo:
         if parent.run_id is None:  # before the sweep's first run exists
             _check_free_space(sweep.tracker.uri, _artifact_location(sweep.tracker), len(todo))
@@ -590,22 +599,23 @@ def _rounds_stop(
 def _judged_comparison(
     sweep: _Sweep, spec: GridSpec, parent_id: str | None, outcomes: list[Outcome], finished: _Finished, reached: int
 ) -> Comparison:
-    """The comparison `repeats: auto` judges after round `reached`: the parent's FINISHED children,
-    built as _log_comparison builds it (the epochs this process logged, not read back, and the
-    design's confidence at that round), and the DONE runs of the rounds reached so far, so that a
-    rerun reaches the rounds the first sweep did."""
+    """The sweep's comparison after round `reached`, as `repeats: auto` judges it: the parent's runs
+    (those it trained and the DONE ones it counts), built as _log_comparison builds it (the epochs
+    this process logged, not read back, and the design's confidence at that round), so that a rerun
+    reaches the rounds the first sweep did. Where every run so far was DONE (no parent), those runs."""
     from pipeline.analysis.compare import HISTORIES, build  # pandas, scipy (seconds): after the inputs are checked
 
     tracker = sweep.tracker
-    done = [finished.record(o.run_id) for o in outcomes if o.status == DONE and o.run_id]
     if parent_id is None:  # every run so far was DONE: no parent yet
+        done = [finished.record(o.run_id) for o in outcomes if o.status == DONE and o.run_id]
+        earlier = sweep_names(tracker.client, {run.parent_run_id for run in done})
         return build(
-            SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done),
+            SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done, earlier=earlier),
             _compare_options(spec, reached),
         )
     known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
-    children = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known)
-    return build(replace(children, children=children.children + done), _compare_options(spec, reached))
+    counted = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known)
+    return build(replace(counted, status=FINISHED), _compare_options(spec, reached))
 
 
 def _compare_options(spec: GridSpec, reached: int) -> CompareOptions:
@@ -637,6 +647,17 @@ class _Parent:
         self.sweep, self.spec = sweep, spec
         self.run_id: str | None = None
         self.adopted = False
+        self.done: list[str] = []  # the DONE runs it counts for the points it skips (records.done_tags)
+
+    def count_done(self, run_ids: list[str]) -> None:
+        """Count the DONE runs `run_ids` as the sweep's own in its comparison: recorded on the parent
+        (names.TAG_DONE_RUNS) once it is open, so that every later read of the sweep finds them."""
+        new = [run_id for run_id in run_ids if run_id not in self.done]
+        if not new:
+            return
+        self.done += new
+        if self.run_id is not None:
+            self.sweep.tracker.log_tags(self.run_id, done_tags(self.done))
 
     def open(self) -> str:
         """The parent's id, opening it first when it is not open yet."""
@@ -667,6 +688,8 @@ class _Parent:
         # The grid it trains, after any --set: what the report's "run it again" commands download.
         files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
         tracker.log_files(self.run_id, files)
+        if self.done:
+            tracker.log_tags(self.run_id, done_tags(self.done))
         sweep.reporter.sweep_start(tracker.experiment_name, tracker.experiment_id, tracker.uri, self.run_id, spec)
         return self.run_id
 
@@ -827,12 +850,11 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
 
     known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
-        comparison = build(
-            read_sweep(
-                tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known, charted=CHART_HISTORIES
-            ),
-            _compare_options(spec, reached),
+        sweep = read_sweep(
+            tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known, charted=CHART_HISTORIES
         )
+        # Written as the sweep ends, which its parent does next: whole, not "still running".
+        comparison = build(replace(sweep, status=FINISHED), _compare_options(spec, reached))
         if comparison.table.empty:
             return comparison
         publish(tracker.client, comparison, spec.axes)

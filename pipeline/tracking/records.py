@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pipeline.base.names import TAG_COMPLETE, TAG_ROLE, TAG_RUN_KEY
+from pipeline.base.names import TAG_COMPLETE, TAG_DONE_RUNS, TAG_GRID_SIZE, TAG_ROLE, TAG_RUN_KEY
 from pipeline.base.runs import RunRecord, SweepRecord
 from pipeline.base.uris import redact
 from pipeline.errors import UserError
@@ -149,7 +149,9 @@ def read_sweep(
     charted: tuple[str, ...] = (),
     option: str = "--parent-run",
 ) -> SweepRecord:
-    """A sweep's parent and its FINISHED children; by default the latest sweep (of `experiment`).
+    """A sweep's parent and its FINISHED runs; by default the latest sweep (of `experiment`). Its runs
+    are the children it trained and the DONE runs of earlier sweeps it counted for the grid points it
+    skipped (done_tags), those first: the sweep's comparison covers its whole grid.
 
     The children come from paged searches, each with the last value of every metric: the figures a
     child logged at its end. Per-epoch histories cost one read per run and metric, so they are read
@@ -173,11 +175,72 @@ def read_sweep(
             f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' and attributes.status = 'FINISHED'",
             order_by=["attributes.start_time ASC"],
         )
+        own = {run.info.run_id for run in runs}
+        done = finished_runs(client, parent.info.experiment_id, done_run_ids(parent.data.tags))
+        runs = [run for run in done if run.info.run_id not in own] + runs
         children = [record(client, run, histories, (known or {}).get(run.info.run_id), charted) for run in runs]
+        earlier = sweep_names(client, {run.data.tags.get(MLFLOW_PARENT_RUN_ID, "") for run in done})
         experiment_name = found.name
     except MlflowException as exc:
         raise UserError(f"{redact(client.tracking_uri)}: {first_line(exc)}") from None
-    return SweepRecord(parent.info.run_id, parent.info.run_name, parent.info.experiment_id, experiment_name, children)
+    planned = parent.data.tags.get(TAG_GRID_SIZE, "")
+    return SweepRecord(
+        parent.info.run_id,
+        parent.info.run_name,
+        parent.info.experiment_id,
+        experiment_name,
+        children,
+        status=parent.info.status,
+        planned=int(planned) if planned.isdigit() else None,
+        earlier=earlier,
+    )
+
+
+# MLflow's limit on a tag's value (mlflow/utils/validation.py MAX_TAG_VAL_LENGTH): a sweep's DONE
+# run ids go in as many tags as they need.
+MAX_TAG_CHARS = 8000
+IDS_PER_SEARCH = 100  # run ids in one `attributes.run_id IN (...)` filter
+
+
+def done_tags(run_ids: list[str]) -> dict[str, str]:
+    """A parent's tags naming the DONE runs its sweep counts (names.TAG_DONE_RUNS): 32-character ids,
+    comma-separated, as many to a tag as fit."""
+    per_tag = MAX_TAG_CHARS // 33
+    chunks = [run_ids[start : start + per_tag] for start in range(0, len(run_ids), per_tag)]
+    return {TAG_DONE_RUNS + (f".{n}" if n > 1 else ""): ",".join(chunk) for n, chunk in enumerate(chunks, start=1)}
+
+
+def done_run_ids(tags: dict[str, str]) -> list[str]:
+    """The DONE runs a parent's tags name (done_tags), in order."""
+    ids, n = [], 1
+    while (value := tags.get(TAG_DONE_RUNS + (f".{n}" if n > 1 else ""))) is not None:
+        ids += [run_id for run_id in value.split(",") if run_id]
+        n += 1
+    return ids
+
+
+def finished_runs(client, experiment_id: str, run_ids: list[str]) -> list:
+    """The FINISHED runs among `run_ids` (a deleted or failed one is left out), oldest first."""
+    found = []
+    for start in range(0, len(run_ids), IDS_PER_SEARCH):
+        quoted = ", ".join(f"'{run_id}'" for run_id in run_ids[start : start + IDS_PER_SEARCH])
+        where = f"attributes.run_id IN ({quoted}) and attributes.status = 'FINISHED'"
+        found += all_runs(client, [experiment_id], where)
+    return sorted(found, key=lambda run: run.info.start_time or 0)
+
+
+def sweep_names(client, parent_ids: set[str]) -> dict[str, str]:
+    """The run names of the sweeps `parent_ids` ('' for a run of no sweep; a parent deleted for good is
+    named by its id)."""
+    from mlflow.exceptions import MlflowException
+
+    names = {}
+    for parent_id in sorted(parent_ids - {""}):
+        try:
+            names[parent_id] = client.get_run(parent_id).info.run_name
+        except MlflowException:
+            names[parent_id] = parent_id[:8]
+    return names
 
 
 def baseline_sweep(client, baseline: str, histories: tuple[str, ...], current: SweepRecord) -> SweepRecord:
