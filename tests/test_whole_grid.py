@@ -33,9 +33,10 @@ def _settings(uri: str) -> list[tuple]:
     """compare --format json's rows as the verdict decides on them: setting, runs, accuracy, best."""
     out = invoke("compare", "--experiment", "whole", "--format", "json", "--tracking-uri", uri)
     assert out.exit_code == 0, out.output
-    return [
-        (row["batch_size"], row["n"], round(row["test_accuracy"], 4), row["best"]) for row in json.loads(out.stdout)
-    ]
+    rows = json.loads(out.stdout)
+    # One set of figures: images/s is the images of an epoch (512 here) over the epoch time beside it.
+    assert all(abs(row["images_per_s"] * row["epoch_duration_s"] - 512) < 1 for row in rows), rows
+    return [(row["batch_size"], row["n"], round(row["test_accuracy"], 4), row["best"]) for row in rows]
 
 
 def test_an_interrupted_sweep_run_again_says_what_an_uninterrupted_one_says(

@@ -3,8 +3,9 @@ intervals, time to a target, where the time went, and the one best setting, as d
 
 Works on plain RunRecords (records.read_sweep), so it needs no MLflow calls of its own. Runs that
 differ only in `repeat` (names.REPEAT) are one row. The run is the unit: each run gives one value
-per figure (its median steady-state epoch, its time to target, its final accuracy), a row's figure
-is the median over its runs, and every speedup is the ratio of the two rows' geometric means with
+per figure (its median steady-state epoch, its time to target, its final accuracy); a row's epoch
+time, images/s and time to target are geometric means over its runs (the estimate speedups take),
+its other figures medians, and every speedup is the ratio of the two rows' geometric means with
 Welch's 95% interval on the logs (stats.ratio): none below two runs a side ("n too small"). A
 speedup is a win only if the faster row is no less accurate than its reference by more than the
 quality margin. Runs recorded while other processes took the cores (names.TAG_CONTENDED) are
@@ -112,7 +113,6 @@ CHART_HISTORIES = ("test_accuracy",)
 # Per-run figures whose row value is the median over the row's runs: those that measure speed over
 # its timed runs (contended ones left out unless asked), those that measure what was learnt over all.
 SPEED_MEDIANS = (
-    "images_per_s",
     "first_epoch_s",
     "warmup_s",
     "compile_s",
@@ -433,13 +433,17 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
     quartiles = quartiles.reindex(index=table.index, columns=levels)  # every run contended: all NaN
     table["epoch_duration_s_q1"], table["epoch_duration_s_q3"] = quartiles[0.25], quartiles[0.75]
     table["epoch_duration_s"] = _geometric_means(timed[STEADY_EPOCH], timed["group"]).reindex(table.index)
-    speed = timed_groups[[*SPEED_MEDIANS, STEADY_IMAGES]].median().reindex(table.index)
+    speed = timed_groups[list(SPEED_MEDIANS)].median().reindex(table.index)
     table[list(SPEED_MEDIANS)] = speed[list(SPEED_MEDIANS)]
     table[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]] = every[
         [*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]
     ].median()
     table[STEADY_EPOCH] = table["epoch_duration_s"].map(lambda v: v if math.isnan(v) else significant(v, 4))
-    table[STEADY_IMAGES] = speed[STEADY_IMAGES].round(0)
+    # Images per second is the images of an epoch over the epoch time beside it, never a median of
+    # rates beside a mean of times: the runs of a setting train the same images an epoch, so the
+    # geometric mean of their rates is those images over the geometric mean of their times.
+    table["images_per_s"] = _geometric_means(timed[STEADY_IMAGES], timed["group"]).reindex(table.index)
+    table[STEADY_IMAGES] = table["images_per_s"].round(0)
     table[FINAL_ACCURACY] = every[FINAL_ACCURACY].median().round(4)
     # Strings joined per group in one plain pass (a Python function per group costs a pandas frame each).
     ids: dict[int, list[str]] = {}

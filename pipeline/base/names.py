@@ -38,7 +38,7 @@ OTHERS_CPU_SHARE = "others_cpu_share"  # the share of all cores other processes 
 # Each child's steady-state summary (run-level, step 0), rounded as a person reads them: the figures
 # the terminal, `pipeline compare`, the parent's description, the charts and the UI's view all show.
 STEADY_EPOCH = "steady_epoch_s"  # the median of the steady-state epochs' epoch_duration_s, 4 significant digits
-STEADY_IMAGES = "steady_images_per_s"  # the median of their images_per_s, whole images
+STEADY_IMAGES = "steady_images_per_s"  # the images of an epoch over STEADY_EPOCH, whole images
 FINAL_ACCURACY = "final_test_accuracy"  # test accuracy after the last epoch, 4 digits
 # Each child of a sweep, once the sweep is compared (run-level, step 0): its place in the verdict's
 # order, which the UI's view sorts by: 1 is the run whose model the verdict names (compare.pick),

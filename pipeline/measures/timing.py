@@ -64,13 +64,16 @@ def significant(value: float, digits: int) -> float:
 def summary(epoch_s: Sequence[float], images_per_s: Sequence[float], test_accuracy: float | None) -> dict[str, float]:
     """A run's steady-state summary as it is logged and shown everywhere (names.STEADY_EPOCH, ...):
     the median steady epoch to 4 significant digits (a 23 ms GPU epoch keeps 23.41 ms: the comparison's
-    statistics take this figure, one per run, and a millisecond is 4% of such an epoch), its images/s
-    whole, the final test accuracy to 4 digits. A figure that cannot be told is left out."""
+    statistics take this figure, one per run, and a millisecond is 4% of such an epoch), the images of
+    an epoch over that time (whole images/s: the rate that time means, not a median of rates), the
+    final test accuracy to 4 digits. A figure that cannot be told is left out."""
     figures = {}
     if (epoch := steady_median(epoch_s)) is not None:
         figures[STEADY_EPOCH] = significant(epoch, 4)
-    if (images := steady_median(images_per_s)) is not None:
-        figures[STEADY_IMAGES] = float(round(images))
+        # The images of an epoch over that epoch time (each epoch's rate times its time is its images).
+        images = steady_median([rate * seconds for rate, seconds in zip(images_per_s, epoch_s)])
+        if images is not None and epoch > 0:
+            figures[STEADY_IMAGES] = float(round(images / epoch))
     if test_accuracy is not None and test_accuracy == test_accuracy:  # not NaN
         figures[FINAL_ACCURACY] = round(test_accuracy, 4)
     return figures
