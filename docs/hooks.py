@@ -16,6 +16,7 @@ break.)
 
 from __future__ import annotations
 
+import html
 import inspect
 import sys
 from collections.abc import Callable
@@ -151,7 +152,7 @@ def options_table(ctx: click.Context) -> list[str]:
         notes = [f"env var: {', '.join(extra['envvars'])}"] if "envvars" in extra else []
         notes += [extra["range"]] if "range" in extra else []
         description = " ".join([param.help or "", *(f"[{note}]" for note in notes)]).strip()
-        rows.append(f"| {code(record[0])} | {cell(description)} | {default_cell(param, extra)} |")
+        rows.append(f"| {whole(record[0])} | {cell(description)} | {default_cell(param, extra)} |")
     if not rows:
         return []
     return ["**Options:**", "", "| Option | What it does | Default |", "|---|---|---|", *rows, ""]
@@ -164,12 +165,20 @@ def default_cell(option: click.Option, extra: dict[str, Any]) -> str:
         return "*required*"
     if "default" not in extra:
         return ""
-    return cell(extra["default"]) if isinstance(option.show_default, str) else code(extra["default"])
+    if isinstance(option.show_default, str):
+        return cell(extra["default"])
+    default = str(extra["default"])
+    kind = getattr(option.type, "inner", option.type)  # pipeline.cli.NonBlank wraps the type it checks
+    if isinstance(kind, click.types.BoolParamType) or (option.is_flag and option.is_bool_flag):
+        default = default.lower()  # as a grid file and the option itself write it: true, false
+    return whole(default)
 
 
-def code(text: str) -> str:
-    """Inline code inside a table cell; a pipe in it (a Choice's [a|b]) stays literal there."""
-    return f"`{text}`"
+def whole(text: str) -> str:
+    """Inline code inside a table cell that never breaks mid-word (docs/stylesheets/extra.css): an
+    option's names and metavar, a default. HTML, so a pipe in it (a Choice's [a|b]) is escaped."""
+    escaped = html.escape(text).replace("|", "&#124;")
+    return f'<code class="cli-whole">{escaped}</code>'
 
 
 def cell(text: str) -> str:

@@ -379,6 +379,19 @@ def run(
 @setting_options
 @data_dir_option
 @click.option(
+    "--train-size",
+    type=NonBlank(click.IntRange(1), unset_when_blank=True),
+    metavar="N",
+    help="Train on the first N training images (default: all 60,000), as a grid's data.train_size: "
+    "a quick run on a busy machine, at a cost in accuracy.",
+)
+@click.option(
+    "--test-size",
+    type=NonBlank(click.IntRange(1), unset_when_blank=True),
+    metavar="N",
+    help="Score on the first N test images (default: all 10,000), as a grid's data.test_size.",
+)
+@click.option(
     "--experiment",
     default="train",
     show_default=True,
@@ -389,7 +402,13 @@ def run(
 @tracking_uri_option
 @system_metrics_option
 def train(
-    data_dir: str | None, experiment: str | None, tracking_uri: str | None, system_metrics: bool, **settings: Any
+    data_dir: str | None,
+    train_size: int | None,
+    test_size: int | None,
+    experiment: str | None,
+    tracking_uri: str | None,
+    system_metrics: bool,
+    **settings: Any,
 ) -> None:
     """Train one run with the given settings (each the grid key of its name) and track it in MLflow."""
     # rich (report), and pandas and numpy (runner): loaded by the commands that use them only
@@ -401,7 +420,12 @@ def train(
         if getattr(config, key) and config.num_workers > 0:
             raise UserError(f"--{key.replace('_', '-')} true {what}, without DataLoader workers; set --num-workers 0")
     options = Options(
-        tracking_uri=tracking_uri, experiment=experiment, data_dir=data_dir, system_metrics=system_metrics
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        data_dir=data_dir,
+        system_metrics=system_metrics,
+        train_size=train_size,
+        test_size=test_size,
     )
     sys.exit(run_single(config, Reporter(), options).exit_code)
 

@@ -129,6 +129,8 @@ class Options:
     register: str | None = None  # the CLI registers the best run under this name afterwards
     max_points: int = MAX_POINTS  # a bigger sweep (points x repeats) is refused (a dry run shows its first runs)
     repeats: int | str | None = None  # --repeats N or auto: overrides the grid file's `repeats`
+    train_size: int | None = None  # `pipeline train --train-size`: the first N training images (a grid has data:)
+    test_size: int | None = None  # `pipeline train --test-size`
 
     def flags(self) -> str:
         """The sweep-wide options that were set, as flags (the parent run's tag, not params:
@@ -262,7 +264,7 @@ def run_single(config: RunConfig, reporter: Reporter, options: Options = Options
         raise UserError(f"pipeline train: {item.reason}")  # a setting this device cannot run
     from pipeline.training import data as data_mod  # torch (seconds): after the inputs are checked
 
-    dataset = data_mod.load(options.data_dir)
+    dataset = data_mod.load(options.data_dir, options.train_size, options.test_size)
     reporter.data(dataset.description)
     sweep = _open_sweep(uri, client, options.experiment or "train", dataset, reporter, options)
     _assign_run_keys([item], sweep.identity)
