@@ -159,19 +159,14 @@ def options_table(ctx: click.Context) -> list[str]:
 
 
 def default_cell(option: click.Option, extra: dict[str, Any]) -> str:
-    """The default as --help shows it: a value in code, a rule written in words (show_default="...")
-    as words, *required* for a required option, and nothing when --help shows no default."""
+    """The default as --help shows it: a value in code that never breaks, a rule written in words
+    (show_default="...") as words, *required* for a required option, and nothing when --help shows
+    no default."""
     if "required" in extra:
         return "*required*"
     if "default" not in extra:
         return ""
-    if isinstance(option.show_default, str):
-        return cell(extra["default"])
-    default = str(extra["default"])
-    kind = getattr(option.type, "inner", option.type)  # pipeline.cli.NonBlank wraps the type it checks
-    if isinstance(kind, click.types.BoolParamType) or (option.is_flag and option.is_bool_flag):
-        default = default.lower()  # as a grid file and the option itself write it: true, false
-    return whole(default)
+    return cell(extra["default"]) if isinstance(option.show_default, str) else whole(extra["default"])
 
 
 def whole(text: str) -> str:

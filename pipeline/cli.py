@@ -19,7 +19,7 @@ from pipeline.base.files import check_writable
 from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.errors import UserError
 from pipeline.settings.config import DEFAULTS, KEYS, WORKERLESS, RunConfig, check_repeats, load_grid
-from pipeline.settings.grid import MAX_POINTS, SHOWN_POINTS, expand
+from pipeline.settings.grid import MAX_POINTS, SHOWN_POINTS, expand, format_value
 from pipeline.settings.schema import schema_text
 from pipeline.settings.starter import FIRST_GRID, write_examples
 from pipeline.sweep import registry
@@ -112,7 +112,9 @@ def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "--" + name.replace("_", "-"),
             name,
             type=types[name],
-            default=DEFAULTS[name],
+            # A boolean's default as a grid file writes it ("true", which Click converts), so that
+            # --help shows true, not True.
+            default=format_value(DEFAULTS[name]) if isinstance(DEFAULTS[name], bool) else DEFAULTS[name],
             show_default=True,
             callback=_grid_value(name),
             help=KEYS[name].help,
@@ -132,7 +134,7 @@ system_metrics_option = click.option(
     type=bool,
     is_flag=False,
     flag_value=True,
-    default=False,
+    default="false",  # as a grid file writes it (Click converts it): --help shows false, not False
     show_default=True,
     metavar="[true|false]",
     help="Record MLflow system metrics (CPU, memory, disk, network; GPU via nvidia-ml-py) per run; "

@@ -216,3 +216,26 @@ def test_pipeline_help_shows_each_summary_whole_in_80_columns():
         )
     ]
     assert cut == []
+
+
+def test_each_option_and_default_stays_whole_and_booleans_read_as_grids_write_them(site):
+    """Every option's names and every default are code that never breaks mid-word in the browser
+    (docs/stylesheets/extra.css), and no boolean reads True or False: true and false, as in grids."""
+    page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    rows = re.findall(r"<tr>\s*<td>(.*?)</td>\s*<td>.*?</td>\s*<td>(.*?)</td>\s*</tr>", page, re.S)
+    cells = [(first, default) for first, default in rows if "--" in first]
+    assert len(cells) > 50
+    assert all(first.startswith('<code class="cli-whole">') for first, _ in cells), cells
+    # A default written in words is prose; a value is whole code.
+    values = [d for _, d in cells if d and "<em>" not in d and " " not in re.sub(r"<[^>]*>", "", d)]
+    assert all(value.startswith('<code class="cli-whole">') for value in values), values
+    assert not [v for v in values if ">True<" in v or ">False<" in v] and any(">false<" in v for v in values)
+    css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert re.search(r"code\.cli-whole \{\s*white-space: nowrap;", css)
+    helped = [
+        f"{ctx.command_path} {left}"
+        for _, ctx in commands()
+        for _, left, right in options(ctx)
+        if "[default: True]" in right or "[default: False]" in right
+    ]
+    assert helped == []

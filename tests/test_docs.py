@@ -28,22 +28,6 @@ def test_the_grid_key_reference_lists_every_key_with_its_help(site):
     assert [name for name, key in KEYS.items() if name not in page or key.help not in page] == []
 
 
-def test_the_cli_reference_keeps_each_option_and_default_whole(site):
-    """Every option's names and every default are code that never breaks mid-word (extra.css), and a
-    boolean default reads as a grid file and the option write it (false, not False)."""
-    page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
-    rows = re.findall(r"<tr>\s*<td>(.*?)</td>\s*<td>.*?</td>\s*<td>(.*?)</td>\s*</tr>", page, re.S)
-    options = [(first, default) for first, default in rows if "--" in first]
-    assert len(options) > 50
-    assert all(first.startswith('<code class="cli-whole">') for first, _ in options), options
-    # A default written in words (show_default="...") is prose; a value is whole code.
-    defaults = [d for _, d in options if d and "<em>" not in d and " " not in re.sub(r"<[^>]*>", "", d)]
-    assert all(default.startswith('<code class="cli-whole">') for default in defaults), defaults
-    assert not [d for d in defaults if ">True<" in d or ">False<" in d] and any(">false<" in d for d in defaults)
-    css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
-    assert re.search(r"code\.cli-whole \{\s*white-space: nowrap;", css)
-
-
 # --- command blocks and links in the README and the docs ------------------------------------------
 
 import contextlib  # noqa: E402
