@@ -74,8 +74,13 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     ordered = client.search_runs(
         [experiment_id], state["searchFilter"], order_by=[f"{key} {'ASC' if state['orderByAsc'] else 'DESC'}"]
     )
-    assert len(ordered) == 8 and ordered[0].info.run_id == best
-    assert sorted(r.data.metrics["rank"] for r in ordered) == list(range(1, 9))
+    # One row a setting (4 settings of 2 runs), the best setting's model run first, in the verdict's order.
+    assert len(ordered) == 4 and ordered[0].info.run_id == best and ordered[0].data.metrics["rank"] == 1
+    assert len({r.data.tags["pipeline.setting"] for r in ordered}) == 4
+    assert [(r.data.params["batch_size"], r.data.params["device"]) for r in ordered] == [
+        (str(row["batch_size"]), row["device"])
+        for row in json.loads(invoke("compare", "--tracking-uri", tracking_uri, "--format", "json").stdout)
+    ]
 
     # --by speed names the fastest setting's run; it is the best only where it is accurate enough.
     fastest = invoke(

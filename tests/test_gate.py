@@ -103,11 +103,12 @@ def test_hosts_must_match_unless_across_hosts(tracking_uri):
 
 
 def test_points_without_a_baseline_twin_are_counted_and_none_at_all_is_refused(tracking_uri):
+    """A gate with no pair says which point each side has (the first, in the verdict's order: bs256 is best)."""
     baseline = write_sweep(tracking_uri, "base", [Run([2.0, 1.0, 1.0], params={"batch_size": "64"})])
     current = _sweep(tracking_uri, "now", 1.0, seed=9)
     out = _gate(tracking_uri, "--parent-run", current, "--baseline", baseline)
     assert out.exit_code == 2, out.output
-    assert "this sweep has cpu batch_size=128" in out.output and "the baseline has cpu batch_size=64" in out.output
+    assert "this sweep has cpu batch_size=256" in out.output and "the baseline has cpu batch_size=64" in out.output
 
 
 @pytest.mark.parametrize(

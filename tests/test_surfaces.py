@@ -89,16 +89,18 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
             for metric, column in SETTING_FIGURES.items():
                 assert metrics[metric] == row[column], (metric, run_id)
 
-    # one row per setting: the view groups the runs by their setting's name, every group closed; each
-    # setting's part of the verdict beside its figures
+    # one row per setting: the view shows the run that stands for each (no UI aggregate over the
+    # repeats), named by its setting in full, with its part of the verdict beside its figures
     from pipeline.present import view
 
-    state = view.read_envelope(
-        client.get_experiment_by_name("surfaces").tags[f"mlflow.sharedViewState.sweep-{parent_id}"]
+    experiment = client.get_experiment_by_name("surfaces")
+    state = view.read_envelope(experiment.tags[f"mlflow.sharedViewState.sweep-{parent_id}"])
+    assert "groupBy" not in state
+    shown = client.search_runs([experiment.experiment_id], state["searchFilter"])
+    assert len(shown) == len(rows) and all(
+        r.info.run_id in row["run_ids"] for r, row in zip(sorted(shown, key=lambda r: r.data.metrics["rank"]), rows)
     )
-    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "pipeline.setting"}]
-    tags = [client.get_run(row["run_ids"].split(",")[0]).data.tags for row in rows]
-    assert state["groupsExpanded"] == {f"tag.pipeline.setting.{t['pipeline.setting']}": False for t in tags}
+    tags = [run.data.tags for run in shown]
     said = {t["pipeline.setting"]: t["pipeline.verdict"] for t in tags}
     assert len(said) == 4 and [name for name, words in said.items() if "best" in words.split("; ")] == [
         "cuda:0 bs128"

@@ -121,11 +121,13 @@ def _best(uri: str, link: str):
     return client, parent, client.get_run(client.get_run(parent).data.tags["pipeline.best_run"])
 
 
-# Each group row's name (pinned left) and its setting_steady_epoch_s cell ("0.2344 (min)"), by row index.
-_GROUPS = """() => {
+# Each row's name (pinned left: the run's, the setting's name and its repeat), whether the UI cut
+# it short, and its setting_steady_epoch_s cell, by row index.
+_ROWS = """() => {
   const rows = {};
   for (const row of document.querySelectorAll('.ag-pinned-left-cols-container .ag-row')) {
-    rows[row.getAttribute('row-index')] = {name: row.innerText.replace(/\\s+/g, ' ').trim()};
+    const cut = [...row.querySelectorAll('a')].some(e => e.scrollWidth > e.clientWidth + 1);
+    rows[row.getAttribute('row-index')] = {name: row.innerText.replace(/\\s+/g, ' ').trim(), cut: cut};
   }
   const cells = '.ag-center-cols-container .ag-row [col-id*="setting_steady_epoch_s"]';
   for (const cell of document.querySelectorAll(cells)) {
@@ -139,7 +141,7 @@ _GROUPS = """() => {
 @pytest.mark.browser
 def test_the_printed_link_opens_the_verdict_and_the_figures_with_no_clicks(ui, browser):
     """With zero clicks, beside the assistant panel as MLflow opens it: the verdict's line, one row per
-    setting (its runs folded under it), each with the figures `pipeline compare --format json` gives
+    setting (the run that stands for it), each with the figures `pipeline compare --format json` gives
     it, the best setting first; Model training mode, no GenAI sidebar."""
     from playwright.sync_api import expect
 
@@ -155,16 +157,52 @@ def test_the_printed_link_opens_the_verdict_and_the_figures_with_no_clicks(ui, b
     _visible_left_of(page, page.get_by_text(re.compile(rf"^Best: {setting} \(")).first, right)
     for column in ("setting_steady_epoch_s", "setting_images_per_s", "setting_final_test_accuracy"):
         _visible_left_of(page, page.get_by_role("columnheader", name=re.compile(column)).first, right)
-    groups = [(re.search(r"Group: (.+) (\d+)\b", g["name"]).groups(), g["epoch"]) for g in page.evaluate(_GROUPS)]
-    assert len(groups) == 8 and {runs for (_, runs), _ in groups} == {"2"}, groups  # n of each setting
-    shown = {name: float(epoch.split()[0]) for (name, _), epoch in groups}
+    rows = page.evaluate(_ROWS)
+    # One row a setting, named in full, its figure as the terminal rounds it (no "(min)"), best first.
+    assert len(rows) == 8 and all(re.fullmatch(r"\d+\.\d+", row["epoch"]) for row in rows), rows
+    assert not [row for row in rows if row["cut"]], rows
+    # The pinned columns read "#9467bd cpu bs64 w0 bf16 r1 16 seconds ago": colour, run name, age.
+    shown = {re.search(r"(cpu .+?) r\d+\b", row["name"]).group(1): float(row["epoch"]) for row in rows}
     assert shown == {name: row["steady_epoch_s"] for name, row in expected.items()}
-    assert groups[0][0][0] == setting  # the verdict's best first (the view sorts by rank)
-    expect(page.get_by_text("16 matching runs")).to_be_visible()
+    assert f" {setting} r" in rows[0]["name"]  # the verdict's best first (the view sorts by rank)
+    expect(page.get_by_text("8 matching runs")).to_be_visible()
     assert "workflowType=machine_learning" in page.url
     for genai in ("Judges", "Playground"):  # the GenAI sidebar's entries: not this mode
         expect(page.get_by_text(genai, exact=True)).to_have_count(0)
     _keep(page, "ui-table.png")
+    page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width, height", [(1024, 768), (1440, 900)])
+def test_the_first_lines_links_and_verdict_are_in_sight(ui, browser, width, height):
+    """The experiment description's first line, which MLflow folds to one line, with the assistant
+    panel open as on a first visit: its three links in sight at 1024x768, and the verdict whole at
+    1440x900 (its words end on that first line, left of the panel)."""
+    from playwright.sync_api import expect
+
+    base, link, _, uri = ui
+    client, parent, best = _best(uri, link)
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(base + link)
+    expect(page.get_by_text("You're viewing a shared view")).to_be_visible(timeout=60_000)
+    right = _panel_left(page)
+    top = None
+    for name in ("its model", "comparison view", "report"):
+        found = page.get_by_role("link", name=name, exact=True).first
+        box = _visible_left_of(page, found, right)
+        top = box["y"] if top is None else top
+        assert box["y"] == top and box["height"] < 20, (name, box)  # on the first line, whole
+    verdict = page.get_by_text(re.compile(rf"^Best: {best.data.tags['pipeline.setting']}: ")).first
+    expect(verdict).to_be_visible()
+    if width >= 1440:
+        ends = page.evaluate(
+            "e => { const r = document.createRange(); r.selectNodeContents(e); const b = r.getClientRects();"
+            " return [b.length, b[b.length - 1].right, b[0].top]; }",
+            verdict.element_handle(),
+        )
+        assert ends[0] == 1 and ends[1] <= right and abs(ends[2] - top) < 10, ends
+    _keep(page, f"ui-first-line-{width}.png")
     page.close()
 
 
@@ -259,7 +297,7 @@ def test_the_best_model_is_one_click_away_and_back_plus_one_click_restores_the_v
     page.goto(f"{base}#/experiments/{experiment_id}/runs/{best.info.run_id}?workflowType=machine_learning")
     expect(page.get_by_text(best.info.run_name).first).to_be_visible(timeout=60_000)
     page.go_back()
-    expect(page.get_by_text("16 matching runs")).to_be_visible(timeout=30_000)  # filter and sort kept
+    expect(page.get_by_text("8 matching runs")).to_be_visible(timeout=30_000)  # filter and sort kept
     with page.context.expect_page() as opened:
         page.get_by_role("link", name="comparison view").first.click()
     again = opened.value

@@ -46,7 +46,7 @@ def test_the_printed_link_opens_the_sweeps_saved_view(swept):
     assert "compareRunsMode=TABLE" in link
     tags = client.get_experiment(experiment_id).tags
     state = view.read_envelope(tags[f"mlflow.sharedViewState.sweep-{parent_id}"])
-    assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent_id}'"
+    assert state["searchFilter"] == f"tags.`pipeline.in_sweep.{parent_id}` = 'setting'"  # one run a setting
     assert state["orderByKey"] == "metrics.`rank`" and state["orderByAsc"] is True  # the verdict's order
     # The figures first (each run's setting's: the numbers compare prints), then the settings.
     assert state["selectedColumns"] == [
@@ -101,14 +101,18 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     # The experiment's description opens on the latest sweep's verdict in one line (the UI folds it to
     # that line) with the links to the best model, the view and the report; then each claim a line.
     first, _, _, claims = note.splitlines()[:4]
+    report = f"#/experiments/{experiment_id}/runs/{parent_id}/artifactPath/report.html?workflowType=machine_learning"
     assert re.match(
-        r"\*\*Best: cpu bs\d+ \(\d\.\d{3} s/epoch, test acc \d\.\d{4}\)\*\* · \[its model\]"
-        rf"\(#/experiments/{experiment_id}/models/m-\w+\?workflowType=machine_learning\) · "
-        rf"\[comparison view\]{re.escape(back)}",
+        rf"\[its model\]\(#/experiments/{experiment_id}/models/m-\w+\?workflowType=machine_learning\) · "
+        rf"\[comparison view\]{re.escape(back)}&compareRunsMode=TABLE\) · \[report\]\({re.escape(report)}\) · "
+        r"\*\*Best: cpu bs\d+: .+\*\*$",
         first,
     ), first
-    report = f"#/experiments/{experiment_id}/runs/{parent_id}/artifactPath/report.html?workflowType=machine_learning"
-    assert first.endswith(f" · [report]({report})") and claims == parent.splitlines()[0], note
+    # The verdict whole, in under 80 characters: the best and its claim, as the headline says it.
+    said = first.split(" · **")[1].removesuffix("**").replace("\\", "")
+    assert len(said) < 80 and said.split(":")[0] in parent.splitlines()[0], said
+    assert ("most accurate" in said) == ("the most accurate" in parent.splitlines()[0]), (said, parent)
+    assert claims == parent.splitlines()[0], note
     assert f"[Open its comparison view]{back}" in note
     assert "report.html" in [a.path for a in client.list_artifacts(parent_id)]
     assert "comparison/epoch_duration.png" in [a.path for a in client.list_artifacts(parent_id, "comparison")]

@@ -523,7 +523,11 @@ def build(sweep: SweepRecord, options: CompareOptions | None = None) -> Comparis
     ]
     first = [c for c in KEY_COLUMNS if c in table]
     table = table[first + [c for c in table.columns if c not in first]]
-    comparison.table = _sorted(table, options.sort, target).reset_index(drop=True)
+    if options.sort is None:
+        table = table.loc[verdict_order(table, target, chosen.index if chosen is not None else None)]
+    else:
+        table = _sorted(table, options.sort)
+    comparison.table = table.reset_index(drop=True)
     return comparison
 
 
@@ -621,44 +625,46 @@ def pick(comparison: Comparison, rule: str = BEST) -> Pick | None:
     }
     if speed == "time_to_target_s":
         figures["time_to_target_s"] = float(row["time_to_target_s"])
-    return Pick(rule, chosen, comparison.label(row), _model_run(comparison, row), speed, figures)
+    return Pick(rule, chosen, comparison.label(row), model_run(comparison, row), speed, figures)
+
+
+def verdict_order(table: pd.DataFrame, target: str | None, best: Any) -> list[Any]:
+    """The one order of settings on every surface (the table, csv and json, the descriptions, the
+    view, the report): the best setting first (`best`, pick's index; None where there is none),
+    then the rest fastest first (fastest_first), those with no speed figure last."""
+    order = list(fastest_first(table, target))
+    if best is not None:
+        order.remove(best)
+        order.insert(0, best)
+    return order
 
 
 def run_order(comparison: Comparison) -> list[str]:
-    """Every run of the comparison in the verdict's order: the best setting's model run first (pick),
-    then the settings fastest first (fastest_first), each setting's runs most accurate first."""
+    """Every run of the comparison in the verdict's order (verdict_order, whatever --sort did to the
+    table), each setting's runs most accurate first: the best setting's model run is the first."""
     t = comparison.table
     if t.empty:
         return []
     accuracy = comparison.per_run[FINAL_ACCURACY]
     run_ids = t["run_ids"].to_dict()
+    best = pick(comparison, BEST)
     ordered = []
-    for index in fastest_first(t, comparison.target):
+    for index in verdict_order(t, comparison.target, best.index if best is not None else None):
         ids = str(run_ids[index]).split(",")
         # Most accurate first (a run without the figure last), the earliest of equals first.
         ordered += sorted(ids, key=lambda r: -accuracy[r] if not math.isnan(accuracy[r]) else math.inf)
-    best = pick(comparison, BEST)
-    if best is not None:
-        ordered.remove(best.run_id)
-        ordered.insert(0, best.run_id)
     return [str(run_id) for run_id in ordered]
 
 
-def _model_run(comparison: Comparison, row: pd.Series) -> str:
+def model_run(comparison: Comparison, row: pd.Series) -> str:
     """The run whose model stands for a setting: its most accurate run (the earliest of equals)."""
     ids = str(row["run_ids"]).split(",")
     accuracy = comparison.runs.loc[ids, FINAL_ACCURACY].fillna(-math.inf)
     return str(accuracy.idxmax())
 
 
-def _sorted(table: pd.DataFrame, sort: str | None, target: str | None) -> pd.DataFrame:
-    """`--sort`'s order (higher first for accuracies and speedups); by default, with a target, the
-    rows that rank on it (reached in every timed run) fastest first, then the rest by epoch
-    time (the terminal's table puts the fastest first either way: decision_frame)."""
-    if sort is None:
-        if target is None:
-            return table
-        return table.loc[fastest_first(table, target)]
+def _sorted(table: pd.DataFrame, sort: str) -> pd.DataFrame:
+    """`--sort`'s order (higher first for accuracies and speedups), instead of the verdict's."""
     sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
     if sort not in table.columns:
         # The figures people sort by; the settings and every other csv/json column work as well.

@@ -119,6 +119,10 @@ TAG_TARGET_STATUS = "pipeline.target_status"  # "reached at epoch 2" or "not rea
 # trained again), which its comparison counts with the runs it trained. Comma-separated run ids, in
 # tags of at most MLflow's 8,000 characters: "pipeline.done_runs", then "pipeline.done_runs.2", ...
 TAG_DONE_RUNS = "pipeline.done_runs"
+# A published sweep counts a run (names the sweep's parent run id after the prefix): "setting" on the
+# run that stands for its setting (its model run, one a setting: the view's rows), "repeat" on the
+# others. A DONE run counted by several sweeps carries one such tag for each.
+TAG_IN_SWEEP = "pipeline.in_sweep."
 TAG_BEST_RUN = "pipeline.best_run"  # a sweep's parent: the run of its best setting (compare.pick), whose model it links
 # A `repeats: auto` sweep's parent: why its rounds stopped, as printed at the sweep's end, e.g.
 # "repeats: auto stopped after 4 rounds: every speedup is significant"

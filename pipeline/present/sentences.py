@@ -161,11 +161,13 @@ def headline(comparison: Comparison) -> list[str]:
     return lines
 
 
-def short_verdict(comparison: Comparison, reason: bool = True) -> str:
-    """The verdict in one short line, for where one line is all a reader sees (the MLflow UI shows an
-    experiment's description folded to its first line): "Best: cpu bs128 (0.412 s/epoch, test acc
-    0.8123): the fastest (1.52x [1.40-1.65] over cpu bs64), and the most accurate" (without `reason`,
-    up to the colon); the first withheld line where every run is contended."""
+def short_verdict(comparison: Comparison) -> str:
+    """The verdict whole in one short line, for where one line is all a reader sees (the MLflow UI
+    shows an experiment's description folded to its first line): the best setting and its main
+    claim held to the speedups' test ("Best: cpu bs128: fastest, 1.52x [1.40-1.65] over cpu bs64",
+    "Best: cpu bs128: within noise of cpu bs64 (1.02x, n.s.)"), "under load" where contended runs were counted
+    (--include-contended), and "partial" for a sweep still running; the first withheld line where
+    every run is contended. The headline's lines say the same at length."""
     t = comparison.table
     if t.empty:
         return ""
@@ -175,8 +177,43 @@ def short_verdict(comparison: Comparison, reason: bool = True) -> str:
     best, fastest, accurate = (pick(comparison, rule) for rule in (BEST, SPEED, ACCURACY))
     if best is None:
         return ""
-    said = f"Best: {best.label} ({pick_figures(best)})"
-    return said + _best_is(comparison, best, fastest, accurate) if reason else said
+    said = f"Best: {best.label}"  # its figures are the view's first row, right below
+    claim = _brief_claim(comparison, best, fastest, accurate)
+    said += f": {claim}" if claim else ""
+    runs = comparison.runs
+    if comparison.include_contended and runs["contended"].any():
+        said += f"; under load ({int(runs['contended'].sum())} of {len(runs)} runs contended, counted)"
+    if comparison.sweep.partial:
+        said += f"; partial: {_finished_of(comparison.sweep)}"
+    return said
+
+
+def _brief_claim(comparison: Comparison, best: Pick, fastest: Pick | None, accurate: Pick | None) -> str:
+    """_best_is in a few words, the same test behind it: "fastest, 1.52x [1.40-1.65] over cpu bs64",
+    "within noise of cpu bs64 (1.02x, n.s.)", "not yet told from cpu bs64 (n too small)", "most
+    accurate; cpu bs256 is faster, less accurate"."""
+    if len(comparison.table) == 1:
+        return ""
+    is_fastest = fastest is not None and fastest.index == best.index
+    is_accurate = accurate is not None and accurate.index == best.index
+    if is_accurate and not is_fastest:
+        return f"most accurate; {fastest.label} is faster, less accurate" if fastest is not None else "most accurate"
+    rule = SPEED if is_fastest else BEST
+    found = lead(comparison, ranking(comparison, rule))
+    prefix = "" if is_fastest else f"fastest within {comparison.quality_margin:g} acc of the most accurate, "
+    if found is None or found.runner_up is None:
+        said = (prefix or "fastest, ").removesuffix(", ")
+    elif found.ratio is None:
+        said = f"{prefix}first, the only one to reach {comparison.target} in every run"
+    else:
+        ratio, next_one = found.ratio, comparison.label(comparison.table.loc[found.runner_up])
+        if found.clear:
+            said = f"{prefix or 'fastest, '}{ratio.estimate:.2f}x [{ratio.low:.2f}-{ratio.high:.2f}] over {next_one}"
+        elif not ratio.has_interval:
+            said = f"{prefix}not yet told from {next_one} (n too small)"
+        else:
+            said = f"{prefix}within noise of {next_one} ({ratio.estimate:.2f}x, n.s.)"
+    return f"{said}; most accurate" if is_fastest and is_accurate else said
 
 
 def claims(comparison: Comparison) -> list[str]:
@@ -374,8 +411,7 @@ def _coverage(sweep: SweepRecord) -> list[str]:
     did, says how many of its runs finished; DONE runs say which earlier sweep trained them."""
     said, finished = [], len(sweep.children)
     if sweep.partial:
-        of = f" of {sweep.planned}" if sweep.planned else ""
-        said.append(f"partial: {finished}{of} runs finished; the sweep is still running, and this verdict covers those")
+        said.append(f"partial: {_finished_of(sweep)}; the sweep is still running, and this verdict covers those")
     elif sweep.planned and finished < sweep.planned and sweep.status in ("FAILED", "KILLED"):
         said.append(
             f"{finished} of {sweep.planned} runs finished: the sweep ended {sweep.status}; running its grid again "
@@ -389,6 +425,12 @@ def _coverage(sweep: SweepRecord) -> list[str]:
             f"and hardware), counted here and not trained again: {sources}"
         )
     return said
+
+
+def _finished_of(sweep: SweepRecord) -> str:
+    """ "3 of 8 runs finished" (of the runs its grid plans, where the parent says)."""
+    of = f" of {sweep.planned}" if sweep.planned else ""
+    return f"{len(sweep.children)}{of} runs finished"
 
 
 def _source(sweep: SweepRecord, parent: str) -> str:

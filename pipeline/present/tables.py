@@ -83,11 +83,9 @@ def decision_frame(comparison: Comparison) -> pd.DataFrame:
     tables that each repeat the settings: verdict.frame_tables): the device and the settings that vary,
     n where a setting was repeated, the epoch time with its interquartile range under it, time to
     target where timed, the speedups this sweep has (each interval on its cell's second line), test
-    accuracy and images/s. Columns with nothing in them for this sweep are left out. Fastest first,
-    unless --sort said otherwise (with a target the table already ranks by it)."""
+    accuracy and images/s. Columns with nothing in them for this sweep are left out. In the table's
+    order: the verdict's (best first, then fastest first), unless --sort said otherwise."""
     t = comparison.table
-    if comparison.sorted_by is None and comparison.target is None:
-        t = t.sort_values("epoch_duration_s", kind="stable", na_position="last")
     out = t[comparison.setting_columns].copy()
     if (t["n"] > 1).any():
         out["n"] = t["n"]

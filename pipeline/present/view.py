@@ -43,7 +43,7 @@ from importlib.metadata import version as installed_version
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pipeline.analysis.compare import SUMMARY, ranks_on_target, run_order
+from pipeline.analysis.compare import SUMMARY, model_run, ranks_on_target, run_order
 from pipeline.base.names import (
     FINAL_ACCURACY,
     RANK,
@@ -55,10 +55,12 @@ from pipeline.base.names import (
     SETTING_TO_TARGET,
     STEADY_EPOCH,
     STEADY_IMAGES,
+    TAG_IN_SWEEP,
     TAG_SETTING,
     TAG_VERDICT,
 )
 from pipeline.base.uris import RUNS_PAGE, redact
+from pipeline.measures.timing import significant
 from pipeline.present.palette import colours
 from pipeline.present.sentences import claims, headline, notes, short_verdict, speedup_lines
 from pipeline.present.tables import markdown, percent, speedup_columns, spread
@@ -143,6 +145,12 @@ def children_filter(parent_run_id: str) -> str:
     return f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
 
 
+def rows_filter(parent_run_id: str) -> str:
+    """The saved view's filter: one run a setting of the sweep (names.TAG_IN_SWEEP "setting": its
+    model run), DONE points trained by an earlier sweep included, which a filter by parent misses."""
+    return f"tags.`{TAG_IN_SWEEP}{parent_run_id}` = 'setting'"
+
+
 def latest(experiment_tags: dict[str, str]) -> str | None:
     """The parent run id of the experiment's most recently written sweep view, if any, from the
     experiment's tags."""
@@ -173,22 +181,20 @@ def state(
     settings: list[str],
     categorical: list[str] | None = None,
     target: str | None = None,
-    groups: Sequence[str] = (),
     utilisation: bool = False,
 ) -> dict:
-    """The runs page of one sweep: its children flat in the verdict's order, the figures first, the
-    comparison charts first, speed against accuracy first of all. The figures are each run's
-    setting's (names.SETTING_*: the numbers `pipeline compare` prints for the setting), so that the
-    runs of one setting show one set of numbers and every setting is one point on the speed chart
-    (its steady epoch time: every setting has one, where time to target leaves out those that missed
-    it). `settings` are the params shown after the figures: device first, then those that vary;
+    """The runs page of one sweep: one row a setting (rows_filter: the run that stands for it, its
+    model run, named by the settings that vary) in the verdict's order, its figures first, the
+    comparison charts first,
+    speed against accuracy first of all. The figures are the setting's (names.SETTING_*: the numbers
+    `pipeline compare` prints for it), so every row and chart point is a setting's, with no UI
+    aggregate ("(min)") over its repeats, and every setting is one point on the speed chart (its
+    steady epoch time: every setting has one, where time to target leaves out those that missed it).
+    `settings` are the params shown after the figures: device first, then those that vary;
     `categorical` those of them the parallel coordinates take (the UI draws a param whose values all
     read as numbers as a continuous axis, which misplaces batch sizes and worker counts: those are
     left out). `target`: the sweep's target, if any (its time-to-target column). `utilisation`: whether
-    its runs logged an MFU (its column, names.SETTING_MFU, a share in (0, 1]). `groups`: the
-    settings' names (names.TAG_SETTING) where some setting has several runs: the table then shows one
-    row per setting, its runs folded under it (the UI's grouping; each run carries its setting's
-    figures, so any aggregate of them is the setting's figure)."""
+    its runs logged an MFU (its column, names.SETTING_MFU, a share in (0, 1])."""
     metric = "METRIC"
     figures = [m for m in COLUMN_METRICS if (target or m != SETTING_TO_TARGET) and (utilisation or m != SETTING_MFU)]
     # The figures first (MLflow's assistant panel, open on a first visit, covers the table's right
@@ -200,7 +206,7 @@ def state(
         + [DATASET_COLUMN]
     )
     return {
-        "searchFilter": children_filter(parent_run_id),
+        "searchFilter": rows_filter(parent_run_id),
         # The verdict's order (names.RANK): the run whose model the verdict names first, then fastest first.
         "orderByKey": f"metrics.`{RANK}`",
         "orderByAsc": True,
@@ -211,7 +217,6 @@ def state(
         "runsHiddenMode": "SHOW_ALL",  # else the charts show the first 10 runs only
         "isAccordionReordered": True,  # keep the comparison section first
         "hideEmptyCharts": True,
-        **(_grouped(groups) if groups else {}),
         "compareRunSections": [
             {
                 "uuid": SECTION,
@@ -240,17 +245,6 @@ def state(
                 showAllRuns=True,
             ),
         ],
-    }
-
-
-def _grouped(groups: Sequence[str]) -> dict:
-    """The UI state that folds a sweep's runs into one row per setting: grouped by the setting's tag,
-    every group closed (the UI opens a group it has no entry for), the charts drawing one point per
-    group. The group's id is the UI's own spelling: "tag.<key>.<value>"."""
-    return {
-        "groupBy": {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": TAG_SETTING}]},
-        "groupsExpanded": {f"tag.{TAG_SETTING}.{name}": False for name in groups},
-        "useGroupedValuesInCharts": True,
     }
 
 
@@ -313,7 +307,6 @@ def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str
                 "(their columns and charts; the runs page forgets them after a run page and Back)",
             )
         lines += [f"{link}  " for link in links] + [""]
-        t = t.sort_values("epoch_duration_s", kind="stable")
         settings = ["device"] + comparison.varying
         frame = t[settings].copy()
         frame["n"] = t["n"]
@@ -366,17 +359,19 @@ def experiment_note(
     model_link: str | None = None,
 ) -> str:
     """The experiment's description, which the UI shows above its runs folded to its first line: that
-    line is its latest sweep's verdict in short (sentences.short_verdict) with the links to the best
-    setting's model (`model_link`), the sweep's view (`view_link`, where one was written) and its
-    report; then each claim of the verdict a line, what the grid sweeps and how to run it again."""
+    line is the links to the best setting's model (`model_link`), the sweep's view (`view_link`,
+    where one was written) and its report, then its latest sweep's verdict whole in a few words
+    (sentences.short_verdict); then each claim of the verdict a line, what the grid sweeps and how to run it again."""
     sweep = comparison.sweep
     swept = ", ".join(f"`{key}` {list(values)}" for key, values in axes) or "the default settings"
     links = [f"[its model]({model_link})"] if model_link and supported() else []
     links += [f"[comparison view]({view_link})"] if view_link else []
     links.append(_report_link(sweep.experiment_id, sweep.run_id, "report"))
-    said = short_verdict(comparison, reason=False)
+    said = short_verdict(comparison)
     lines = [
-        (f"**{markdown_text(said)}** · " if said else "") + " · ".join(links),
+        # The links first: a 1024-pixel window with MLflow's assistant panel open shows some 55
+        # characters of this line before it folds, and the links must stay in sight.
+        " · ".join(links) + (f" · **{markdown_text(said)}**" if said else ""),
         "",
         f"The latest sweep, {markdown_text(sweep.name)}:  ",
         *verdict_lines(comparison),
@@ -457,9 +452,8 @@ def view_tag(comparison: Comparison) -> tuple[str, str]:
     sweep = comparison.sweep
     settings = ["device"] + comparison.varying
     categorical = [k for k in settings if not _numeric(comparison.table[k])]
-    groups = setting_names(comparison) if (comparison.table["n"] > 1).any() else []
     return VIEW_TAG_PREFIX + view_id(sweep.run_id), envelope(
-        sweep.name, state(sweep.run_id, settings, categorical, comparison.target, groups, _has_mfu(comparison))
+        sweep.name, state(sweep.run_id, settings, categorical, comparison.target, _has_mfu(comparison))
     )
 
 
@@ -510,10 +504,11 @@ def setting_figures(comparison: Comparison) -> list[dict[str, float]]:
             SETTING_ACCURACY: row[FINAL_ACCURACY],
             SETTING_RUNS: row["n"],
         }
+        # Rounded as the terminal shows them (the UI prints a metric whole: 0.0020334774824236792).
         if comparison.target is not None and ranks_on_target(row):
-            figures[SETTING_TO_TARGET] = row["time_to_target_s"]
-        if "mfu" in row:
-            figures[SETTING_MFU] = row["mfu"]
+            figures[SETTING_TO_TARGET] = significant(row["time_to_target_s"], 4)
+        if "mfu" in row and row["mfu"] == row["mfu"]:
+            figures[SETTING_MFU] = round(row["mfu"], 4)
         rows.append({name: float(value) for name, value in figures.items() if value == value})
     return rows
 
@@ -561,11 +556,17 @@ def child_updates(comparison: Comparison) -> list[ChildUpdate]:
     published again as it was needs nothing, and no child is listed."""
     children = {run.run_id: run for run in comparison.sweep.children}
     rank = {run_id: place for place, run_id in enumerate(run_order(comparison), start=1)}
+    member = TAG_IN_SWEEP + comparison.sweep.run_id
     summaries = comparison.runs[list(SUMMARY)].to_dict("index")
     shades = colours(comparison) if supported() else [None] * len(comparison.table)
     updates = []
-    for run_ids, shade, figures, label, said in zip(
-        comparison.table["run_ids"], shades, setting_figures(comparison), setting_names(comparison), claims(comparison)
+    for run_ids, stands, shade, figures, label, said in zip(
+        comparison.table["run_ids"],
+        [model_run(comparison, row) for _, row in comparison.table.iterrows()],
+        shades,
+        setting_figures(comparison),
+        setting_names(comparison),
+        claims(comparison),
     ):
         for run_id in str(run_ids).split(","):
             logged, tags = children[run_id].metrics, children[run_id].tags
@@ -583,6 +584,7 @@ def child_updates(comparison: Comparison) -> list[ChildUpdate]:
             new_tags = {
                 TAG_SETTING: label,
                 TAG_VERDICT: said or "-",
+                member: "setting" if run_id == stands else "repeat",
                 **({RUN_COLOR_TAG: shade} if shade is not None else {}),
             }
             to_tag = {key: value for key, value in new_tags.items() if tags.get(key) != value}
