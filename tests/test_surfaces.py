@@ -145,6 +145,43 @@ def test_every_surface_shows_each_settings_same_numbers(repeated, tmp_path, monk
         assert f"{row['steady_epoch_s']:.3f}" in report
 
 
+def test_the_terminal_the_uis_first_line_the_report_and_json_agree(repeated, tmp_path, monkeypatch):
+    """One answer on every path: `compare`'s terminal output, the UI's first line (the experiment's
+    description), report.html and `compare --format json` name the same best setting, the same lead
+    over the next, the same speedups, and list the settings in one order (best first)."""
+    uri, parent_id = repeated
+    _compare(uri, "--publish")
+    rows = json.loads(_compare(uri, "--format", "json"))
+    order = [f"{row['device']} bs{row['batch_size']}" for row in rows]
+    assert rows[0]["best"] and not any(row["best"] for row in rows[1:]), rows
+    speedups = [
+        f"{row['speedup']:.2f}x faster [{row['speedup_low']:.2f}-{row['speedup_high']:.2f}]"
+        for row in rows
+        if row["speedup_vs"]
+    ]
+    assert len(speedups) == 2
+
+    monkeypatch.setenv("COLUMNS", "200")
+    terminal = _compare(uri)
+    best_line = next(line for line in terminal.splitlines() if line.startswith("Best: "))
+    lead = re.search(r"\((\d\.\d\dx \[[\d.]+-[\d.]+\] over [^)]+)\)", best_line).group(1)
+    assert best_line.startswith(f"Best: {order[0]} (")
+    table = terminal[terminal.index("┏") :]
+    positions = [table.index(f"{row['steady_epoch_s']:.3f}") for row in rows]
+    assert positions == sorted(positions), (order, table)
+
+    client = mlflow.MlflowClient(uri)
+    first = client.get_experiment_by_name("surfaces").tags["mlflow.note.content"].splitlines()[0]
+    ui = first.split(" · **")[1].removesuffix("**").replace("\\", "")
+    assert ui.startswith(f"Best: {order[0]}: fastest, {lead}"), (ui, lead)
+
+    folder = Path(client.download_artifacts(parent_id, "report.html", str(tmp_path)))
+    report = html.unescape(folder.read_text(encoding="utf-8"))
+    assert [f"{r['device']} bs{r['batch_size']}" for r in _report_records(report)] == order
+    assert best_line in report and lead in report
+    assert all(speedup in terminal and speedup in report for speedup in speedups), speedups
+
+
 def test_compare_without_publish_changes_no_byte_of_the_store(repeated, tmp_path):
     uri, _ = repeated
     before = checksums(tmp_path)

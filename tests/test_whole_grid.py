@@ -101,3 +101,27 @@ def test_an_interrupted_sweep_run_again_says_what_an_uninterrupted_one_says(
     # model page shows it registered).
     logged = client.get_logged_model(best.outputs.model_outputs[-1].model_id)
     assert json.loads(logged.tags["mlflow.modelVersions"]) == [{"name": "whole-cnn", "version": version.version}]
+
+
+def test_a_sweep_still_running_says_it_is_partial_on_every_surface(tracking_uri):
+    """`pipeline compare` of a sweep whose parent is still RUNNING: 2 of its 8 planned runs finished,
+    said in the notes and on the UI's first line."""
+    from pipeline.analysis.compare import build
+    from pipeline.present.sentences import short_verdict
+    from pipeline.tracking.records import read_sweep
+    from synthetic_sweeps import Run, write_sweep
+
+    parent = write_sweep(
+        tracking_uri,
+        "running",
+        [Run([1.0, 0.5, 0.5], params={"batch_size": "64"}), Run([1.0, 0.4, 0.4], params={"batch_size": "128"})],
+        {"pipeline.grid_size": "8"},
+    )
+    client = mlflow.MlflowClient(tracking_uri)
+    client.update_run(parent, status="RUNNING")
+    out = invoke("compare", "--experiment", "running", "--tracking-uri", tracking_uri)
+    assert out.exit_code == 0 and "partial: 2 of 8 runs finished; the sweep is still running" in out.output, out.output
+    comparison = build(read_sweep(client, parent_run_id=parent))
+    assert short_verdict(comparison).endswith("; partial: 2 of 8 runs finished")
+    client.update_run(parent, status="FINISHED")
+    assert "partial" not in invoke("compare", "--experiment", "running", "--tracking-uri", tracking_uri).output

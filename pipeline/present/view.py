@@ -297,8 +297,8 @@ def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str
     if not t.empty:
         sweep = comparison.sweep
         links = [
-            f"The report: {_report_link(sweep.experiment_id, parent_run_id, 'Open the report')} (the verdict, "
-            "the table and the charts in one file, to share)"
+            f"{_report_link(sweep.experiment_id, parent_run_id, 'Open the report')}: the verdict, "
+            "the table and the charts in one file, to share"
         ]
         if supported():
             links.insert(
@@ -382,8 +382,8 @@ def experiment_note(
             f"[Open its comparison view]({view_link}): its columns and charts, again after a run page and Back.  "
         )
     lines += [
-        f"Its report: {_report_link(sweep.experiment_id, sweep.run_id, 'Open its report')}: the verdict, the "
-        "table and the charts in one file, to share.",
+        f"{_report_link(sweep.experiment_id, sweep.run_id, 'Open its report')}: the verdict, the table and the "
+        "charts in one file, to share.",
         "",
     ]
     return "\n".join(lines) + (
