@@ -246,7 +246,7 @@ def test_the_parent_run_says_significance_in_words_with_no_broken_link(ui, brows
     loaded = page.locator("img[src*='get-artifact']").evaluate_all(
         "imgs => imgs.map(i => i.complete && i.naturalWidth > 0)"
     )
-    assert loaded == [True, True]  # the charts loaded, not broken images
+    assert len(loaded) >= 2 and all(loaded)  # every chart loaded, not broken images
     _keep(page, "ui-parent.png")
     page.close()
 

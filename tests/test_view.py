@@ -81,14 +81,14 @@ def test_descriptions_say_what_was_swept_and_show_the_results(swept):
     note = client.get_experiment(experiment_id).tags["mlflow.note.content"]
     assert "`batch_size` [64, 128]" in note and "pipeline run" in note and ".yaml" in note
     parent = client.get_run(parent_id).data.tags["mlflow.note.content"]
-    # One row per setting (n runs), its epoch time's median [IQR]; no speedup column: no twins on two devices.
-    # Escaped as MLflow's markdown reads it: no bracket becomes a link, no underscore italics.
-    assert "| device | batch\\_size | n | epoch s \\[IQR\\] | test acc |" in parent
-    assert parent.count("| cpu |") == 2 and "epoch 2" in parent
+    # The decision table the terminal and the report show (answer.py), one row per setting, escaped
+    # as MLflow's markdown reads it: no bracket becomes a link, no underscore italics.
+    header = next(line for line in parent.splitlines() if line.startswith("| device |"))
+    assert "batch\\_size" in header and "test acc" in header and "img/s" in header, header
+    assert parent.count("| cpu |") >= 2 and "epoch 2" in parent  # the decision table, the utilisation table
     image = f"get-artifact?path=comparison%2Fepoch_duration.png&run_uuid={parent_id}"
-    assert f"![epoch time]({image})" in parent
     tradeoff = f"get-artifact?path=comparison%2Faccuracy_vs_time.png&run_uuid={parent_id}"
-    assert parent.index(f"![speed against accuracy]({tradeoff})") < parent.index(image)
+    assert parent.index(f"]({tradeoff})") < parent.index(f"]({image})")
     # The verdict first; then a link to the children's view, in the experiment's description too.
     verdict = parent.split("\n\n")[0]  # "Best: ...", then the first on speed and the most accurate where they differ
     assert re.match(

@@ -10,20 +10,22 @@ from pathlib import Path
 from pipeline.analysis.compare import Comparison
 from pipeline.base.files import atomic_write
 from pipeline.present import charts, html_report
-from pipeline.present.sentences import notes, speedup_lines
+from pipeline.present.answer import Answer, markdown
 from pipeline.present.tables import render
+from pipeline.present.view import markdown_text
 
 
 def write_report(comparison: Comparison, folder: Path) -> list[Path]:
-    """Charts, results.csv and results.md (with the speedup lines and notes) into `folder`."""
+    """Charts, results.csv (every column) and results.md (the answer: answer.markdown, its charts the
+    PNGs beside it) into `folder`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # Charts compare rows; a one-row sweep has nothing to compare (and matplotlib costs ~1 s).
     paths = charts.write_all(comparison, folder) if len(comparison.table) > 1 else []
     atomic_write(folder / "results.csv", render(comparison, "csv"))
-    speedups = "".join(f"- {line}\n" for line in speedup_lines(comparison) + notes(comparison))
     title = f"# {comparison.sweep.name} ({comparison.sweep.experiment_name})\n\n"
-    atomic_write(folder / "results.md", title + render(comparison, "markdown") + ("\n" + speedups if speedups else ""))
+    text = markdown(Answer(comparison), markdown_text, image=lambda name: name)  # the PNGs beside it
+    atomic_write(folder / "results.md", title + text)
     return [*paths, folder / "results.csv", folder / "results.md"]
 
 

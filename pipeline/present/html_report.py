@@ -2,7 +2,8 @@
 writes it, and every published sweep carries it as its parent run's `report.html` (MLflow's artifact
 view shows it in place).
 
-It holds the verdict (sentences.headline), the decision table with its intervals, the charts (speed
+It holds the comparison's answer (answer.Answer: the verdict, the decision table with its intervals,
+the speedup lines and notes), the charts (speed
 against accuracy with the best trade-offs, epoch time by setting with its spread, where each epoch's
 time goes), the hardware and software of every host, and the commands that run the sweep again.
 Everything is inside the file: the charts are PNGs in data URIs, the style is inline, nothing is
@@ -22,22 +23,12 @@ from typing import TYPE_CHECKING
 from pipeline.base.names import ARTIFACT_EFFECTIVE_GRID, TAG_CUDA, TAG_DEVICE, TAG_HARDWARE, TAG_HOST, TAG_TORCH
 from pipeline.base.uris import redact
 from pipeline.present import charts
-from pipeline.present.sentences import headline, notes, speedup_lines
-from pipeline.present.tables import caption, decision_frame, timed_title, utilisation_frame
+from pipeline.present.answer import Answer
 from pipeline.present.tables import render as render_data
 
 if TYPE_CHECKING:
     from pipeline.analysis.compare import Comparison
 
-# The charts the report shows, in order (charts.plan leaves out those a sweep cannot draw).
-CHARTS = (
-    charts.TRADEOFF_PNG,
-    charts.EPOCH_DURATION_PNG,
-    charts.TEST_ACCURACY_PNG,
-    charts.TIME_BREAKDOWN_PNG,
-    charts.SPEEDUP_PNG,
-    charts.ROOFLINE_PNG,
-)
 # Smaller than the PNGs of comparison/: the report is read on a screen, side by side with its table.
 DPI = 80
 
@@ -75,6 +66,7 @@ def render(comparison: Comparison, source: Provenance | None = None) -> str:
 
     source = source or Provenance()
     sweep = comparison.sweep
+    answer = Answer(comparison)
     title = f"{sweep.name} ({sweep.experiment_name})"
     parts = [
         "<!DOCTYPE html>",
@@ -85,16 +77,16 @@ def render(comparison: Comparison, source: Provenance | None = None) -> str:
         f'<p class="muted">{len(comparison.table)} settings, {len(comparison.runs)} finished runs; parent run '
         f"<code>{escape(sweep.run_id)}</code></p>",
         '<section class="verdict" id="verdict">',
-        *(f"<p>{escape(line)}</p>" for line in headline(comparison)),
+        *(f"<p>{escape(line)}</p>" for line in answer.verdict),
         "</section>",
         "<h2>Settings</h2>",
-        f'<p class="muted">{escape(timed_title(comparison))}. {escape(caption(comparison))}</p>',
-        _table(comparison),
-        *(f"<p>{escape(line)}</p>" for line in speedup_lines(comparison)),
-        *(f'<p class="muted">{escape(line)}</p>' for line in notes(comparison)),
-        *_utilisation(comparison),
+        f'<p class="muted">{escape(answer.title)}</p>',
+        _table(answer),
+        *(f"<p>{escape(line)}</p>" for line in answer.speedups),
+        *(f'<p class="muted">{escape(line)}</p>' for line in answer.notes),
+        *_utilisation(answer),
         "<h2>Charts</h2>",
-        *_figures(comparison),
+        *_figures(answer),
         "<h2>Hardware and software</h2>",
         _hosts(comparison),
         "<h2>Run it again</h2>",
@@ -109,12 +101,12 @@ def render(comparison: Comparison, source: Provenance | None = None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _table(comparison: Comparison) -> str:
-    """The decision table (tables.decision_frame: what a decision rests on, intervals included),
-    each interval under its figure."""
+def _table(answer: Answer) -> str:
+    """The decision table (answer.stacked: what a decision rests on, intervals included), each
+    interval under its figure."""
 
-    frame = decision_frame(comparison)
-    text = {"device"} | set(comparison.varying)
+    frame = answer.stacked
+    text = {"device"} | set(answer.comparison.varying)
     head = "".join(f"<th>{escape(str(column).replace('_', ' '))}</th>" for column in frame.columns)
     rows = []
     for values in frame.itertuples(index=False):
@@ -127,14 +119,14 @@ def _table(comparison: Comparison) -> str:
     return f'<table id="settings"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"
 
 
-def _utilisation(comparison: Comparison) -> list[str]:
-    """How far from the hardware's limit (tables.utilisation_frame): a heading, a line on what the
-    figures are, and one row per setting; nothing for runs made before they were logged."""
+def _utilisation(answer: Answer) -> list[str]:
+    """How far from the hardware's limit (answer.utilisation): a heading, a line on what the figures
+    are, and one row per setting; nothing for runs made before they were logged."""
 
-    frame = utilisation_frame(comparison)
+    frame = answer.utilisation
     if frame.empty:
         return []
-    text = {"device", "hardware"} | set(comparison.varying)
+    text = {"device", "hardware"} | set(answer.comparison.varying)
     head = "".join(f"<th>{escape(str(column).replace('_', ' '))}</th>" for column in frame.columns)
     rows = [
         "<tr>"
@@ -157,21 +149,18 @@ def _utilisation(comparison: Comparison) -> list[str]:
     ]
 
 
-def _figures(comparison: Comparison) -> list[str]:
-    """The charts as inline PNGs (charts.plan's data, charts.figure's drawing)."""
-    if len(comparison.table) < 2:
+def _figures(answer: Answer) -> list[str]:
+    """The charts as inline PNGs (answer.planned's data, charts.figure's drawing)."""
+    if len(answer.comparison.table) < 2:
         return ['<p class="muted">One setting: nothing to chart.</p>']
-    planned = charts.plan(comparison)
+    planned = answer.planned
     out = []
     if charts.TEST_ACCURACY_PNG in planned and charts.EPOCH_DURATION_PNG not in planned:
         out.append(
             '<p class="muted">No speed chart: every run was contended, so no speed figure counts '
             "(see the notes above).</p>"
         )
-    for name in CHARTS:
-        if name not in planned:
-            continue
-        chart = planned[name]
+    for chart in planned.values():
         buffer = io.BytesIO()
         charts.figure(chart).savefig(buffer, dpi=DPI, bbox_inches="tight", format="png")
         data = base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -78,25 +78,26 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
     return pd.concat([out, speedup_columns(comparison, t, always=("speedup",), compact=stacked)], axis=1)
 
 
-def decision_frame(comparison: Comparison) -> pd.DataFrame:
+def decision_frame(comparison: Comparison, stacked: bool = True) -> pd.DataFrame:
     """What a decision rests on, narrow enough for a 120-column terminal (a narrower one folds it into
     tables that each repeat the settings: verdict.frame_tables): the device and the settings that vary,
     n where a setting was repeated, the epoch time with its interquartile range under it, time to
     target where timed, the speedups this sweep has (each interval on its cell's second line), test
     accuracy and images/s. Columns with nothing in them for this sweep are left out. In the table's
-    order: the verdict's (best first, then fastest first), unless --sort said otherwise."""
+    order: the verdict's (best first, then fastest first), unless --sort said otherwise. Not
+    `stacked` (markdown): each interval beside its figure, in brackets, one line a cell."""
     t = comparison.table
     out = t[comparison.setting_columns].copy()
     if (t["n"] > 1).any():
         out["n"] = t["n"]
     if t["contended"].any():
         out["contended"] = _contended(t)
-    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=True)
+    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=stacked)
     if t["timed"].nunique() > 1:
         out["timed"] = t["timed"]
     if comparison.target is not None:
-        out[LABELS["time_to_target_s"]] = [_to_target(row, True) for _, row in t.iterrows()]
-    out = pd.concat([out, speedup_columns(comparison, t, compact=True)], axis=1)
+        out[LABELS["time_to_target_s"]] = [_to_target(row, stacked) for _, row in t.iterrows()]
+    out = pd.concat([out, speedup_columns(comparison, t, compact=stacked)], axis=1)
     out[LABELS["test_accuracy"]] = t[FINAL_ACCURACY].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
     out[LABELS["images_per_s"]] = _images(t)
     return out

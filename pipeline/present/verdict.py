@@ -18,6 +18,7 @@ from rich.table import Table
 from pipeline.base.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
 from pipeline.base.uris import redact
 from pipeline.present import sentences, view
+from pipeline.present.answer import Answer
 from pipeline.present.report import make_console, plural, status_cell
 from pipeline.present.tables import SPEEDUP_LABELS, caption, display_frame, gate_display_frame, gate_title, timed_title
 from pipeline.settings.grid import format_value
@@ -39,13 +40,14 @@ class Verdict:
         """`pipeline compare --format table`: the verdict (sentences.headline), then one row per setting,
         its decision columns only (`wide`: every column; in several tables where the terminal is too
         narrow for one), then one line per speedup group."""
-        self.headline(comparison)
+        answer = Answer(comparison)
+        self.headline(answer)
         for table in comparison_tables(comparison, wide, self.console.width):
             self.console.print(table)
-        self.speedups(comparison)
+        self.speedups(answer)
 
-    def headline(self, comparison: Comparison) -> None:
-        for line in sentences.headline(comparison):
+    def headline(self, answer: Answer) -> None:
+        for line in answer.verdict:
             self.console.print(line, markup=False, style="bold")
 
     def gate(self, result: GateResult) -> None:
@@ -54,10 +56,10 @@ class Verdict:
             self.console.print(table)
         self.console.print(sentences.gate_verdict(result), markup=False)
 
-    def speedups(self, comparison: Comparison) -> None:
-        for line in sentences.speedup_lines(comparison):
+    def speedups(self, answer: Answer) -> None:
+        for line in answer.speedups:
             self.console.print(f"speedup  {line}", markup=False)
-        for line in sentences.notes(comparison):
+        for line in answer.notes:
             self.console.print(f"note     {line}", markup=False)
 
     def summary(
@@ -70,8 +72,9 @@ class Verdict:
         """The sweep's end: the verdict first, one row per run, what failed and why, the speedup
         lines, and the UI's link (`ui`: the command that starts the UI on the store and the
         experiment's runs page, masked, as Tracker.ui gives them)."""
-        if comparison is not None and not comparison.table.empty:
-            self.headline(comparison)
+        answer = Answer(comparison) if comparison is not None and not comparison.table.empty else None
+        if answer is not None:
+            self.headline(answer)
         self.console.print(results_table(axes, result))
         counts: dict[str, int] = {}
         for o in result.outcomes:
@@ -85,8 +88,8 @@ class Verdict:
                 grouped.setdefault((o.status, o.reason), []).append(f"#{o.point.index}")
         for (status, reason), where in grouped.items():
             self.console.print(f"  {status.lower()} {', '.join(where)}: {redact(reason)}")
-        if comparison is not None and not comparison.table.empty:
-            self.speedups(comparison)
+        if answer is not None:
+            self.speedups(answer)
             self.console.print(
                 "Charts and tables: the parent run's comparison/ artifacts; or `pipeline compare --out DIR`"
             )

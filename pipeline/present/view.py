@@ -61,9 +61,9 @@ from pipeline.base.names import (
 )
 from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.measures.timing import significant
+from pipeline.present.answer import Answer, bold, markdown
 from pipeline.present.palette import colours
-from pipeline.present.sentences import claims, headline, notes, short_verdict, speedup_lines
-from pipeline.present.tables import markdown, percent, speedup_columns, spread
+from pipeline.present.sentences import claims, headline, short_verdict
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
 VERIFIED_UI = ((3, 17),)
@@ -83,9 +83,8 @@ _VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=TABLE"
 # its runs logged one.
 COLUMN_METRICS = (SETTING_STEADY_EPOCH, SETTING_IMAGES, SETTING_ACCURACY, SETTING_TO_TARGET, SETTING_MFU, SETTING_RUNS)
 SECTION = "pipeline-comparison"
-TRADEOFF_CHART = "comparison/accuracy_vs_time.png"  # charts.TRADEOFF_PNG
 REPORT = "report.html"  # the sweep's shareable report (html_report.py), on the parent run
-EPOCH_CHART = "comparison/epoch_duration.png"
+COMPARISON_FOLDER = "comparison"  # the parent run's charts and tables (comparison_folder.write_report)
 DATASET_COLUMN = "attributes.`Dataset`"  # the UI's key for its Datasets column (its default view shows it)
 RUN_COLOR_TAG = "mlflow.runColor"  # the UI's own run colour; internal, no public API (VERIFIED_UI)
 
@@ -280,22 +279,17 @@ _MARKDOWN_SPECIAL = set("\\[]*_>|")
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
-    """The verdict (sentences.headline) as description lines: one claim a line, in bold."""
-    return [f"**{markdown_text(line)}**  " for line in headline(comparison)]
+    """The verdict (sentences.headline) as description lines: one claim a line, in bold (answer.markdown's)."""
+    return [bold(line, markdown_text) for line in headline(comparison)]
 
 
 def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str:
-    """The parent run's description: the verdict first (sentences.headline), what happened, the links
-    to its children's view and to its report, the speed-vs-accuracy and epoch-time charts, a compact
-    results table (one row per setting: its steady-state epoch time with the interquartile range,
-    speedups with their 95% intervals, test accuracy), the speedup lines and notes."""
-    import pandas as pd
-
-    t = comparison.table
-    lines = verdict_lines(comparison)
-    lines += ["", summary, ""]
-    if not t.empty:
-        sweep = comparison.sweep
+    """The parent run's description: its answer (answer.markdown: the verdict, the decision table, the
+    speedup lines and notes, and the charts from its `comparison/` artifacts), with what the sweep
+    did (`summary`) and the links to its view and report after the verdict."""
+    sweep = comparison.sweep
+    lines = [summary, ""]
+    if not comparison.table.empty:
         links = [
             f"{_report_link(sweep.experiment_id, parent_run_id, 'Open the report')}: the verdict, "
             "the table and the charts in one file, to share"
@@ -307,43 +301,8 @@ def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str
                 "(their columns and charts; the runs page forgets them after a run page and Back)",
             )
         lines += [f"{link}  " for link in links] + [""]
-        settings = ["device"] + comparison.varying
-        frame = t[settings].copy()
-        frame["n"] = t["n"]
-        frame["epoch s [IQR]"] = [
-            spread(m, q1, q3, compact=False)
-            for m, q1, q3 in zip(t[STEADY_EPOCH], t["epoch_duration_s_q1"], t["epoch_duration_s_q3"])
-        ]
-        frame = pd.concat([frame, speedup_columns(comparison, t)], axis=1)  # device, precision, compile twins
-        frame["test acc"] = t[FINAL_ACCURACY].map(lambda v: f"{v:.4f}")
-        if _has_mfu(comparison):
-            frame["MFU %"] = t["mfu"].map(percent)
-        frame = frame.rename(columns=markdown_text).map(lambda v: markdown_text(str(v)))
-        if len(t) > 1 and t[STEADY_EPOCH].notna().any():  # the speed charts exist (charts.plan)
-            lines += [
-                f"![speed against accuracy]({artifact_url(parent_run_id, TRADEOFF_CHART)})",
-                "",
-                f"![epoch time]({artifact_url(parent_run_id, EPOCH_CHART)})",
-                "",
-            ]
-        lines += [
-            markdown_text(
-                f"Epoch time: geometric mean over each setting's runs of their median epoch, "
-                f"{t['timed'].iloc[0]} (steady state when a run had 2+ epochs); speedups, its ratios, "
-                "with their 95% interval over the runs (none below 2 runs a side), (n.s.) where it "
-                "includes no difference."
-                + (
-                    " MFU: the FLOP/s of its steady-state epochs over the device's measured matrix-"
-                    "multiplication peak at its precision."
-                    if _has_mfu(comparison)
-                    else ""
-                )
-            ),
-            "",
-            markdown(frame),
-        ]
-        lines += [f"- {markdown_text(line)}" for line in speedup_lines(comparison) + notes(comparison)]
-    return "\n".join(lines) + "\n"
+    image = lambda name: artifact_url(parent_run_id, f"{COMPARISON_FOLDER}/{name}")  # noqa: E731
+    return markdown(Answer(comparison), markdown_text, image, after_verdict=lines)
 
 
 def artifact_url(run_id: str, path: str) -> str:
