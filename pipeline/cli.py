@@ -618,6 +618,7 @@ def compare(
     # pandas (the comparison and everything that reads it) and rich: loaded by compare only
     from pipeline.analysis.compare import CHART_HISTORIES, CompareOptions
     from pipeline.present import view
+    from pipeline.present.answer import Answer
     from pipeline.present.comparison_folder import write_html, write_report
     from pipeline.present.tables import render, render_gate
     from pipeline.present.verdict import Verdict
@@ -647,17 +648,18 @@ def compare(
     # The writes first, then the printing: a reader that stops early (`| head`) ends the printing
     # with a broken pipe, and that must not cancel a --publish or leave a report unwritten.
     written: list[str] = []
+    answer = Answer(comparison)  # worked out once for every writer and the terminal
     if out:
-        written += [f"wrote {path}" for path in write_report(comparison, Path(out))]
+        written += [f"wrote {path}" for path in write_report(answer, Path(out))]
     if html:
-        written.append(f"wrote {write_html(comparison, Path(html), provenance(client, comparison.sweep.run_id))}")
+        written.append(f"wrote {write_html(answer, Path(html), provenance(client, comparison.sweep.run_id))}")
     if publish:
-        publish_sweep(client, comparison)
+        publish_sweep(client, answer)
         written.append(
             f"published: the saved view, the descriptions and {view.REPORT} of sweep {comparison.sweep.run_id}"
         )
     if fmt == "table":
-        Verdict().comparison(comparison, wide)
+        Verdict().comparison(answer, wide)
     else:
         click.echo(render(comparison, fmt), nl=False)
     for line in written:

@@ -23,6 +23,7 @@ from pipeline.base import names
 from pipeline.cli import main
 from pipeline.measures.timing import histories_of
 from pipeline.present import charts
+from pipeline.present.answer import Answer
 from pipeline.present.palette import colours
 from pipeline.present.report import Reporter
 from pipeline.present.sentences import notes, speedup_lines
@@ -566,7 +567,7 @@ def test_the_terminal_tables_fit_with_every_number_whole(eight, width, wide):
 
     _, comparison = eight
     console = Console(width=width, file=io.StringIO(), highlight=False)
-    Verdict(console).comparison(comparison, wide)
+    Verdict(console).comparison(Answer(comparison), wide)
     text = console.file.getvalue()
     frame = display_frame(comparison, compact=not wide, stacked=True)
     _check_fits(text, frame, width)

@@ -21,6 +21,7 @@ from pipeline.analysis.compare import build
 from pipeline.base import names
 from pipeline.model import Network
 from pipeline.present import charts, view
+from pipeline.present.answer import Answer
 from pipeline.present.comparison_folder import write_report
 from pipeline.present.tables import display_frame, markdown, percent, utilisation_frame
 from pipeline.tracking.records import read_sweep
@@ -232,7 +233,7 @@ def test_a_sweep_without_the_byte_counts_gets_no_roofline(swept, tmp_path):
     for child in sweep.children:  # as runs logged before the bytes were counted
         for name in (names.TRAIN_BYTES, names.PEAK_BANDWIDTH, names.BANDWIDTH_SHARE):
             child.metrics.pop(name, None)
-    written = write_report(build(sweep), tmp_path / "comparison")
+    written = write_report(Answer(build(sweep)), tmp_path / "comparison")
     assert tmp_path / "comparison" / charts.EPOCH_DURATION_PNG in written
     assert not (tmp_path / "comparison" / charts.ROOFLINE_PNG).exists()
     assert charts.ROOFLINE_PNG not in charts.plan(build(sweep))

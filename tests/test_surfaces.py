@@ -255,6 +255,7 @@ def test_a_report_of_100_settings_stays_under_3_mb():
     from pipeline.analysis.compare import build
     from pipeline.base.runs import RunRecord, SweepRecord
     from pipeline.present import html_report
+    from pipeline.present.answer import Answer
 
     def name(b, lr):  # one name tries to close the report's script element
         return f"cpu bs{b} lr{lr}" + ("</script><!--<script>" if b == 32 and lr == 0.001 else "")
@@ -274,7 +275,7 @@ def test_a_report_of_100_settings_stays_under_3_mb():
     ]
     comparison = build(SweepRecord("p", "big", "1", "big", runs))
     assert len(comparison.table) == 100
-    text = html_report.render(comparison)
+    text = html_report.render(Answer(comparison))
     assert len(text.encode("utf-8")) < 3_000_000, len(text)
     # A name that would end or open a block in the page stays inside the JSON, which still parses.
     records = _report_records(text)
@@ -288,6 +289,7 @@ def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
     from pipeline.analysis.compare import build
     from pipeline.base.runs import RunRecord, SweepRecord
     from pipeline.present import html_report
+    from pipeline.present.answer import Answer
 
     runs = [
         RunRecord(
@@ -301,7 +303,7 @@ def test_a_report_where_every_run_is_contended_still_charts_the_accuracy():
         for b in (64, 128)
         for repeat in (1, 2)
     ]
-    text = html_report.render(build(SweepRecord("p", "busy", "1", "busy", runs)))
+    text = html_report.render(Answer(build(SweepRecord("p", "busy", "1", "busy", runs))))
     charts_part = text.split("<h2>Charts</h2>")[1].split("<h2>")[0]
     assert charts_part.count('src="data:image/png;base64,') == 1 and 'alt="Test accuracy' in charts_part
     assert "every run was contended" in charts_part

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import Sweep, checksums, invoke, isolated, new_store
 from pipeline.present import view
+from pipeline.present.answer import Answer
 
 GRID = "experiment: ui\ngrid:\n  batch_size: [64, 128]\n  device: [cpu]\n  epochs: [2]\n"
 
@@ -282,7 +283,7 @@ def test_the_parent_description_carries_speedup_intervals_and_the_not_significan
     runs = [run(f"c{b}{r}", "cpu", b, [1.0 + 0.01 * r] * 2) for b in ("64", "128") for r in range(4)]
     runs += [run(f"g64{r}", "cuda:0", "64", [0.5 + 0.01 * r] * 2) for r in range(4)]
     runs += [run(f"g128{r}", "cuda:0", "128", [1.03 - 0.01 * r] * 2) for r in range(4)]
-    note = view.parent_note(build(SweepRecord("p", "p", "1", "x", runs)), "p", "summary")
+    note = view.parent_note(Answer(build(SweepRecord("p", "p", "1", "x", runs))), "p", "summary")
     (fast,) = [line for line in note.splitlines() if line.startswith("| cuda:0 | 64 |")]
     (same,) = [line for line in note.splitlines() if line.startswith("| cuda:0 | 128 |")]
     assert "| 4 |" in fast and re.search(r"1\.9\dx faster \\\[\d\.\d\d-\d\.\d\d\\\] \|", fast), fast

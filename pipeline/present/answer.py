@@ -11,7 +11,6 @@ table) is its own; the answer is not.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -84,11 +83,6 @@ class Answer:
         found = charts.plan(self.comparison)
         return {name: found[name] for name in CHARTS if name in found}
 
-    @property
-    def charts(self) -> list[str]:
-        """The chart files the sweep draws, in order."""
-        return list(self.planned)
-
 
 def bold(line: str, text: Callable[[str], str] = str) -> str:
     """A verdict line in markdown: bold, ending the line (two trailing spaces)."""
@@ -112,7 +106,7 @@ def markdown(
     frame = answer.table.rename(columns=text).map(lambda value: text(str(value)))
     lines += ["", text(answer.title), "", markdown_table(frame)]
     if not answer.utilisation.empty:
-        shares = answer.utilisation.rename(columns=text).map(lambda value: text(_cell(value)))
+        shares = answer.utilisation.rename(columns=text).map(lambda value: text(str(value)))
         lines += [text("MFU: the FLOP/s of its steady epochs over the device's measured peak at its precision."), ""]
         lines += [markdown_table(shares)]
     lines += [f"- {text(line)}" for line in answer.speedups + answer.notes]
@@ -120,7 +114,3 @@ def markdown(
         for name, chart in answer.planned.items():
             lines += ["", f"![{text(chart['title'].split(chr(10))[0])}]({image(name)})"]
     return "\n".join(lines) + "\n"
-
-
-def _cell(value: object) -> str:
-    return "-" if isinstance(value, float) and math.isnan(value) else str(value)

@@ -715,8 +715,3 @@ def draw(charts: dict[str, dict], folder: Path) -> list[Path]:
             fig.savefig(temporary, dpi=DPI, bbox_inches="tight", format="png")
         paths.append(folder / name)
     return paths
-
-
-def write_all(comparison: Comparison, folder: Path) -> list[Path]:
-    """The comparison's charts in `folder`."""
-    return draw(plan(comparison), folder)

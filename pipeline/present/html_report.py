@@ -61,12 +61,12 @@ class Provenance:
     notes: list[str] = field(default_factory=list)
 
 
-def render(comparison: Comparison, source: Provenance | None = None) -> str:
-    """The whole report, as text."""
+def render(answer: Answer, source: Provenance | None = None) -> str:
+    """The whole report of a comparison's answer, as text."""
 
     source = source or Provenance()
+    comparison = answer.comparison
     sweep = comparison.sweep
-    answer = Answer(comparison)
     title = f"{sweep.name} ({sweep.experiment_name})"
     parts = [
         "<!DOCTYPE html>",

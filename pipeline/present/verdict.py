@@ -36,13 +36,12 @@ class Verdict:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or make_console()
 
-    def comparison(self, comparison: Comparison, wide: bool = False) -> None:
+    def comparison(self, answer: Answer, wide: bool = False) -> None:
         """`pipeline compare --format table`: the verdict (sentences.headline), then one row per setting,
         its decision columns only (`wide`: every column; in several tables where the terminal is too
         narrow for one), then one line per speedup group."""
-        answer = Answer(comparison)
         self.headline(answer)
-        for table in comparison_tables(comparison, wide, self.console.width):
+        for table in comparison_tables(answer.comparison, wide, self.console.width):
             self.console.print(table)
         self.speedups(answer)
 

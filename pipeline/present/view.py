@@ -283,10 +283,11 @@ def verdict_lines(comparison: Comparison) -> list[str]:
     return [bold(line, markdown_text) for line in headline(comparison)]
 
 
-def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str:
+def parent_note(answer: Answer, parent_run_id: str, summary: str) -> str:
     """The parent run's description: its answer (answer.markdown: the verdict, the decision table, the
     speedup lines and notes, and the charts from its `comparison/` artifacts), with what the sweep
     did (`summary`) and the links to its view and report after the verdict."""
+    comparison = answer.comparison
     sweep = comparison.sweep
     lines = [summary, ""]
     if not comparison.table.empty:
@@ -302,7 +303,7 @@ def parent_note(comparison: Comparison, parent_run_id: str, summary: str) -> str
             )
         lines += [f"{link}  " for link in links] + [""]
     image = lambda name: artifact_url(parent_run_id, f"{COMPARISON_FOLDER}/{name}")  # noqa: E731
-    return markdown(Answer(comparison), markdown_text, image, after_verdict=lines)
+    return markdown(answer, markdown_text, image, after_verdict=lines)
 
 
 def artifact_url(run_id: str, path: str) -> str:

@@ -36,20 +36,23 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pipeline.analysis.compare import Comparison
+    from pipeline.present.answer import Answer
 
 
-def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | None = None) -> None:
+def publish(client, answer: Answer, axes: Sequence[tuple[str, tuple]] | None = None) -> None:
     """Everything a sweep shows in MLflow, written again from `comparison`: the parent run's
     `comparison/` folder and `report.html`, then the saved view and the descriptions (`publish_view`).
     `axes`: the grid's (a sweep that just ran); else the settings the sweep varies. The parent's
     TAG_BEST_RUN follows the verdict it publishes: the best setting's run, or no tag where there is
-    none (every run contended), so the tag, the descriptions and `pipeline register` name one run."""
+    none (every run contended), so the tag, the descriptions and `pipeline register` name one run.
+    `answer` (present.answer) is worked out once for the folder, the report and the description."""
+    comparison = answer.comparison
     with tempfile.TemporaryDirectory(prefix="pipeline-publish-") as temporary:
         folder = Path(temporary)
-        write_report(comparison, folder / "comparison")
-        write_html(comparison, folder / view.REPORT, provenance(client, comparison.sweep.run_id))
+        write_report(answer, folder / "comparison")
+        write_html(answer, folder / view.REPORT, provenance(client, comparison.sweep.run_id))
         client.log_artifacts(comparison.sweep.run_id, str(folder))
-    publish_view(client, comparison, axes)
+    publish_view(client, answer, axes)
     best = pick(comparison, BEST)
     if best is not None:
         client.set_tag(comparison.sweep.run_id, TAG_BEST_RUN, best.run_id)
@@ -57,10 +60,11 @@ def publish(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | 
         client.delete_tag(comparison.sweep.run_id, TAG_BEST_RUN)
 
 
-def publish_view(client, comparison: Comparison, axes: Sequence[tuple[str, tuple]] | None = None) -> None:
+def publish_view(client, answer: Answer, axes: Sequence[tuple[str, tuple]] | None = None) -> None:
     """Write what the UI opens on (view.py): the sweep's saved view, its children's colours, order and
     setting figures, the parent's description and, where the sweep is its experiment's latest, the
     experiment's. `axes`: the grid's (a sweep that just ran); else the settings the sweep varies."""
+    comparison = answer.comparison
     sweep = comparison.sweep
     tags = client.get_run(sweep.run_id).data.tags
     grid_file = tags.get(TAG_GRID_FILE, "the grid file")
@@ -72,7 +76,7 @@ def publish_view(client, comparison: Comparison, axes: Sequence[tuple[str, tuple
         view_link = view.relative_page(sweep.experiment_id, sweep.run_id)
     _mark_children(client, comparison)
     _tag_models(client, comparison)
-    client.set_tag(sweep.run_id, view.NOTE_TAG, view.parent_note(comparison, sweep.run_id, summary))
+    client.set_tag(sweep.run_id, view.NOTE_TAG, view.parent_note(answer, sweep.run_id, summary))
     if axes is None:
         if latest_sweep(client, sweep.experiment_name).info.run_id != sweep.run_id:
             return  # an older sweep published again leaves the experiment's description to the latest

@@ -252,6 +252,8 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
 def _check_not_worse(client, run, name: str, alias: str) -> None:
     """UserError when `alias` holds a model of another run that is more accurate than `run`'s (their
     final test accuracy): moving it there takes --force."""
+    from mlflow.exceptions import MlflowException
+
     held = client.get_registered_model(name).aliases.get(alias)
     if held is None:
         return
@@ -260,7 +262,7 @@ def _check_not_worse(client, run, name: str, alias: str) -> None:
         return
     try:
         before = client.get_run(version.run_id).data.metrics.get(FINAL_ACCURACY)
-    except Exception:  # its run deleted for good: the version's own tag says what it scored
+    except MlflowException:  # its run deleted for good: the version's own tag says what it scored
         before = None
     if before is None:
         before = float(version.tags.get(FINAL_ACCURACY, "nan"))

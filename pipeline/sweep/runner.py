@@ -848,6 +848,7 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
     back; each run's figures are the ones it logged at its end."""
     # pandas, scipy (seconds): after the inputs are checked
     from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, build
+    from pipeline.present.answer import Answer
     from pipeline.sweep.publish import publish
 
     known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
@@ -859,7 +860,7 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
         comparison = build(replace(sweep, status=FINISHED), _compare_options(spec, reached))
         if comparison.table.empty:
             return comparison
-        publish(tracker.client, comparison, spec.axes)
+        publish(tracker.client, Answer(comparison), spec.axes)
         return comparison
     except Exception as exc:  # a report must never cost the user their sweep
         reporter.note(f"could not build the comparison charts ({exc.__class__.__name__}: {exc})")
