@@ -605,7 +605,7 @@ def _judged_comparison(
     (those it trained and the DONE ones it counts), built as _log_comparison builds it (the epochs
     this process logged, not read back, and the design's confidence at that round), so that a rerun
     reaches the rounds the first sweep did. Where every run so far was DONE (no parent), those runs."""
-    from pipeline.analysis.compare import HISTORIES, build  # pandas, scipy (seconds): after the inputs are checked
+    from pipeline.analysis.compare import build  # pandas, scipy (seconds): after the inputs are checked
 
     tracker = sweep.tracker
     if parent_id is None:  # every run so far was DONE: no parent yet
@@ -615,8 +615,21 @@ def _judged_comparison(
             SweepRecord("", spec.path.stem, tracker.experiment_id, tracker.experiment_name, done, earlier=earlier),
             _compare_options(spec, reached),
         )
-    known = {o.run_id: histories_of(o.epochs, HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
-    counted = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known)
+    return _own_comparison(tracker, parent_id, outcomes, spec, reached)
+
+
+def _own_comparison(
+    tracker: Tracker, parent_id: str, outcomes, spec: GridSpec, reached: int, charted: tuple[str, ...] = ()
+) -> Comparison:
+    """The sweep's comparison as the sweep itself builds it, while its parent is still open: its runs
+    read back (those it trained and the DONE ones it counts) with the epochs this process logged
+    (`charted`: the histories a chart draws), at round `reached`'s confidence, and whole: the sweep
+    is judging or publishing itself, not still running."""
+    from pipeline.analysis.compare import HISTORIES, build  # pandas, scipy (seconds): after the inputs are checked
+
+    wanted = charted or HISTORIES
+    known = {o.run_id: histories_of(o.epochs, wanted) for o in outcomes if o.status == FINISHED and o.run_id}
+    counted = read_sweep(tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known, charted=charted)
     return build(replace(counted, status=FINISHED), _compare_options(spec, reached))
 
 
@@ -650,16 +663,21 @@ class _Parent:
         self.run_id: str | None = None
         self.adopted = False
         self.done: list[str] = []  # the DONE runs it counts for the points it skips (records.done_tags)
+        self._recorded: dict[str, str] = {}  # the done tags on the parent so far: only a changed one is written
 
     def count_done(self, run_ids: list[str]) -> None:
         """Count the DONE runs `run_ids` as the sweep's own in its comparison: recorded on the parent
         (names.TAG_DONE_RUNS) once it is open, so that every later read of the sweep finds them."""
-        new = [run_id for run_id in run_ids if run_id not in self.done]
-        if not new:
-            return
-        self.done += new
-        if self.run_id is not None:
-            self.sweep.tracker.log_tags(self.run_id, done_tags(self.done))
+        self.done += [run_id for run_id in run_ids if run_id not in self.done]
+        self._record_done()
+
+    def _record_done(self) -> None:
+        """The parent's done tags, once it is open: only those that changed (the last chunk grows)."""
+        wanted = done_tags(self.done)
+        changed = {key: value for key, value in wanted.items() if self._recorded.get(key) != value}
+        if self.run_id is not None and changed:
+            self.sweep.tracker.log_tags(self.run_id, changed)
+            self._recorded.update(changed)
 
     def open(self) -> str:
         """The parent's id, opening it first when it is not open yet."""
@@ -690,8 +708,7 @@ class _Parent:
         # The grid it trains, after any --set: what the report's "run it again" commands download.
         files[ARTIFACT_EFFECTIVE_GRID] = effective_yaml(spec)
         tracker.log_files(self.run_id, files)
-        if self.done:
-            tracker.log_tags(self.run_id, done_tags(self.done))
+        self._record_done()
         sweep.reporter.sweep_start(tracker.experiment_name, tracker.experiment_id, tracker.uri, self.run_id, spec)
         return self.run_id
 
@@ -847,17 +864,12 @@ def _log_comparison(tracker: Tracker, parent_id: str, reporter: Reporter, spec: 
     saved view, descriptions. The charts' histories are the epochs of `outcomes` as logged, never read
     back; each run's figures are the ones it logged at its end."""
     # pandas, scipy (seconds): after the inputs are checked
-    from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, build
+    from pipeline.analysis.compare import CHART_HISTORIES
     from pipeline.present.answer import Answer
     from pipeline.sweep.publish import publish
 
-    known = {o.run_id: histories_of(o.epochs, CHART_HISTORIES) for o in outcomes if o.status == FINISHED and o.run_id}
     try:
-        sweep = read_sweep(
-            tracker.client, parent_run_id=parent_id, histories=HISTORIES, known=known, charted=CHART_HISTORIES
-        )
-        # Written as the sweep ends, which its parent does next: whole, not "still running".
-        comparison = build(replace(sweep, status=FINISHED), _compare_options(spec, reached))
+        comparison = _own_comparison(tracker, parent_id, outcomes, spec, reached, charted=CHART_HISTORIES)
         if comparison.table.empty:
             return comparison
         publish(tracker.client, Answer(comparison), spec.axes)

@@ -207,16 +207,21 @@ def done_tags(run_ids: list[str]) -> dict[str, str]:
     comma-separated, as many to a tag as fit."""
     per_tag = MAX_TAG_CHARS // 33
     chunks = [run_ids[start : start + per_tag] for start in range(0, len(run_ids), per_tag)]
-    return {TAG_DONE_RUNS + (f".{n}" if n > 1 else ""): ",".join(chunk) for n, chunk in enumerate(chunks, start=1)}
+    return {_done_key(n): ",".join(chunk) for n, chunk in enumerate(chunks, start=1)}
 
 
 def done_run_ids(tags: dict[str, str]) -> list[str]:
     """The DONE runs a parent's tags name (done_tags), in order."""
     ids, n = [], 1
-    while (value := tags.get(TAG_DONE_RUNS + (f".{n}" if n > 1 else ""))) is not None:
+    while (value := tags.get(_done_key(n))) is not None:
         ids += [run_id for run_id in value.split(",") if run_id]
         n += 1
     return ids
+
+
+def _done_key(n: int) -> str:
+    """The `n`th done tag: "pipeline.done_runs", then "pipeline.done_runs.2", ..."""
+    return TAG_DONE_RUNS + (f".{n}" if n > 1 else "")
 
 
 def finished_runs(client, experiment_id: str, run_ids: list[str]) -> list:
