@@ -103,8 +103,8 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
 
     # Counting them is one choice everywhere: a verdict published with --include-contended names the
     # same run as its parent's tag and as `register --include-contended`; published without, there is
-    # no best and no tag: register takes the most accurate setting and says why, and --by speed refuses
-    # saying how to count them.
+    # no best: the parent's tag, the UI's first line and register all take the most accurate setting
+    # (register saying why), and --by speed refuses saying how to count them.
     published = invoke(
         "compare", "--experiment", "best", "--include-contended", "--publish", "--tracking-uri", tracking_uri
     )
@@ -125,13 +125,18 @@ def test_the_verdict_the_parents_model_register_and_the_views_first_row_name_one
     assert counted.exit_code == 0, counted.output
     assert client.get_model_version_by_alias("counted-cnn", "champion").run_id == named
     assert invoke("compare", "--experiment", "best", "--publish", "--tracking-uri", tracking_uri).exit_code == 0
-    assert "pipeline.best_run" not in client.get_run(parent.info.run_id).data.tags
+    most_accurate = client.get_model_version_by_alias("accurate-cnn", "champion")
+    assert client.get_run(parent.info.run_id).data.tags["pipeline.best_run"] == most_accurate.run_id
+    first_line = client.get_experiment(experiment_id).tags[view.NOTE_TAG].splitlines()[0]
+    setting = most_accurate.tags["pipeline.setting"]
+    assert f"**Most accurate: {setting} (test acc " in first_line, first_line
+    assert first_line.endswith(", speed withheld: 8 of 8 runs contended)**"), first_line
     fallback = invoke("register", "--experiment", "best", "--name", "busy", "--tracking-uri", tracking_uri)
     assert fallback.exit_code == 0, fallback.output
     assert "by accuracy (the most accurate setting), as every run is contended" in fallback.output, fallback.output
     version = client.get_model_version_by_alias("busy", "champion")
     assert version.tags["pipeline.rule"] == "accuracy"
-    assert version.run_id == client.get_model_version_by_alias("accurate-cnn", "champion").run_id
+    assert version.run_id == most_accurate.run_id
     refused = invoke(
         "register", "--experiment", "best", "--by", "speed", "--name", "none", "--tracking-uri", tracking_uri
     )

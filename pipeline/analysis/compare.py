@@ -656,6 +656,13 @@ def run_order(comparison: Comparison) -> list[str]:
     return [str(run_id) for run_id in ordered]
 
 
+def offered(comparison: Comparison) -> Pick | None:
+    """The setting whose model a sweep offers: the best (pick); where every run is contended and no
+    speed figure counts, the most accurate, as the verdict then names it. The parent's linked model
+    and TAG_BEST_RUN, the UI's "its model" and `pipeline register`'s default rule all take this one."""
+    return pick(comparison, BEST) or pick(comparison, ACCURACY)
+
+
 def model_run(comparison: Comparison, row: pd.Series) -> str:
     """The run whose model stands for a setting: its most accurate run (the earliest of equals)."""
     ids = str(row["run_ids"]).split(",")

@@ -166,23 +166,26 @@ def short_verdict(comparison: Comparison) -> str:
     shows an experiment's description folded to its first line): the best setting and its main
     claim held to the speedups' test ("Best: cpu bs128: fastest, 1.52x [1.40-1.65] over cpu bs64",
     "Best: cpu bs128: within noise of cpu bs64 (1.02x, n.s.)"), "under load" where contended runs were counted
-    (--include-contended), and "partial" for a sweep still running; the first withheld line where
-    every run is contended. The headline's lines say the same at length."""
+    (--include-contended), and "partial" for a sweep still running. Where every run is contended,
+    the most accurate setting, its speed withheld ("Most accurate: cpu bs32 (test acc 0.6914, speed
+    withheld: 2 of 2 runs contended)"). The headline's lines say the same at length."""
     t = comparison.table
     if t.empty:
         return ""
-    withheld = withheld_line(comparison)
-    if withheld:
-        return withheld[0]
     best, fastest, accurate = (pick(comparison, rule) for rule in (BEST, SPEED, ACCURACY))
-    if best is None:
-        return ""
-    said = f"Best: {best.label}"  # its figures are the view's first row, right below
-    claim = _brief_claim(comparison, best, fastest, accurate)
-    said += f": {claim}" if claim else ""
     runs = comparison.runs
-    if comparison.include_contended and runs["contended"].any():
-        said += f"; under load ({int(runs['contended'].sum())} of {len(runs)} runs contended, counted)"
+    contended = f"{int(runs['contended'].sum())} of {len(runs)} runs contended"
+    if best is not None:
+        said = f"Best: {best.label}"  # its figures are the view's first row, right below
+        claim = _brief_claim(comparison, best, fastest, accurate)
+        said += f": {claim}" if claim else ""
+        if comparison.include_contended and runs["contended"].any():
+            said += f"; under load ({contended}, counted)"
+    elif accurate is not None:  # every run contended, none counted: no speed claim
+        accuracy = t.loc[accurate.index, FINAL_ACCURACY]
+        said = f"Most accurate: {accurate.label} (test acc {accuracy:.4f}, speed withheld: {contended})"
+    else:
+        return ""
     if comparison.sweep.partial:
         said += f"; partial: {_finished_of(comparison.sweep)}"
     return said

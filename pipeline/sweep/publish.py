@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.analysis.compare import BEST, pick
+from pipeline.analysis.compare import offered
 from pipeline.base.names import (
     ARTIFACT_EFFECTIVE_GRID,
     TAG_BEST_RUN,
@@ -43,8 +43,9 @@ def publish(client, answer: Answer, axes: Sequence[tuple[str, tuple]] | None = N
     """Everything a sweep shows in MLflow, written again from `comparison`: the parent run's
     `comparison/` folder and `report.html`, then the saved view and the descriptions (`publish_view`).
     `axes`: the grid's (a sweep that just ran); else the settings the sweep varies. The parent's
-    TAG_BEST_RUN follows the verdict it publishes: the best setting's run, or no tag where there is
-    none (every run contended), so the tag, the descriptions and `pipeline register` name one run.
+    TAG_BEST_RUN follows the verdict it publishes: the run of the model it offers (compare.offered: the
+    best setting's, the most accurate's where every run is contended), so the tag, the descriptions and
+    `pipeline register` name one run.
     `answer` (present.answer) is worked out once for the folder, the report and the description."""
     comparison = answer.comparison
     with tempfile.TemporaryDirectory(prefix="pipeline-publish-") as temporary:
@@ -53,7 +54,7 @@ def publish(client, answer: Answer, axes: Sequence[tuple[str, tuple]] | None = N
         write_html(answer, folder / view.REPORT, provenance(client, comparison.sweep.run_id))
         client.log_artifacts(comparison.sweep.run_id, str(folder))
     publish_view(client, answer, axes)
-    best = pick(comparison, BEST)
+    best = offered(comparison)
     if best is not None:
         client.set_tag(comparison.sweep.run_id, TAG_BEST_RUN, best.run_id)
     elif TAG_BEST_RUN in client.get_run(comparison.sweep.run_id).data.tags:
@@ -81,7 +82,7 @@ def publish_view(client, answer: Answer, axes: Sequence[tuple[str, tuple]] | Non
         if latest_sweep(client, sweep.experiment_name).info.run_id != sweep.run_id:
             return  # an older sweep published again leaves the experiment's description to the latest
         axes = view.swept_axes(comparison)
-    best = pick(comparison)
+    best = offered(comparison)
     model_link = view.model_page(sweep.experiment_id, logged_model_id(client, best.run_id) if best else None)
     client.set_experiment_tag(
         sweep.experiment_id,

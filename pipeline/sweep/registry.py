@@ -94,15 +94,15 @@ def picked_run(client, comparison, rule: str = "best"):
     no speed figure to go on: it registers the most accurate setting instead and says why; `--by
     speed` refuses. UserError when the sweep has no FINISHED run."""
     # pandas: the CLI imports registry at its start, and --help stays quick
-    from pipeline.analysis.compare import ACCURACY, BEST, RULES, pick
+    from pipeline.analysis.compare import ACCURACY, BEST, RULES, offered, pick
     from pipeline.present.sentences import pick_words
 
     sweep = comparison.sweep
     if not sweep.children:
         raise UserError(f"sweep {sweep.name!r} ({sweep.run_id}) has no FINISHED runs to register; train a grid first")
     chosen, why = pick(comparison, rule), f"{rule} ({RULES[rule]})"
-    if chosen is None and rule == BEST:
-        chosen = pick(comparison, ACCURACY)
+    if chosen is None and rule == BEST:  # the model the sweep offers, as its parent links it
+        chosen = offered(comparison)
         why = (
             f"{ACCURACY} ({RULES[ACCURACY]}), as every run is contended (other processes took the cores) and "
             "no speed figure counts (--include-contended counts them)"
@@ -227,20 +227,18 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
 
     run_id = run.info.run_id
     try:
-        try:
-            client.create_registered_model(name, description="Fashion-MNIST CNN trained by `pipeline`")
-        except MlflowException as exc:
-            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
         if not force:
             _check_not_worse(client, run, name, alias)
         existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
         created = force or not existing
         if created:
-            # MLflow's register_model, not the client's create_model_version: it also links the
-            # version on its logged model, so that the model's page in the UI shows it registered.
+            # MLflow's register_model, not the client's create_model_version: it creates the registered
+            # model where there is none, and links the version on its logged model, so that the
+            # model's page in the UI shows it registered.
             version = mlflow.register_model(f"models:/{model_id}", name, tags=version_tags(run, reason))
             client.update_model_version(name, version.version, description=version_description(run, reason))
+            if not client.get_registered_model(name).description:
+                client.update_registered_model(name, description="Fashion-MNIST CNN trained by `pipeline`")
         else:
             version = max(existing, key=lambda v: int(v.version))
         client.set_registered_model_alias(name, alias, version.version)
@@ -254,7 +252,12 @@ def _check_not_worse(client, run, name: str, alias: str) -> None:
     final test accuracy): moving it there takes --force."""
     from mlflow.exceptions import MlflowException
 
-    held = client.get_registered_model(name).aliases.get(alias)
+    try:
+        held = client.get_registered_model(name).aliases.get(alias)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        return  # a new name: no alias to move
     if held is None:
         return
     version = client.get_model_version(name, held)

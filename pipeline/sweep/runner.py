@@ -757,13 +757,12 @@ def _log_sweep_summary(
     """The parent's answer at a glance, over the children it trained that FINISHED: the best steady
     epoch and the best final test accuracy among its settings (the comparison's medians, the figures
     the verdict gives; each run's own where there is no comparison), how many finished
-    (names.BEST_*), and the model of the
-    best setting's run (compare.pick: what the verdict, `pipeline register` and the UI's first row
-    name) linked as the sweep's output (MLflow 3.17's UI lists a run without a model output under
-    "Evaluation runs" in GenAI experiments; with one it is a training run); its run id is the
-    parent's TAG_BEST_RUN, which publishing the comparison wrote (sweep/publish.py). Where
-    every run is contended there is no best: nothing is linked."""
-    from pipeline.analysis.compare import BEST, pick  # pandas, scipy (seconds): after the inputs are checked
+    (names.BEST_*), and the model the sweep offers (compare.offered: the best setting's run, or the
+    most accurate's where every run is contended; what the verdict, `pipeline register` and the UI's
+    first row name) linked as the sweep's output (MLflow 3.17's UI lists a run without a model
+    output under "Evaluation runs" in GenAI experiments; with one it is a training run); its run id
+    is the parent's TAG_BEST_RUN, which publishing the comparison wrote (sweep/publish.py)."""
+    from pipeline.analysis.compare import offered  # pandas, scipy (seconds): after the inputs are checked
 
     finished = [o for o in outcomes if o.status == FINISHED and o.run_id]
     if comparison is not None and not comparison.table.empty:  # the settings' figures, as every view shows them
@@ -778,7 +777,7 @@ def _log_sweep_summary(
     if accurate:
         metrics[BEST_FINAL_ACCURACY] = max(accurate)
     try:
-        best = pick(comparison, BEST) if comparison is not None else None
+        best = offered(comparison) if comparison is not None else None
         if best is not None:
             tracker.link_model(parent_id, best.run_id)
         tracker.log_epochs(parent_id, [], run_metrics=metrics)
