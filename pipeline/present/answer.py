@@ -1,12 +1,14 @@
 """A comparison's answer, built once, and its markdown writer.
 
 Every surface that shows a comparison renders the same sections in the same order: the verdict
-(sentences.headline), the decision table (tables.decision_frame, in the verdict's order: the best
-setting first, then fastest first), the utilisation table where the runs measured it, the speedup
-lines, the notes, and the charts. The terminal prints them (verdict.py), html_report writes them as
-report.html, and `markdown` here writes them for the parent run's description and results.md. What a
-surface adds around them (the descriptions' links, the report's hosts and commands, a sweep's run
-table) is its own; the answer is not.
+(sentences.headline; `short` says it in one line, for where one line is all a reader sees), the
+decision table (tables.decision_frame, in the verdict's order: the best setting first, then fastest
+first), the utilisation table where the runs measured it, the speedup lines, the notes, and the
+charts. The terminal prints them (verdict.py), html_report writes them as report.html, and
+`markdown` here writes them for the parent run's description and results.md; the experiment's
+description opens with `short`, then the verdict (view.experiment_note). What a surface adds around
+them (the descriptions' links, the report's hosts and commands, a sweep's run table) is its own;
+the answer is not.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from pipeline.present import charts
-from pipeline.present.sentences import headline, notes, speedup_lines
+from pipeline.present.sentences import headline, notes, short_verdict, speedup_lines
 from pipeline.present.tables import caption, decision_frame, timed_title, utilisation_frame
 from pipeline.present.tables import markdown as markdown_table
 
@@ -45,6 +47,10 @@ class Answer:
     @cached_property
     def verdict(self) -> list[str]:
         return headline(self.comparison)
+
+    @cached_property
+    def short(self) -> str:
+        return short_verdict(self.comparison)
 
     @cached_property
     def table(self) -> pd.DataFrame:

@@ -63,7 +63,7 @@ from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.measures.timing import significant
 from pipeline.present.answer import Answer, bold, markdown
 from pipeline.present.palette import colours
-from pipeline.present.sentences import claims, headline, short_verdict
+from pipeline.present.sentences import claims
 
 # MLflow releases (major, minor) whose UI was checked to open the saved view this module writes.
 VERIFIED_UI = ((3, 17),)
@@ -278,11 +278,6 @@ def markdown_text(text: str) -> str:
 _MARKDOWN_SPECIAL = set("\\[]*_>|")
 
 
-def verdict_lines(comparison: Comparison) -> list[str]:
-    """The verdict (sentences.headline) as description lines: one claim a line, in bold (answer.markdown's)."""
-    return [bold(line, markdown_text) for line in headline(comparison)]
-
-
 def parent_note(answer: Answer, parent_run_id: str, summary: str) -> str:
     """The parent run's description: its answer (answer.markdown: the verdict, the decision table, the
     speedup lines and notes, and the charts from its `comparison/` artifacts), with what the sweep
@@ -312,7 +307,7 @@ def artifact_url(run_id: str, path: str) -> str:
 
 
 def experiment_note(
-    comparison: Comparison,
+    answer: Answer,
     grid_file: str,
     axes: Sequence[tuple[str, tuple]],
     view_link: str | None = None,
@@ -321,20 +316,22 @@ def experiment_note(
     """The experiment's description, which the UI shows above its runs folded to its first line: that
     line is the links to the best setting's model (`model_link`), the sweep's view (`view_link`,
     where one was written) and its report, then its latest sweep's verdict whole in a few words
-    (sentences.short_verdict); then each claim of the verdict a line, what the grid sweeps and how to run it again."""
+    (Answer.short); then the answer's verdict, a claim a line in bold as answer.markdown
+    writes it, what the grid sweeps and how to run it again."""
+    comparison = answer.comparison
     sweep = comparison.sweep
     swept = ", ".join(f"`{key}` {list(values)}" for key, values in axes) or "the default settings"
     links = [f"[its model]({model_link})"] if model_link and supported() else []
     links += [f"[comparison view]({view_link})"] if view_link else []
     links.append(_report_link(sweep.experiment_id, sweep.run_id, "report"))
-    said = short_verdict(comparison)
+    said = answer.short
     lines = [
         # The links first: a 1024-pixel window with MLflow's assistant panel open shows some 55
         # characters of this line before it folds, and the links must stay in sight.
         " · ".join(links) + (f" · **{markdown_text(said)}**" if said else ""),
         "",
         f"The latest sweep, {markdown_text(sweep.name)}:  ",
-        *verdict_lines(comparison),
+        *[bold(line, markdown_text) for line in answer.verdict],
         "",
     ]
     if view_link:

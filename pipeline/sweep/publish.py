@@ -87,7 +87,7 @@ def publish_view(client, answer: Answer, axes: Sequence[tuple[str, tuple]] | Non
     client.set_experiment_tag(
         sweep.experiment_id,
         view.NOTE_TAG,
-        view.experiment_note(comparison, grid_file, list(axes), view_link, model_link),
+        view.experiment_note(answer, grid_file, list(axes), view_link, model_link),
     )
 
 
