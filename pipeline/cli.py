@@ -921,7 +921,11 @@ def relog(results_file: Path | None, tracking_uri: str | None) -> None:
     store refuses (or whose model file is gone) marks that run FAILED with the reason and stays for
     a relog after the fix; the other lines are relogged, and the exit code is 1."""
     path = results_file or results.path_in(local_state_dir(resolve_tracking_uri(tracking_uri)))
-    done = results.relog(path, override_uri=tracking_uri)
+
+    def waiting() -> None:
+        click.echo(f"another process is relogging or writing {path}: waiting for it", err=True)
+
+    done = results.relog(path, override_uri=tracking_uri, waiting=waiting)
     logged, failed = [run for run in done if not run.error], [run for run in done if run.error]
     click.echo(f"logged {len(logged)} run(s) from {path}")
     for run in logged:

@@ -366,6 +366,22 @@ def invoke(*args: str, columns: int | None = None):
     return CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
 
 
+def store_down_for(monkeypatch, batch_size: str) -> None:
+    """The tracking store stops answering when the point of `batch_size` logs its epochs (a real
+    outage's TrackingUnavailable, raised where the tracker would meet it); the others log as usual."""
+    from pipeline.tracking.store import TrackingUnavailable
+    from pipeline.tracking.tracker import Tracker
+
+    real = Tracker.log_epochs
+
+    def down_for_that_point(self, run_id, epochs, *args, **kwargs):
+        if epochs and self.client.get_run(run_id).data.params["batch_size"] == batch_size:
+            raise TrackingUnavailable("http://tracking: Connection refused")
+        return real(self, run_id, epochs, *args, **kwargs)
+
+    monkeypatch.setattr(Tracker, "log_epochs", down_for_that_point)
+
+
 def runs_of(uri: str, experiment: str) -> list:
     import mlflow
 

@@ -228,6 +228,21 @@ CASES = {
         ["register", "--experiment", "existing", "--name", "m", "--alias", "a" * 300, "--tracking-uri", "{uri}"],
         "more than MLflow's 255",
     ),
+    "register a name that is a dot": (
+        "args",
+        ["register", "--experiment", "existing", "--name", "..", "--tracking-uri", "{uri}"],
+        "--name '..': MLflow refuses '.' and '..'",
+    ),
+    "run --register a name with a NUL": (
+        "args",
+        ["run", "{good}", "--register", "cnn\x00x", "--tracking-uri", "{uri}", "--data-dir", "{data}"],
+        "holds a control character ('\\x00' at 3)",
+    ),
+    "run --experiment with a NUL": (
+        "args",
+        ["run", "{good}", "--experiment", "nul\x00led", "--tracking-uri", "{uri}", "--data-dir", "{data}"],
+        "--experiment: the name holds a control character",
+    ),
     "run --register a name with a colon": (
         "args",
         ["run", "{good}", "--register", "a:b", "--tracking-uri", "{uri}", "--data-dir", "{data}"],
@@ -277,6 +292,10 @@ CASES = {
         ("is a folder; name a database file in it", "sqlite:///{tmp}/mlflow.db"),
     ),
     "sqlite store the root folder": ("args", ["compare", "--tracking-uri", "sqlite:////"], "/ is a folder"),
+    "uri with a bracket left open": ("uri", "http://[::1", "--tracking-uri http://[::1: not a URI (Invalid IPv6 URL)"),
+    "uri with a port that is no number": ("uri", "http://host:abc", "not a URI (Port could not be cast"),
+    "sqlite store in memory": ("uri", "sqlite://", ("an in-memory database ends with the process", "sqlite:///")),
+    "sqlite store :memory:": ("uri", "sqlite:///:memory:", "an in-memory database ends with the process"),
     "store a plain folder path": ("uri", "{tmp}", ("MLflow 3 retired file stores", "sqlite:///{tmp}/mlflow.db")),
     "store a plain file name": ("args", ["compare", "--tracking-uri", "mlflow.db"], "e.g. --tracking-uri sqlite:///"),
     "store a file that is no database": ("uri", "sqlite:///{good}", "good.yaml is not an SQLite database"),

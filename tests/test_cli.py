@@ -367,3 +367,14 @@ def test_make_run_with_a_missing_grid_file_stops_before_mlflow_starts(tmp_path):
         "e.g. make run GRID=experiments/quickstart.yaml"
     ], done.stderr
     assert "mlflow" not in done.stdout
+
+
+@pytest.mark.parametrize("columns", ["0", "", "wide", "3"])
+def test_a_degenerate_terminal_width_still_prints_the_table(columns):
+    """COLUMNS=0 (and other widths no terminal has) printed nothing at all: it is ignored."""
+    from pipeline.cli import main
+
+    grid = Path(__file__).parents[1] / "pipeline" / "examples" / "quickstart.yaml"
+    out = CliRunner(env={"COLUMNS": columns, "TERM": "dumb"}).invoke(main, ["validate", str(grid)])
+    assert out.exit_code == 0 and "4 grid points" in " ".join(out.output.split()), out.output
+    assert "cpu bs100 w0" in out.output, out.output

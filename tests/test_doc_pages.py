@@ -154,6 +154,20 @@ def _store_is_a_folder(folder: Path, patch: pytest.MonkeyPatch) -> str:
     return invoke("run", str(QUICKSTART), "--tracking-uri", "sqlite:////tmp").output
 
 
+def _store_in_memory(folder: Path, patch: pytest.MonkeyPatch) -> str:
+    """Shown on the page as run where the docs run it (/home/you/pipeline)."""
+    output = invoke("run", str(QUICKSTART), "--tracking-uri", "sqlite://").output
+    return output.replace(str(folder.resolve()), "/home/you/pipeline")
+
+
+def _control_character_in_a_name(folder: Path, patch: pytest.MonkeyPatch) -> str:
+    return invoke("run", str(QUICKSTART), "--experiment", "night\tly").output
+
+
+def _not_a_uri(folder: Path, patch: pytest.MonkeyPatch) -> str:
+    return invoke("run", str(QUICKSTART), "--tracking-uri", "http://[::1:5000").output
+
+
 def _read_only_store(folder: Path, patch: pytest.MonkeyPatch) -> str | None:
     """A store on a read-only mount (root ignores file modes), shown on the page at /mnt/ro; None
     where no mount can be made here."""
@@ -199,6 +213,9 @@ CASES = {
     "no data": _no_data,
     "server down": _server_down,
     "store is a folder": _store_is_a_folder,
+    "store in memory": _store_in_memory,
+    "not a URI": _not_a_uri,
+    "control character in a name": _control_character_in_a_name,
     "read-only store": _read_only_store,
     "bad contended share": _bad_contended_share,
 }

@@ -630,6 +630,32 @@ def test_zero_training_images_are_refused_before_any_run(world, tmp_path):
     assert _runs(copy["uri"]) == before
 
 
+def _filling(args: list[str], disk: Path, batch_size: str, at: str):
+    """`pipeline ARGS` run in `disk` through tests/ending_pipeline.py, which fills `disk` up when the
+    point of `batch_size` reaches `at` (epoch or model); its output unwrapped."""
+    import subprocess
+    import sys
+
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")},
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+        "END_BATCH_SIZE": batch_size,
+        "END_AT": at,
+        "END_HOW": "fill",
+        "FILL_FOLDER": str(disk),
+    }
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("ending_pipeline.py")), *args],
+        cwd=disk,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+
+
 @pytest.mark.slow  # one of the longest (30-50 s on 2 cores): make test-slow
 def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_path):
     """The store, its artifacts and the results file on a 16 MB disk that fills up during the second
@@ -638,8 +664,6 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
     in the sweep's words; once the filler is gone, the same grid trains only that point and no run is
     left RUNNING."""
     import json
-    import subprocess
-    import sys
 
     from faults import Result, assert_clean, running_runs
 
@@ -652,23 +676,7 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
         (disk / "grid.yaml").write_text("experiment: full\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
         uri = f"sqlite:///{disk / 'mlflow.db'}"
         args = ["run", str(disk / "grid.yaml"), "--data-dir", str(world["data"]), "--tracking-uri", uri]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")},
-            "PYTHONUNBUFFERED": "1",
-            "END_BATCH_SIZE": "256",
-            "END_AT": "epoch",
-            "END_HOW": "fill",
-            "FILL_FOLDER": str(disk),
-        }
-        filled = subprocess.run(
-            [sys.executable, str(Path(__file__).with_name("ending_pipeline.py")), *args],
-            cwd=disk,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=300,
-        )
+        filled = _filling(args, disk, batch_size="256", at="epoch")
         shown = filled.stdout
         assert "ENDING at epoch by fill" in shown and filled.returncode == 1, shown
         assert "Traceback" not in shown and "The sweep stopped: the disk is full." in shown, shown
@@ -681,6 +689,51 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
             Result(args, again.exit_code, again.output), 0, says=("1 of 2 points already",), stores=(uri,), max_lines=40
         )
         assert not running_runs(uri)
+    finally:
+        _mount(["-u", str(disk)])
+
+
+@pytest.mark.slow  # a sweep, a relog (20-30 s on 2 cores): make test-slow
+def test_a_full_artifact_disk_keeps_the_point_for_relog_and_names_that_disk(world, tmp_path):
+    """The store on one disk, its artifacts (./mlruns, where MLflow puts them for a new experiment)
+    on a 4 MB one that fills while the first point logs its model: that point is kept in the results
+    file (not lost), the line names the artifact location (not the store's folder), the parent ends
+    FAILED with the reason (not RUNNING), and once the filler is gone relog completes the run."""
+    import json
+
+    from faults import running_runs
+
+    disk = tmp_path / "artifacts"
+    disk.mkdir()
+    if os.geteuid() != 0 or not _mount(["-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)]):
+        pytest.skip("a small disk needs `mount -t tmpfs` (root in this container); not available here")
+    try:
+        store = tmp_path / "store"
+        store.mkdir()
+        shutil.copy(world["home"] / "store" / "mlflow.db", store / "mlflow.db")
+        (store / "grid.yaml").write_text("experiment: artfull\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+        uri = f"sqlite:///{store / 'mlflow.db'}"
+        args = ["run", str(store / "grid.yaml"), "--data-dir", str(world["data"]), "--tracking-uri", uri]
+        filled = _filling(args, disk, batch_size="128", at="model")
+        shown = filled.stdout
+        assert filled.returncode == 1 and "Traceback" not in shown, shown
+        assert f"the run's artifacts (going to {disk}/mlruns/" in shown, shown
+        assert f"could not be written to {disk}/mlruns/" in shown and ": disk full" in shown, shown
+        assert f"disk full at {store}" not in shown, shown
+        (line,) = [json.loads(line) for line in (store / "pipeline-results.jsonl").read_bytes().splitlines()]
+        assert line["name"] == "cpu bs128" and not line["logged"] and Path(line["model_file"]).exists()
+        assert not running_runs(uri)
+        import mlflow
+
+        client = mlflow.MlflowClient(uri)
+        (parent,) = client.search_runs(
+            [client.get_experiment_by_name("artfull").experiment_id], "tags.`pipeline.role` = 'sweep'"
+        )
+        assert parent.info.status == "FAILED" and "the run's artifacts" in parent.data.tags["pipeline.error"]
+        (disk / "filler").unlink()
+        relogged = pipeline(["relog", "--tracking-uri", uri], disk)
+        assert relogged.exit_code == 0 and "logged 1 run(s)" in relogged.output, relogged.output
+        assert client.get_run(line["run_id"]).info.status == "FINISHED"
     finally:
         _mount(["-u", str(disk)])
 

@@ -299,3 +299,37 @@ def test_the_login_handed_to_ray_tasks_never_shows_the_password(monkeypatch):
         assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "alice-s3cret-password"
         assert os.environ["MLFLOW_TRACKING_USERNAME"] == "alice" and "MLFLOW_TRACKING_URI" not in os.environ
     assert "MLFLOW_TRACKING_PASSWORD" not in os.environ and os.environ["MLFLOW_TRACKING_USERNAME"] == "the-workers-own"
+
+
+@pytest.mark.slow
+def test_a_ray_worker_killed_mid_point_leaves_its_run_failed_not_running(cluster, pg, write_grid, tmp_path):
+    """A worker killed by its pid (as the OOM killer would) while it trains a point: the driver
+    reports the point FAILED and ends its MLflow run FAILED with the reason; nothing stays RUNNING."""
+    import os
+    import time
+
+    from conftest import children, make_idx, read_until, runs_of
+    from conftest import start_pipeline as start
+
+    data = make_idx(tmp_path / "data", n_train=3000, n_test=100)
+    grid = write_grid("experiment: ray-worker\ngrid:\n  batch_size: [16]\n  device: [cpu]\n  epochs: [20]\n")
+    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", pg["uri"], "--executor", "ray"]
+    process = start([*args, "--ray-address", cluster.address], env={"COLUMNS": "200"})
+    try:
+        read_until(process, "submitted 1 point(s) to Ray", seconds=180)
+        deadline, pid = time.monotonic() + 180, None
+        while pid is None and time.monotonic() < deadline:  # the worker names itself on its run
+            running = [r for r in children(runs_of(pg["uri"], "ray-worker")) if r.info.status == "RUNNING"]
+            pid = int(running[0].data.tags["pipeline.pid"]) if running else None
+            time.sleep(0.2)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        output = process.communicate(timeout=180)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1 and "Ray task failed" in output, output
+    runs = runs_of(pg["uri"], "ray-worker")
+    assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
+    (point,) = children(runs)
+    assert point.info.status == "FAILED" and "Ray task failed" in point.data.tags["pipeline.killed_reason"]

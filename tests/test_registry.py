@@ -100,6 +100,18 @@ def test_register_best_run_under_champion(trained):
     assert client.get_model_version_by_alias("fashion-cnn", "champion").run_id == worst.info.run_id
 
 
+def test_a_name_with_a_quote_registers_twice_as_one_version(trained):
+    """A quote in the name ("o'brien") is no filter string's business: registering the same run
+    again finds its version instead of failing, and nothing empty is left behind."""
+    client, _ = trained
+    uri = client.tracking_uri
+    for _ in range(2):
+        out = invoke("register", "--experiment", "reg", "--name", "o'brien", "--tracking-uri", uri)
+        assert out.exit_code == 0, out.output
+    (model,) = client.search_registered_models()
+    assert model.name == "o'brien" and [str(v.version) for v in client.search_model_versions("run_id != ''")] == ["1"]
+
+
 def test_predict_split_accuracy_matches_the_run(trained, data_dir):
     client, runs = trained
     uri = client.tracking_uri

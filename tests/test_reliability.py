@@ -14,7 +14,7 @@ import mlflow
 import pytest
 import torch
 
-from conftest import children, invoke, make_idx, read_until, runs_of
+from conftest import children, invoke, make_idx, read_until, runs_of, store_down_for
 from conftest import start_pipeline as start
 from pipeline.base import names
 
@@ -209,18 +209,11 @@ def test_dataloader_worker_crash_fails_the_run(write_grid, data_dir, tracking_ur
 
 
 def test_results_file_and_relog_after_an_outage(write_grid, data_dir, tracking_uri, monkeypatch):
-    from pipeline.tracking.store import TrackingUnavailable
     from pipeline.tracking.tracker import Tracker
 
     grid = write_grid("experiment: outage\ngrid:\n  batch_size: [64, 128, 256]\n  device: [cpu]\n  epochs: [2]\n")
     real = Tracker.log_epochs
-
-    def down_for_the_second_point(self, run_id, epochs, *args, **kwargs):
-        if epochs and self.client.get_run(run_id).data.params["batch_size"] == "128":
-            raise TrackingUnavailable("http://tracking: Connection refused")
-        return real(self, run_id, epochs, *args, **kwargs)
-
-    monkeypatch.setattr(Tracker, "log_epochs", down_for_the_second_point)
+    store_down_for(monkeypatch, "128")
     out = invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
     words = " ".join(out.output.split())
     assert out.exit_code == 1 and "tracking store stopped answering" in words and "`pipeline relog`" in words

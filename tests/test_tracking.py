@@ -133,8 +133,8 @@ def test_each_run_warms_up_and_its_model_holds_the_last_epoch(write_grid, data_d
 def test_a_run_that_ends_without_its_model_still_records_what_it_had(
     write_grid, data_dir, tracking_uri, monkeypatch, stop
 ):
-    """A run whose model cannot be saved (FAILED), or one interrupted (KILLED), still records its
-    one-off costs, their tags and every epoch it finished, once each."""
+    """A run whose model cannot be saved (a full disk: FAILED, kept for relog), or one interrupted
+    (KILLED), still records its one-off costs, their tags and every epoch it finished, once each."""
     import importlib
 
     import pipeline.tracking.tracker
@@ -182,8 +182,10 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
         monkeypatch.setattr(pipeline.tracking.tracker, "log_network", held)
     options = Options(tracking_uri=tracking_uri, data_dir=str(data_dir), rerun=True)
     if stop == "model fails":
+        # A full disk under the artifacts: the trained point is kept for relog, the run ends FAILED.
         (outcome,) = run_grid(load_grid(grid), Reporter(), options).outcomes
-        assert outcome.status == "FAILED" and "No space left on device" in outcome.reason
+        assert outcome.status == "UNLOGGED" and "could not be written to " in outcome.reason, outcome.reason
+        assert outcome.reason.endswith(": disk full")
     else:
         with pytest.raises(KeyboardInterrupt):
             run_grid(load_grid(grid), Reporter(), options)
@@ -203,7 +205,7 @@ def test_a_run_that_ends_without_its_model_still_records_what_it_had(
     models = client.search_logged_models([run.info.experiment_id])
     assert [m.status for m in models] == {"model fails": ["FAILED"], "Ctrl-C after the model": ["READY"]}.get(stop, [])
     if stop == "model fails":  # MLflow records the model as the run's output before saving it
-        assert "No space left" in run.data.tags[names.TAG_ERROR]
+        assert "the run's artifacts (going to " in run.data.tags[names.TAG_ERROR]
         assert [o.model_id for o in run.outputs.model_outputs] == [models[0].model_id]
 
 
@@ -411,3 +413,21 @@ print("SHAPE", scores.shape)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert "SHAPE (3, 10)" in out.stdout, out.stderr
+
+
+def test_a_wall_clock_stepped_back_never_ends_a_run_before_it_starts(write_grid, data_dir, tracking_uri, monkeypatch):
+    """The machine's clock is set back an hour (NTP, a resumed VM) while a sweep trains: every run
+    MLflow records ends after it starts, and lasts as long as it took."""
+    import time
+
+    real_time, started = time.time, time.monotonic()
+    monkeypatch.setattr(time, "time", lambda: real_time() - (3600 if time.monotonic() - started > 0.5 else 0))
+    grid = write_grid("experiment: clock\ngrid:\n  batch_size: [64]\n  device: [cpu]\n  epochs: [1]\n")
+    run_grid(load_grid(grid), Reporter(), Options(data_dir=str(data_dir), tracking_uri=tracking_uri))
+    took = time.monotonic() - started
+    client = mlflow.MlflowClient(tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("clock").experiment_id])
+    assert len(runs) == 2  # the parent and its one point
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        assert 0 <= run.info.end_time - run.info.start_time <= took * 1000, run.info

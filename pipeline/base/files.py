@@ -13,7 +13,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pipeline.errors import UserError
@@ -42,6 +42,26 @@ def replacing(target: Path) -> Iterator[Path]:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """This process alone in the block, among those that lock `folder`: an exclusive flock on the
+    folder itself (no lock file of its own to leave behind), released when the block ends or the
+    process dies. Where another process holds it, `waiting` is called once, then the block waits."""
+    import fcntl
+
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # closing the last descriptor releases the lock
 
 
 def atomic_write(target: Path, data: bytes | str) -> None:

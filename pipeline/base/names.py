@@ -101,6 +101,8 @@ TAG_VERDICT = "pipeline.verdict"  # a published sweep's child: its setting's par
 # a published sweep's child: its setting's name ("cpu bs128 w0"), which the view groups by
 TAG_SETTING = "pipeline.setting"
 TAG_RUN_KEY = "pipeline.run_key"  # settings + data + host + hardware: what "already done" means
+TAG_CLAIM = "pipeline.claim"  # the attempt at its point the run's process claimed (tracking/claims.py)
+TAG_CLAIM_SWEEP = "pipeline.claim_sweep"  # on a claim: the parent run of the sweep that holds it
 TAG_CREATE_TOKEN = "pipeline.create_token"  # unique per created run: a retried create finds it
 TAG_THREADS = "pipeline.torch_threads"  # torch's intra-op threads the run trained with (train.torch_threads)
 TAG_HOST = "pipeline.host"  # the machine whose process ran the run (on Ray: the node's)
@@ -148,10 +150,25 @@ MAX_EXPERIMENT_NAME_LENGTH = 500
 
 
 def experiment_name_problem(name: str) -> str | None:
-    """Why MLflow would refuse `name` as an experiment's name, or None."""
+    """Why a store would refuse `name` as an experiment's name, or None."""
     if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
-        return f"{len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: choose a shorter name"
-    return None
+        return (
+            f"a name of {len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: "
+            "choose a shorter name"
+        )
+    return control_character_problem(name)
+
+
+def control_character_problem(name: str) -> str | None:
+    """Why a name holding a control character (NUL, a newline, ...) is refused, or None: PostgreSQL
+    stores no NUL, and the others break the lines and filters that name it; refused on every store,
+    so that a name that works on sqlite works on a server too."""
+    import unicodedata
+
+    found = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if found is None:
+        return None
+    return f"the name holds a control character ({found!r} at {name.index(found)}), which stores refuse: remove it"
 
 
 # The fewest runs a side that the comparison judges (measures/stats.py: Welch's t on the logs of per-run

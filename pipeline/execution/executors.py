@@ -28,7 +28,14 @@ from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.execution.outcomes import FAILED, FINISHED, NOT_RUN, Outcome, Planned, Progress
 from pipeline.execution.point import PointJob, run_point
-from pipeline.tracking.store import CREDENTIAL_VARIABLES, TrackingUnavailable, process_settings, sqlite_path
+from pipeline.tracking.claims import end_lost
+from pipeline.tracking.store import (
+    CREDENTIAL_VARIABLES,
+    TrackingUnavailable,
+    open_client,
+    process_settings,
+    sqlite_path,
+)
 from pipeline.tracking.tracker import Tracker
 
 if TYPE_CHECKING:
@@ -247,7 +254,8 @@ class RayExecutor:
                 try:
                     outcome = ray.get(done[0])
                 except ray.exceptions.RayError as exc:
-                    outcome = Outcome(job.point, FAILED, reason=f"Ray task failed: {str(exc).splitlines()[0]}")
+                    reason = f"Ray task failed: {str(exc).splitlines()[0]}"
+                    outcome = Outcome(job.point, FAILED, reason=reason, run_id=self._end_lost(job, reason))
                 outcomes[index] = outcome
                 self.reporter.remote_done(outcome, len(outcomes), len(jobs))
                 stop = on_outcome(job, outcome) or stop
@@ -257,6 +265,15 @@ class RayExecutor:
         ordered = [outcomes[i] for i in range(len(jobs))]
         _tag_concurrency(jobs, ordered)
         return ordered
+
+    def _end_lost(self, job: PointJob, reason: str) -> str | None:
+        """A task that died (its worker killed, its node lost) left its run RUNNING: end it FAILED
+        here, with the reason (claims.end_lost); its id."""
+        try:
+            return end_lost(open_client(job.tracking_uri), job.experiment_id, job.run_key, job.claim, reason)
+        except Exception as exc:  # the store is the sweep's to judge; this point's outcome stands
+            self.reporter.note(f"could not end the run of {job.point.name} ({exc.__class__.__name__}: {exc})")
+            return None
 
     def tasks(self) -> dict:
         """The Ray tasks points run as. A GPU task is declared with a GPU so that Ray gives each

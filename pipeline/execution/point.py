@@ -88,6 +88,7 @@ class PointJob:
     where: tuple[tuple[str, str], ...] = ()  # tags naming where it ran, set there (a Ray node's id)
     target: Target | None = None  # the grid's target: each run is timed to it (time_to_target_s)
     stop_at: Target | None = None  # the same with stop_at_target: the run ends at the epoch that reaches it
+    claim: int = 0  # the attempt at the point its sweep claimed (tracking/claims.py); 0: none (pipeline train)
 
 
 def run_point(job: PointJob, progress: Progress | None = None) -> Outcome:
@@ -190,6 +191,8 @@ def _open_run(
         **arithmetic_tags(device),
         **dict(job.where),
     }
+    if job.claim:
+        tags[names.TAG_CLAIM] = str(job.claim)
     if resume is not None:
         tags[names.TAG_RESUMED_FROM] = str(resume["epoch"])
         tags[names.TAG_RESUMED_FROM_RUN] = resume.get("run_id", "")

@@ -78,16 +78,24 @@ def grid_notes(spec: GridSpec, shown: int, max_points: int) -> list[str]:
     return notes
 
 
+MIN_COLUMNS = 20  # the narrowest width a console is made at: a narrower COLUMNS is no terminal's
+
+
 def make_console() -> Console:
     import os
+    import shutil
     import sys
 
     # Logs, pipes and `mlflow run`: wide enough that tables do not wrap, unless COLUMNS says how wide.
     # Whether stdout is a terminal is asked of stdout itself: FORCE_COLOR makes rich treat any output
-    # as a terminal, whose size it then cannot read (80 columns).
-    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+    # as a terminal, whose size it then cannot read (80 columns). A COLUMNS that is no usable width
+    # (0, "", words: a degenerate terminal) is ignored: rich would print nothing at width 0.
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) >= MIN_COLUMNS:
+        return Console(highlight=False, width=int(columns))
+    if not sys.stdout.isatty():
         return Console(highlight=False, width=200)
-    return Console(highlight=False)
+    return Console(highlight=False, width=max(MIN_COLUMNS, shutil.get_terminal_size().columns))
 
 
 class Reporter(pipeline.execution.outcomes.Progress):

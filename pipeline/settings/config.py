@@ -833,7 +833,7 @@ def _experiment(value: Any, where: str) -> str:
     except ValueError:
         raise UserError(f"{where}experiment: got {value!r}; expected a non-empty name") from None
     if experiment_name_problem(name):
-        raise UserError(f"{where}experiment: a name of {experiment_name_problem(name)}")
+        raise UserError(f"{where}experiment: {experiment_name_problem(name)}")
     return name
 
 

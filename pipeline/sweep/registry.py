@@ -29,6 +29,7 @@ from pipeline.base.names import (
     TAG_HARDWARE,
     TAG_ROLE,
     TAG_SETTING,
+    control_character_problem,
 )
 from pipeline.base.uris import redact
 from pipeline.errors import UserError
@@ -79,13 +80,18 @@ def check_alias(alias: str) -> None:
 
 
 def check_name(name: str, option: str = "--name") -> None:
-    """What MLflow refuses in a registered model's name, before a model or version is created: '/'
-    and ':' (they separate a models:/ URI's parts)."""
+    """What a store refuses in a registered model's name, before a model or version is created: '/'
+    and ':' (they separate a models:/ URI's parts), '.' and '..', and control characters."""
     bad = sorted({c for c in name if c in "/:"})
     if bad:
         raise UserError(
             f"{option} {name!r}: a registered model's name may not hold {' or '.join(map(repr, bad))}; e.g. fashion-cnn"
         )
+    if name in (".", ".."):
+        raise UserError(f"{option} {name!r}: MLflow refuses '.' and '..' as a model's name; e.g. fashion-cnn")
+    problem = control_character_problem(name)
+    if problem:
+        raise UserError(f"{option} {name!r}: {problem}")
 
 
 def picked_run(client, comparison, rule: str = "best"):
@@ -229,7 +235,8 @@ def _register(client, run, model_id: str, *, name: str, reason: Reason, alias: s
     try:
         if not force:
             _check_not_worse(client, run, name, alias)
-        existing = [v for v in every(client.search_model_versions, f"name = '{name}'") if v.run_id == run_id]
+        # By run id (hex), not by name: a name with a quote in it ("o'brien") breaks a filter string.
+        existing = [v for v in every(client.search_model_versions, f"run_id = '{run_id}'") if v.name == name]
         created = force or not existing
         if created:
             # MLflow's register_model, not the client's create_model_version: it creates the registered

@@ -17,6 +17,7 @@ import contextlib
 import os
 import shlex
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -47,6 +48,7 @@ from pipeline.base.names import (
     TAG_REPEATS_STOPPED,
     TAG_ROLE,
     TAG_TARGET,
+    experiment_name_problem,
 )
 from pipeline.base.runs import RunRecord, SweepRecord
 from pipeline.errors import UserError
@@ -79,7 +81,7 @@ from pipeline.settings.grid import (
     run_count,
     single_name,
 )
-from pipeline.tracking import results
+from pipeline.tracking import claims, results
 from pipeline.tracking.liveness import kill_running_children, reap_orphans
 from pipeline.tracking.records import (
     done_tags,
@@ -109,6 +111,9 @@ if TYPE_CHECKING:
     from pipeline.measures.target import Target
     from pipeline.present.report import Reporter
     from pipeline.training.data import Dataset
+
+
+CLAIM_POLL_S = 2.0  # how often a sweep looks again at the points another process trains
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,7 @@ class _Sweep:
         adopt: str | None = None,
         target: Target | None = None,
         stop_at: Target | None = None,
+        claim: int = 0,
     ) -> PointJob:
         checkpoint = self.state_dir / CHECKPOINT_DIR / f"{item.run_key}.pt"
         return PointJob(
@@ -183,6 +189,7 @@ class _Sweep:
             system_metrics=self.options.system_metrics,
             target=target,
             stop_at=stop_at,
+            claim=claim,
         )
 
 
@@ -301,6 +308,8 @@ def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
     Fashion-MNIST where it is looked for: before torch is imported and before the data is decoded.
     Returns the store's URI and its client (None for sqlite: opened once the data is loaded)."""
     contended_share()  # a bad $PIPELINE_CONTENDED_SHARE is one line before anything trains
+    if options.experiment is not None and experiment_name_problem(options.experiment):
+        raise UserError(f"--experiment: {experiment_name_problem(options.experiment)}")
     uri, client = absolute_store_uri(resolve_tracking_uri(options.tracking_uri)), None
     if (path := sqlite_path(uri)) is not None:
         check_reachable(uri)  # its folder exists; the file itself is only created once data is found
@@ -394,13 +403,18 @@ def _open_sweep(uri: str, client, experiment: str, dataset: Dataset, reporter: R
         client = client or open_client(uri)
         project_run = _project_run(client, project_run, options.experiment, reporter)
     tracker = Tracker.open(uri, experiment, project_run, client)
+    _reap(tracker, reporter)
+    data = DataRef(str(dataset.folder), len(dataset.train), len(dataset.test))
+    return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri), project_run)
+
+
+def _reap(tracker: Tracker, reporter: Reporter) -> None:
+    """Mark KILLED, and say so, the runs left RUNNING by processes of this host that are gone."""
     reaped = reap_orphans(tracker.client, tracker.experiment_id, spare=_project_run_id())
     if reaped:
         reporter.note(
             f"marked {len(reaped)} run(s) KILLED whose process ended without closing them: {', '.join(reaped)}"
         )
-    data = DataRef(str(dataset.folder), len(dataset.train), len(dataset.test))
-    return _Sweep(tracker, reporter, options, data, dataset.identity, local_state_dir(uri), project_run)
 
 
 def _project_run(client, project_run: str, experiment: str, reporter: Reporter) -> str | None:
@@ -456,11 +470,10 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     result = SweepResult(outcomes, tracker.experiment_id, parent_id, tracker.uri, stopped=stopped)
     store_down = any(o.store_down for o in outcomes)
     if store_down:
-        reporter.tracking_down(
-            results.path_in(sweep.state_dir),
-            next(o.reason for o in outcomes if o.store_down),
-            any(o.no_room for o in outcomes),
-        )
+        why = next(o.reason for o in outcomes if o.store_down)
+        reporter.tracking_down(results.path_in(sweep.state_dir), why, any(o.no_room for o in outcomes))
+        if parent_id and not parent.adopted:  # one try: a store whose artifacts' disk filled still answers
+            tracker.end_run(parent_id, FAILED, quick=True, reason=f"the sweep stopped: {why}")
     comparison = None
     if parent_id and not store_down:
         if stopped:
@@ -485,38 +498,96 @@ def _train(
     sweep: _Sweep, spec: GridSpec, batch: list[Planned], executor: Executor, parent: _Parent, finished: _Finished
 ) -> list[Outcome]:
     """Train `batch` (the sweep's planned runs, or one more round of them) under the parent, opened
-    by the first run that trains; the DONE ones and those waiting for relog are skipped. One outcome
-    per planned run, in order."""
+    by the first run that trains; the DONE ones and those waiting for relog are skipped. Each point
+    is claimed first (tracking/claims.py): one that another live process holds is waited for and
+    counted DONE once it finishes, or trained here if that process ends without finishing it. One
+    outcome per planned run, in order."""
     _assign_run_keys(batch, sweep.identity, spec.stop_at)
     outcomes = _already_done(sweep, batch, finished.by_key)
     todo = [p for p in batch if p.device is not None and p.point.index not in outcomes]
     parent.count_done([o.run_id for o in outcomes.values() if o.status == DONE and o.run_id])
-    if todo:
-        if parent.run_id is None:  # before the sweep's first run exists
-            _check_free_space(sweep.tracker.uri, _artifact_location(sweep.tracker), len(todo))
-        parent_id = parent.open()
-        jobs = [
-            with_position(sweep.job(item, parent_id, target=spec.target, stop_at=spec.stop_at), n, len(todo))
-            for n, item in enumerate(todo, start=1)
-        ]
-        ran = executor.run(jobs, lambda job, outcome: _keep(sweep, job, outcome))
-        outcomes.update({job.point.index: outcome for job, outcome in zip(jobs, ran)})
+    waiting: list[tuple[Planned, claims.Holder]] = []
+    while todo or waiting:
+        if todo:
+            if parent.run_id is None:  # before the sweep's first run exists
+                _check_free_space(sweep.tracker.uri, _artifact_location(sweep.tracker), len(todo))
+            ours, held = _claim(sweep, spec, parent.open(), todo, finished)
+            outcomes.update(ours.done)
+            parent.count_done([o.run_id for o in ours.done.values() if o.run_id])
+            if ours.jobs:
+                ran = executor.run(ours.jobs, lambda job, outcome: _keep(sweep, job, outcome))
+                outcomes.update({job.point.index: outcome for job, outcome in zip(ours.jobs, ran)})
+            waiting, todo = held, []
+            continue
+        if not parent.waited:
+            holders = ", ".join(sorted({str(holder) for _, holder in waiting}))
+            sweep.reporter.note(
+                f"{len(waiting)} point(s) are being trained by another process ({holders}): waiting for them, "
+                "to count their runs here (a point that process leaves unfinished is trained here); "
+                "Ctrl-C stops waiting"
+            )
+            parent.waited = True
+        time.sleep(CLAIM_POLL_S)
+        _reap(sweep.tracker, sweep.reporter)  # a holder that died leaves its runs RUNNING
+        finished.refresh()
+        done = _finished_outcomes(sweep.tracker.client, [item for item, _ in waiting], finished.by_key)
+        outcomes.update(done)
+        parent.count_done([o.run_id for o in done.values() if o.run_id])
+        todo, waiting = [item for item, _ in waiting if item.point.index not in done], []  # claimed again
     for item in batch:
         if item.device is None:
             outcomes[item.point.index] = Outcome(item.point, SKIPPED, reason=item.reason)
     return [outcomes[p.point.index] for p in batch]
 
 
+@dataclass
+class _Claimed:
+    jobs: list[PointJob]  # the points this process now holds, to train
+    done: dict[int, Outcome]  # points claimed again that another process FINISHED meanwhile
+
+
+def _claim(
+    sweep: _Sweep, spec: GridSpec, parent_id: str, todo: list[Planned], finished: _Finished
+) -> tuple[_Claimed, list[tuple[Planned, claims.Holder]]]:
+    """Claim each point of `todo` for this sweep: the jobs of those it now holds, and the points
+    another live process holds with that process. A point claimed at a later attempt (an earlier
+    one's process or run has ended) may have FINISHED since this sweep looked: it is DONE then."""
+    client, experiment_id = sweep.tracker.client, sweep.tracker.experiment_id
+    ours: list[tuple[Planned, int]] = []
+    held: list[tuple[Planned, claims.Holder]] = []
+    for item in todo:
+        got = claims.claim(client, experiment_id, item.run_key, parent_id)
+        if isinstance(got, claims.Holder):
+            held.append((item, got))
+        else:
+            ours.append((item, got))
+    done: dict[int, Outcome] = {}
+    if any(attempt > 1 for _, attempt in ours):
+        finished.refresh()
+        done = _finished_outcomes(client, [item for item, _ in ours], finished.by_key)
+    mine = [(item, attempt) for item, attempt in ours if item.point.index not in done]
+    jobs = [
+        with_position(sweep.job(item, parent_id, target=spec.target, stop_at=spec.stop_at, claim=attempt), n, len(mine))
+        for n, (item, attempt) in enumerate(mine, start=1)
+    ]
+    return _Claimed(jobs, done), held
+
+
 class _Finished:
-    """The experiment's runs FINISHED before this sweep (none with --rerun), by run key: read once, as
-    each run of this sweep's rounds has a key of its own and so can never be DONE for a later round.
-    `repeats: auto` judges the DONE ones with the rest, each read back once (`record`)."""
+    """The experiment's runs FINISHED before this sweep (none with --rerun), by run key: read at the
+    start, and again where another process may have finished a point (claims). `repeats: auto`
+    judges the DONE ones with the rest, each read back once (`record`)."""
 
     def __init__(self, sweep: _Sweep) -> None:
         self.client = sweep.tracker.client
-        self.by_key = {} if sweep.options.rerun else finished_by_key(self.client, sweep.tracker.experiment_id)
-        self._by_id = {run.info.run_id: run for run in self.by_key.values()}
+        self.experiment_id, self.rerun = sweep.tracker.experiment_id, sweep.options.rerun
+        self._by_id: dict = {}
         self._records: dict = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.by_key = {} if self.rerun else finished_by_key(self.client, self.experiment_id)
+        self._by_id.update({run.info.run_id: run for run in self.by_key.values()})
 
     def record(self, run_id: str) -> RunRecord:
         """A DONE run as the comparison reads it, its histories read back the first time it is asked for."""
@@ -578,7 +649,7 @@ def _rounds_stop(
     if any(o.store_down for o in latest):
         full = any(o.no_room for o in latest)
         return rounds_stopped(
-            reached, "the tracking store's disk is full" if full else "the tracking store stopped answering"
+            reached, "a disk the sweep writes to is full" if full else "the tracking store stopped answering"
         )
     halted = next((o.reason for o in latest if o.status == NOT_RUN), "")
     if halted:
@@ -663,6 +734,7 @@ class _Parent:
         self.run_id: str | None = None
         self.adopted = False
         self.done: list[str] = []  # the DONE runs it counts for the points it skips (records.done_tags)
+        self.waited = False  # whether it said it waits for points another process trains
         self._recorded: dict[str, str] = {}  # the done tags on the parent so far: only a changed one is written
 
     def count_done(self, run_ids: list[str]) -> None:
@@ -799,7 +871,7 @@ def _keep(sweep: _Sweep, job: PointJob, outcome: Outcome) -> str:
             outcome.store_down, outcome.no_room = True, outcome.no_room or full
             return f"the results file could not be written ({why})"
     if outcome.store_down:
-        return "the tracking store's disk is full" if outcome.no_room else "the tracking store stopped answering"
+        return "a disk the sweep writes to is full" if outcome.no_room else "the tracking store stopped answering"
     if outcome.status == FAILED and sweep.options.fail_fast:
         return f"--fail-fast after #{job.point.index} failed"
     return ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 from pipeline.base.names import KILLED, TAG_HOST, TAG_KILLED_REASON, TAG_PID, TAG_PROCESS_START
 from pipeline.tracking.records import all_runs
@@ -51,15 +52,18 @@ def reap_orphans(client, experiment_id: str, spare: str | None = None) -> list[s
                 run.info.run_id,
                 KILLED,
                 f"process {run.data.tags[TAG_PID]} on {host} ended without closing the run",
+                started=run.info.start_time,
             )
             reaped.append(run.info.run_id)
     return reaped
 
 
-def close(client, run_id: str, status: str, reason: str) -> None:
-    """End a run that its own process can no longer end, saying why."""
+def close(client, run_id: str, status: str, reason: str, started: int | None = None) -> None:
+    """End a run that its own process can no longer end, saying why: now, or at its start (epoch
+    ms, `started`) where this clock reads earlier, so that it never ends before it started."""
     client.set_tag(run_id, TAG_KILLED_REASON, reason)
-    client.set_terminated(run_id, status)
+    now = int(time.time() * 1000)
+    client.set_terminated(run_id, status, end_time=max(now, started) if started else now)
 
 
 def kill_running_children(client, experiment_id: str, parent_id: str, reason: str) -> list[str]:
@@ -70,5 +74,5 @@ def kill_running_children(client, experiment_id: str, parent_id: str, reason: st
         client, [experiment_id], f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}' and attributes.status = 'RUNNING'"
     )
     for run in runs:
-        close(client, run.info.run_id, KILLED, reason)
+        close(client, run.info.run_id, KILLED, reason, started=run.info.start_time)
     return [r.info.run_id for r in runs]

@@ -9,12 +9,13 @@ store and sweep the line names, closes what the outage left RUNNING, and marks t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.base.files import atomic_write
+from pipeline.base.files import atomic_write, folder_lock
 from pipeline.base.names import (
     CHECKPOINT_DIR,
     FAILED,
@@ -57,7 +58,8 @@ def append(state_dir: Path, line: dict[str, Any], model_state: dict | None = Non
         atomic_write(model_file, weights.getvalue())
         line = {**line, "model_file": str(model_file)}
     line = {"time": datetime.now().isoformat(timespec="seconds"), **line}
-    with open(path_in(state_dir), "ab", buffering=0) as f:  # unbuffered: a write that fails fails here
+    # Under the folder's lock: never between a relog's read of the file and its rewrite.
+    with folder_lock(state_dir), open(path_in(state_dir), "ab", buffering=0) as f:  # unbuffered: fails here
         kept = f.tell()
         try:
             f.write((json.dumps(line) + "\n").encode("utf-8"))
@@ -219,14 +221,27 @@ class Relogged:
     line: int = 0  # its line in the results file, from 1
 
 
-def relog(results_file: Path, override_uri: str | None = None) -> list[Relogged]:
+def relog(
+    results_file: Path, override_uri: str | None = None, waiting: Callable[[], None] | None = None
+) -> list[Relogged]:
     """Write every unlogged line into its store (or `override_uri`) as the FINISHED child of its
     sweep, with the params, per-epoch metrics, tags and model a normal run has; close the sweeps
     the outage left RUNNING; mark the lines logged. Returns the runs written. Lines that are not
     results lines are skipped and kept as they are (`bad_lines` names them). A line whose relog
     fails (MLflow refuses a name, its model file is missing or no model) marks its run FAILED with
     the reason, is returned with its `error`, and stays unlogged, naming that run, so that a relog
-    after the fix completes the same run; the other lines go on."""
+    after the fix completes the same run; the other lines go on.
+
+    One process at a time reads and rewrites the file (a lock on its folder, which `append` takes
+    too): a second relog of it waits (`waiting` says so), then finds the lines logged, so no line
+    is logged twice and no line a sweep appends meanwhile is lost."""
+    if not results_file.parent.is_dir():
+        return _relog(results_file, override_uri)  # read_lines names the problem
+    with folder_lock(results_file.parent, waiting):
+        return _relog(results_file, override_uri)
+
+
+def _relog(results_file: Path, override_uri: str | None) -> list[Relogged]:
     lines = read_lines(results_file)
     done: list[Relogged] = []
     trackers: dict[tuple[str, str], Tracker] = {}
@@ -410,4 +425,5 @@ def _close_stale_parent(tracker, parent_id: str) -> None:
             FAILED,
             "the tracking store went down during the sweep; its trained points were relogged from the "
             "results file, the rest were not run: run the grid again to train them",
+            started=parent.info.start_time,
         )

@@ -61,6 +61,17 @@ class TrackingUnavailable(RuntimeError):
             )
         return cls(f"{redact(uri)} stopped answering ({short_cause(exc)})")
 
+    @classmethod
+    def of_artifacts(cls, location: str, exc: BaseException) -> TrackingUnavailable:
+        """A file of the run's artifacts (its model, on its way to `location`) was refused, by the
+        artifact location's disk or the temporary folder MLflow writes it through first: full, or
+        not writable. Names the file's folder where the error does."""
+        refused = next((link for link in _chain(exc) if isinstance(link, OSError) and link.errno is not None), None)
+        path = (refused.filename2 or refused.filename) if refused is not None else None
+        where = os.path.dirname(os.fsdecode(path)) if path else redact(location)
+        why = "disk full" if is_no_room(exc) else os.strerror(os_errno(exc) or errno.EIO)
+        return cls(f"the run's artifacts (going to {redact(location)}) could not be written to {where}: {why}")
+
 
 def short_cause(exc: BaseException) -> str:
     """The gist of a network or database error, by its type and code, not urllib3's whole retry story."""
@@ -102,6 +113,8 @@ _SQLITE_CAUSES = {
 }
 # A full disk, a quota, or a file size limit (RLIMIT_FSIZE): no room to write either way.
 NO_ROOM_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# A file write refused by the folder under it: full, or not writable (local artifact locations).
+ARTIFACT_ERRNOS = NO_ROOM_ERRNOS | {errno.EACCES, errno.EPERM, errno.EROFS}
 # Errors MLflow's codes mark as the user's to fix (a name, a value, a login, a permission), each
 # with what to do about it: printed as one line, never retried.
 USER_CAUSED = {
@@ -245,8 +258,17 @@ class _DropPickleWarning(logging.Filter):
 
 
 def resolve_tracking_uri(cli_value: str | None) -> str:
-    """--tracking-uri, then $MLFLOW_TRACKING_URI, then sqlite:///mlflow.db in the working directory."""
-    return cli_value or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    """--tracking-uri, then $MLFLOW_TRACKING_URI, then sqlite:///mlflow.db in the working directory.
+    UserError when it does not parse as a URI (a bracket left open, a port that is no number)."""
+    uri = cli_value or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    try:
+        urllib.parse.urlparse(uri).port  # noqa: B018 - parsing the port is the check: it raises ValueError
+    except ValueError as exc:
+        source = "--tracking-uri" if cli_value else "MLFLOW_TRACKING_URI"
+        raise UserError(
+            f"{source} {redact(uri)}: not a URI ({exc}); e.g. http://HOST:5000, or sqlite:///mlflow.db for a file"
+        ) from None
+    return uri
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -309,6 +331,11 @@ def check_sqlite_file(uri: str, option: str = "--tracking-uri", label: str = "tr
     """UserError when a sqlite URI names a folder, a file in a folder that does not exist, or a file
     that is no database: sqlite would answer "unable to open" to every retry, or fail after a lock
     file is made beside it."""
+    if _in_memory(uri):
+        raise UserError(
+            f"{label} {uri}: an in-memory database ends with the process, and every run in it; pass a "
+            f"database file, e.g. {option} sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+        )
     path = sqlite_path(uri)
     if path is None:
         return
@@ -326,6 +353,14 @@ def check_sqlite_file(uri: str, option: str = "--tracking-uri", label: str = "tr
             f"{label} {uri}: {path} is not an SQLite database; pass the store's .db file, "
             "or a new file name to create one"
         )
+
+
+def _in_memory(uri: str) -> bool:
+    """Whether a sqlite URI names a database in memory: no path (`sqlite://`), `:memory:`, or
+    `mode=memory` in its query."""
+    parsed = urllib.parse.urlparse(uri)
+    database = parsed.path  # "" for sqlite://, "/" for sqlite:///, "/:memory:"; "//" is the root folder
+    return database in ("", "/", "/:memory:") or "memory" in urllib.parse.parse_qs(parsed.query).get("mode", [])
 
 
 def _empty_or_sqlite(path: Path) -> bool:

@@ -35,10 +35,13 @@ from pipeline.errors import UserError
 from pipeline.tracking.liveness import process_tags
 from pipeline.tracking.records import deleted_experiment
 from pipeline.tracking.store import (
+    ARTIFACT_ERRNOS,
     TrackingUnavailable,
     fluent_target,
     is_transient,
     open_client,
+    os_errno,
+    sqlite_code,
     store_failure,
     ui_hint,
 )
@@ -55,6 +58,10 @@ class Tracker:
     def __init__(self, uri: str, client, experiment_id: str, experiment_name: str) -> None:
         self.uri, self.client = uri, client
         self.experiment_id, self.experiment_name = experiment_id, experiment_name
+        # The runs this tracker started: their start (epoch ms) and time.monotonic() then. A run's
+        # end is its start plus the monotonic time since, so that a wall clock stepped back (NTP,
+        # a VM resumed) never records a run that ends before it starts.
+        self._started: dict[str, tuple[int, float]] = {}
 
     @classmethod
     def open(cls, uri: str, experiment: str, project_run_id: str | None = None, client=None) -> Tracker:
@@ -63,7 +70,7 @@ class Tracker:
         from mlflow.exceptions import MlflowException
 
         if not project_run_id and experiment_name_problem(experiment):  # before the store is created
-            raise UserError(f"--experiment: a name of {experiment_name_problem(experiment)}")
+            raise UserError(f"--experiment: {experiment_name_problem(experiment)}")
         client = client or open_client(uri)
         try:
             if project_run_id:
@@ -90,7 +97,10 @@ class Tracker:
         tags = {**source_tags(), **process_tags(), **(tags or {})}
         if parent_id:
             tags[MLFLOW_PARENT_RUN_ID] = parent_id
-        return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+        start, ticks = int(time.time() * 1000), time.monotonic()
+        run_id = self.client.create_run(self.experiment_id, start_time=start, run_name=name, tags=tags).info.run_id
+        self._started[run_id] = (start, ticks)
+        return run_id
 
     def adopt(self, run_id: str, name: str, tags: dict[str, str]) -> str:
         """Take over a run someone else created (`mlflow run`'s project run): our name (for MLflow's
@@ -102,15 +112,21 @@ class Tracker:
 
     def end_run(self, run_id: str, status: str, quick: bool = False, reason: str = "") -> None:
         """FINISHED, FAILED or KILLED. `quick`: one attempt, no retries, errors ignored (for a second
-        Ctrl-C, or a store already known to be down), with the `reason` tagged first where given."""
+        Ctrl-C, or a store already known to be down), with the `reason` tagged first where given.
+        A run this tracker started ends at its start plus the monotonic time since; another (adopted)
+        at MLflow's now."""
+        end = None
+        if run_id in self._started:
+            start, ticks = self._started[run_id]
+            end = start + int((time.monotonic() - ticks) * 1000)
         if not quick:
-            self.client.set_terminated(run_id, status)
+            self.client.set_terminated(run_id, status, end_time=end)
             return
         if reason:
             with contextlib.suppress(Exception):
                 self.client.once.set_tag(run_id, TAG_ERROR, reason)
         with contextlib.suppress(Exception):
-            self.client.once.set_terminated(run_id, status)
+            self.client.once.set_terminated(run_id, status, end_time=end)
 
     # --- what a run holds ---------------------------------------------------------------------------
 
@@ -204,6 +220,8 @@ class Tracker:
             with fluent_target(self.uri, self.experiment_id), _active(run_id):
                 return log_network(model, example, step, params or {})
         except Exception as exc:
+            if sqlite_code(exc) is None and os_errno(exc) in ARTIFACT_ERRNOS:  # a file, not the store
+                raise TrackingUnavailable.of_artifacts(self.client.get_run(run_id).info.artifact_uri, exc) from exc
             if is_transient(exc):
                 raise TrackingUnavailable.of(self.uri, exc) from exc
             raise
