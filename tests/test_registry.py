@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -110,6 +111,23 @@ def test_a_name_with_a_quote_registers_twice_as_one_version(trained):
         assert out.exit_code == 0, out.output
     (model,) = client.search_registered_models()
     assert model.name == "o'brien" and [str(v.version) for v in client.search_model_versions("run_id != ''")] == ["1"]
+
+
+def test_predict_on_damaged_weights_is_one_line(trained, data_dir):
+    """The stored weights cut short (a disk that filled, a copy that stopped): one line naming the
+    model, exit 2, no traceback."""
+    client, runs = trained
+    uri = client.tracking_uri
+    assert invoke("register", "--experiment", "reg", "--name", "cut", "--tracking-uri", uri).exit_code == 0
+    version = client.get_model_version_by_alias("cut", "champion")
+    model_id = client.get_run(version.run_id).outputs.model_outputs[-1].model_id
+    weights = Path(client.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "data" / "model.pth"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    args = ["predict", "--model", "models:/cut@champion", "--tracking-uri", uri, "--data-dir", str(data_dir)]
+    out = CliRunner().invoke(main, [*args, "--limit", "5"])
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert out.output.startswith("error: --model models:/cut@champion: its weights cannot be read (RuntimeError: ")
+    assert len(out.output.splitlines()) == 1, out.output
 
 
 def test_predict_split_accuracy_matches_the_run(trained, data_dir):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pickle  # its error type only: a damaged model file
 import urllib.parse
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +114,12 @@ def load(uri: str, device: torch.device) -> torch.nn.Module:
         raise UserError(f"--model {redact(uri)}: {redact(first)}") from None
     except OSError as exc:
         raise UserError(f"--model {redact(uri)}: {redact(str(exc))}") from None
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
+        # What torch.load and pickle raise for a file cut short or not theirs: the model's files are damaged.
+        raise UserError(
+            f"--model {redact(uri)}: its weights cannot be read ({exc.__class__.__name__}: "
+            f"{redact(first_line(exc))[:160]}); the stored file is damaged or not a model: register it again"
+        ) from None
     return model.to(device).eval()
 
 
