@@ -798,3 +798,36 @@ def test_a_download_that_cannot_connect_is_one_line_and_leaves_no_folder(tmp_pat
     (line,) = out.output.strip().splitlines()
     assert line.startswith(f"error: download into {tmp_path / 'fashion'} failed (") and "--data-dir" in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_admin_password_leaves_no_auth_file_behind(tmp_path):
+    """`pipeline server --auth` with a password MLflow would refuse: one line, exit 2, and its
+    temporary folder (where the auth configuration goes) as empty as before."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    (tmp_path / "password").write_text("short\n")
+    server = [
+        "server",
+        "--auth",
+        "--admin-password-file",
+        str(tmp_path / "password"),
+        "--backend-store-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--port",
+        str(free_port()),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", *server],
+        env={**os.environ, "TMPDIR": str(temporary)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "the admin password has 5 characters" in done.stderr, done.stdout + done.stderr
+    assert list(temporary.iterdir()) == []

@@ -18,6 +18,7 @@ import errno
 import importlib.util
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -185,24 +186,28 @@ def serve(
     extra = ["--allowed-hosts", allowed_hosts] if allowed_hosts else []
     # The store's URI (it may hold the database's password) goes through the environment: the
     # command line is what `ps` shows every user of the machine.
-    return run_mlflow(
-        [
-            "server",
-            "--host",
+    try:
+        return run_mlflow(
+            [
+                "server",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--artifacts-destination",
+                artifacts_destination,
+                "--workers",
+                str(workers),
+                *app,
+                *extra,
+            ],
             host,
-            "--port",
-            str(port),
-            "--artifacts-destination",
-            artifacts_destination,
-            "--workers",
-            str(workers),
-            *app,
-            *extra,
-        ],
-        host,
-        port,
-        {**env, "MLFLOW_BACKEND_STORE_URI": store},
-    )
+            port,
+            {**env, "MLFLOW_BACKEND_STORE_URI": store},
+        )
+    finally:  # the auth configuration's private folder goes with the server
+        if "MLFLOW_AUTH_CONFIG_PATH" in env:
+            shutil.rmtree(Path(env["MLFLOW_AUTH_CONFIG_PATH"]).parent, ignore_errors=True)
 
 
 def _set_up_auth(store: str, password_file: str | None, default_permission: str, database_uri: str | None) -> dict:
@@ -236,11 +241,12 @@ def _set_up_auth(store: str, password_file: str | None, default_permission: str,
         # changed or deleted password can still work there for up to that time.
         "auth_cache_ttl_seconds": str(AUTH_CACHE_S),
     }
-    # A private folder: the database URI may hold the database's password.
+    _check_admin(password, database_uri)  # before the file exists: a refusal leaves nothing behind
+    # A private folder: the database URI may hold the database's password. Removed when the server
+    # ends (serve).
     ini = Path(tempfile.mkdtemp(prefix="pipeline-auth-")) / "basic_auth.ini"
     with open(os.open(ini, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
         config.write(handle)
-    _check_admin(password, database_uri)
     # The app signs its forms' CSRF tokens with this; its workers must share it. One per start
     # unless set (several servers behind one address need the same one).
     secret = os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY") or secrets.token_hex(32)
