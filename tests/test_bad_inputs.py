@@ -133,6 +133,13 @@ def bad_data(world, name: str, damage) -> Path:
     return folder
 
 
+def device_link(folder: Path) -> None:
+    """The training images a link to /dev/zero: read, it would never end."""
+    path = folder / FILES["train_images"]
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
 def truncate(folder: Path) -> None:
     path = folder / FILES["train_images"]
     path.write_bytes(path.read_bytes()[:-100])
@@ -270,6 +277,11 @@ CASES = {
     ),
     # data files
     "missing data": ("data", lambda w: w["tmp"] / "nowhere", "Fashion-MNIST not found"),
+    "data file a link to a device": (
+        "data",
+        lambda w: bad_data(w, "device", device_link),
+        "train-images-idx3-ubyte: not a regular file (a character device)",
+    ),
     "truncated file": ("data", lambda w: bad_data(w, "trunc", truncate), "truncated"),
     "wrong magic number": ("data", lambda w: bad_data(w, "magic", wrong_magic), "magic number 2049"),
     "labels out of range": ("data", lambda w: bad_data(w, "labels", labels_out_of_range), "label 12 found"),

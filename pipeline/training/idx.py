@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import math
 import os
+import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,16 +83,46 @@ def _files_in(folder: Path) -> dict[str, Path] | None:
     return None
 
 
+def _special_file(folder: Path) -> Path | None:
+    """The first of the four names in `folder` (or its torchvision layout) that is there but is no
+    regular file: a link to a device, a pipe, a socket. Reading /dev/zero would never end."""
+    for base in (folder, folder / "FashionMNIST" / "raw"):
+        for stem in FILES.values():
+            for name in (stem, stem + ".gz"):
+                path = base / name
+                if path.exists() and not path.is_file() and not path.is_dir():
+                    return path
+    return None
+
+
 def locate(explicit: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]]:
-    """Find the first folder holding all four files, or raise UserError listing where it looked."""
+    """Find the first folder holding all four files, or raise UserError listing where it looked. A
+    name there that is a device, pipe or socket is refused by name, never read."""
     looked = []
     for label, folder in candidates(explicit):
+        special = _special_file(folder)
+        if special is not None:
+            raise UserError(
+                f"{special}: not a regular file ({_kind(special)}); put the IDX file itself there, "
+                f"or point --data-dir at a folder that holds the four files"
+            )
         files = _files_in(folder)
         if files:  # absolute paths, the decoding's cache key, whatever the working folder or spelling
             resolved = folder.resolve()
             return resolved, {key: resolved / path.relative_to(folder) for key, path in files.items()}
         looked.append(f"{folder} ({label})")
     raise UserError(f"Fashion-MNIST not found; looked in {'; '.join(looked)}. To get it: {HOW_TO_GET}")
+
+
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    kinds = {
+        "a character device": stat.S_ISCHR,
+        "a block device": stat.S_ISBLK,
+        "a pipe": stat.S_ISFIFO,
+        "a socket": stat.S_ISSOCK,
+    }
+    return next((kind for kind, test in kinds.items() if test(mode)), "a special file")
 
 
 def _read_idx(path: Path, magic: int) -> tuple[np.ndarray, bytes]:
