@@ -109,9 +109,14 @@ def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
     import pipeline.tracking.server
 
     became = []
-    monkeypatch.setattr(
-        pipeline.tracking.server, "run_mlflow", lambda args, host, port, env: became.append((args, env)) or 0
-    )
+
+    def run_mlflow(args, host, port, env):
+        """What the server would run, and its auth configuration as written while it runs."""
+        config = env.get("MLFLOW_AUTH_CONFIG_PATH")
+        became.append((args, env, Path(config).read_text() if config else ""))
+        return 0
+
+    monkeypatch.setattr(pipeline.tracking.server, "run_mlflow", run_mlflow)
     monkeypatch.delenv("MLFLOW_AUTH_CONFIG_PATH", raising=False)  # restored after the test
     store = f"sqlite:///{tmp_path / 'store.db'}"
     out = invoke("server", "--auth", "--backend-store-uri", store, "--host", "0.0.0.0")
@@ -123,13 +128,13 @@ def test_the_admin_password_never_reaches_a_command_line(monkeypatch, tmp_path):
     out = invoke("server", "--auth", "--backend-store-uri", store, "--host", "0.0.0.0", "--port", "5055")
     assert out.exit_code == 0, out.output
     assert "in clear text" in out.output and "login required" in out.output
-    ((args, env),) = became
+    ((args, env, config),) = became
     assert "--app-name" in args and "basic-auth" in args and store not in " ".join(args)
     assert env["MLFLOW_BACKEND_STORE_URI"] == store and env["MLFLOW_FLASK_SERVER_SECRET_KEY"]
     assert ADMIN_PASSWORD not in json.dumps(args) and env["MLFLOW_AUTH_ADMIN_PASSWORD"] == ADMIN_PASSWORD
     # the users' database sits beside the store
-    assert f"sqlite:///{tmp_path / 'basic_auth.db'}" in Path(env["MLFLOW_AUTH_CONFIG_PATH"]).read_text()
-    assert ADMIN_PASSWORD not in Path(env["MLFLOW_AUTH_CONFIG_PATH"]).read_text()
+    assert f"sqlite:///{tmp_path / 'basic_auth.db'}" in config and ADMIN_PASSWORD not in config
+    assert not Path(env["MLFLOW_AUTH_CONFIG_PATH"]).parent.exists()  # gone with the server
     out = invoke("server", "--backend-store-uri", store, "--host", "0.0.0.0")
     assert "no authentication: see --auth" in out.output
     out = invoke("server", "--admin-password-file", str(tmp_path / "nowhere"))

@@ -122,9 +122,13 @@ def test_predict_on_damaged_weights_is_one_line(trained, data_dir):
     version = client.get_model_version_by_alias("cut", "champion")
     model_id = client.get_run(version.run_id).outputs.model_outputs[-1].model_id
     weights = Path(client.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "data" / "model.pth"
-    weights.write_bytes(weights.read_bytes()[:1000])
-    args = ["predict", "--model", "models:/cut@champion", "--tracking-uri", uri, "--data-dir", str(data_dir)]
-    out = CliRunner().invoke(main, [*args, "--limit", "5"])
+    whole = weights.read_bytes()  # the module's sweep shares its artifacts with every copy: put it back after
+    weights.write_bytes(whole[:1000])
+    try:
+        args = ["predict", "--model", "models:/cut@champion", "--tracking-uri", uri, "--data-dir", str(data_dir)]
+        out = CliRunner().invoke(main, [*args, "--limit", "5"])
+    finally:
+        weights.write_bytes(whole)
     assert out.exit_code == 2 and "Traceback" not in out.output, out.output
     assert out.output.startswith("error: --model models:/cut@champion: its weights cannot be read (RuntimeError: ")
     assert len(out.output.splitlines()) == 1, out.output
