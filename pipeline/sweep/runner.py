@@ -507,6 +507,7 @@ def _train(
     todo = [p for p in batch if p.device is not None and p.point.index not in outcomes]
     parent.count_done([o.run_id for o in outcomes.values() if o.status == DONE and o.run_id])
     waiting: list[tuple[Planned, claims.Holder]] = []
+    said = False  # the waiting note, once
     while todo or waiting:
         if todo:
             if parent.run_id is None:  # before the sweep's first run exists
@@ -519,14 +520,14 @@ def _train(
                 outcomes.update({job.point.index: outcome for job, outcome in zip(ours.jobs, ran)})
             waiting, todo = held, []
             continue
-        if not parent.waited:
+        if not said:
             holders = ", ".join(sorted({str(holder) for _, holder in waiting}))
             sweep.reporter.note(
                 f"{len(waiting)} point(s) are being trained by another process ({holders}): waiting for them, "
                 "to count their runs here (a point that process leaves unfinished is trained here); "
                 "Ctrl-C stops waiting"
             )
-            parent.waited = True
+            said = True
         time.sleep(CLAIM_POLL_S)
         _reap(sweep.tracker, sweep.reporter)  # a holder that died leaves its runs RUNNING
         finished.refresh()
@@ -734,7 +735,6 @@ class _Parent:
         self.run_id: str | None = None
         self.adopted = False
         self.done: list[str] = []  # the DONE runs it counts for the points it skips (records.done_tags)
-        self.waited = False  # whether it said it waits for points another process trains
         self._recorded: dict[str, str] = {}  # the done tags on the parent so far: only a changed one is written
 
     def count_done(self, run_ids: list[str]) -> None:

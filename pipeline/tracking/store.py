@@ -66,7 +66,7 @@ class TrackingUnavailable(RuntimeError):
         """A file of the run's artifacts (its model, on its way to `location`) was refused, by the
         artifact location's disk or the temporary folder MLflow writes it through first: full, or
         not writable. Names the file's folder where the error does."""
-        refused = next((link for link in _chain(exc) if isinstance(link, OSError) and link.errno is not None), None)
+        refused = os_error(exc)
         path = (refused.filename2 or refused.filename) if refused is not None else None
         where = os.path.dirname(os.fsdecode(path)) if path else redact(location)
         why = "disk full" if is_no_room(exc) else os.strerror(os_errno(exc) or errno.EIO)
@@ -153,11 +153,14 @@ def sqlite_code(exc: BaseException) -> int | None:
     return None
 
 
+def os_error(exc: BaseException) -> OSError | None:
+    """The first OSError with an errno in `exc`'s chain, or None."""
+    return next((link for link in _chain(exc) if isinstance(link, OSError) and link.errno is not None), None)
+
+
 def os_errno(exc: BaseException) -> int | None:
-    for link in _chain(exc):
-        if isinstance(link, OSError) and link.errno is not None:
-            return link.errno
-    return None
+    refused = os_error(exc)
+    return refused.errno if refused is not None else None
 
 
 def error_code(exc: BaseException) -> str | None:

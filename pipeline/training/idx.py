@@ -69,30 +69,27 @@ def candidates(explicit: str | os.PathLike | None) -> list[tuple[str, Path]]:
     return found
 
 
+def _places(folder: Path):
+    """Each layout the four files may be in (`folder`, then torchvision's), as {key: [names to try,
+    uncompressed first]}."""
+    for base in (folder, folder / "FashionMNIST" / "raw"):
+        yield {key: [base / stem, base / (stem + ".gz")] for key, stem in FILES.items()}
+
+
 def _files_in(folder: Path) -> dict[str, Path] | None:
     """The four IDX files in `folder` or its torchvision layout, preferring uncompressed ones."""
-    for base in (folder, folder / "FashionMNIST" / "raw"):
-        found = {}
-        for key, stem in FILES.items():
-            for name in (stem, stem + ".gz"):
-                if (base / name).is_file():
-                    found[key] = base / name
-                    break
-        if len(found) == len(FILES):
-            return found
+    for place in _places(folder):
+        found = {key: next((path for path in paths if path.is_file()), None) for key, paths in place.items()}
+        if all(found.values()):
+            return {key: path for key, path in found.items() if path is not None}
     return None
 
 
 def _special_file(folder: Path) -> Path | None:
     """The first of the four names in `folder` (or its torchvision layout) that is there but is no
     regular file: a link to a device, a pipe, a socket. Reading /dev/zero would never end."""
-    for base in (folder, folder / "FashionMNIST" / "raw"):
-        for stem in FILES.values():
-            for name in (stem, stem + ".gz"):
-                path = base / name
-                if path.exists() and not path.is_file() and not path.is_dir():
-                    return path
-    return None
+    paths = (path for place in _places(folder) for names in place.values() for path in names)
+    return next((path for path in paths if path.exists() and not path.is_file() and not path.is_dir()), None)
 
 
 def locate(explicit: str | os.PathLike | None = None) -> tuple[Path, dict[str, Path]]:
