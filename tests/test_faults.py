@@ -8,6 +8,7 @@ diagnoses; the Python API's types.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -630,6 +631,18 @@ def test_zero_training_images_are_refused_before_any_run(world, tmp_path):
     assert _runs(copy["uri"]) == before
 
 
+@contextlib.contextmanager
+def _small_disk(folder: Path, size: str):
+    """A tmpfs of `size` mounted at `folder` for the block (skipped where it cannot be mounted)."""
+    folder.mkdir()
+    if os.geteuid() != 0 or not _mount(["-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]):
+        pytest.skip("a small disk needs `mount -t tmpfs` (root in this container); not available here")
+    try:
+        yield folder
+    finally:
+        _mount(["-u", str(folder)])
+
+
 def _filling(args: list[str], disk: Path, batch_size: str, at: str):
     """`pipeline ARGS` run in `disk` through tests/ending_pipeline.py, which fills `disk` up when the
     point of `batch_size` reaches `at` (epoch or model); its output unwrapped."""
@@ -667,11 +680,7 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
 
     from faults import Result, assert_clean, running_runs
 
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or not _mount(["-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)]):
-        pytest.skip("a small disk needs `mount -t tmpfs` (root in this container); not available here")
-    try:
+    with _small_disk(tmp_path / "disk", "16m") as disk:
         shutil.copy(world["home"] / "store" / "mlflow.db", disk / "mlflow.db")
         (disk / "grid.yaml").write_text("experiment: full\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
         uri = f"sqlite:///{disk / 'mlflow.db'}"
@@ -689,8 +698,6 @@ def test_a_disk_that_fills_mid_sweep_stops_it_and_the_rest_resumes(world, tmp_pa
             Result(args, again.exit_code, again.output), 0, says=("1 of 2 points already",), stores=(uri,), max_lines=40
         )
         assert not running_runs(uri)
-    finally:
-        _mount(["-u", str(disk)])
 
 
 @pytest.mark.slow  # a sweep, a relog (20-30 s on 2 cores): make test-slow
@@ -703,11 +710,7 @@ def test_a_full_artifact_disk_keeps_the_point_for_relog_and_names_that_disk(worl
 
     from faults import running_runs
 
-    disk = tmp_path / "artifacts"
-    disk.mkdir()
-    if os.geteuid() != 0 or not _mount(["-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)]):
-        pytest.skip("a small disk needs `mount -t tmpfs` (root in this container); not available here")
-    try:
+    with _small_disk(tmp_path / "artifacts", "4m") as disk:
         store = tmp_path / "store"
         store.mkdir()
         shutil.copy(world["home"] / "store" / "mlflow.db", store / "mlflow.db")
@@ -735,8 +738,6 @@ def test_a_full_artifact_disk_keeps_the_point_for_relog_and_names_that_disk(worl
         relogged = pipeline(["relog", "--tracking-uri", uri], disk)
         assert relogged.exit_code == 0 and "logged 1 run(s)" in relogged.output, relogged.output
         assert client.get_run(line["run_id"]).info.status == "FINISHED"
-    finally:
-        _mount(["-u", str(disk)])
 
 
 # --- 6. diagnoses that are true ------------------------------------------------------------------------
