@@ -170,6 +170,29 @@ def test_fail_fast_stops_the_grid(write_grid, data_dir, tracking_uri):
     assert [r.info.status for r in children(runs_of(tracking_uri, "ff"))] == ["FAILED"]
 
 
+def test_an_error_nothing_planned_for_ends_the_sweep_failed_not_running(
+    write_grid, data_dir, tracking_uri, monkeypatch
+):
+    """A bug, or an output that cannot be written, raised between points (here by the progress
+    line): the error still goes up, and the parent ends FAILED with it instead of staying RUNNING."""
+    from pipeline.present.report import Reporter
+
+    def broken(self, outcome):
+        raise RuntimeError("the progress line broke")
+
+    monkeypatch.setattr(Reporter, "run_end", broken)
+    grid = write_grid("experiment: bug\ngrid:\n  batch_size: [128, 256]\n  device: [cpu]\n")
+    with pytest.raises(RuntimeError, match="the progress line broke"):
+        invoke("run", str(grid), "--data-dir", str(data_dir), "--tracking-uri", tracking_uri)
+    runs = runs_of(tracking_uri, "bug")
+    assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
+    (parent,) = [r for r in runs if r.data.tags.get(names.TAG_ROLE) == "sweep"]
+    assert parent.info.status == "FAILED"
+    assert (
+        parent.data.tags[names.TAG_ERROR] == "the sweep stopped on an unexpected RuntimeError: the progress line broke"
+    )
+
+
 def test_cuda_oom_is_a_failed_run_with_a_hint(write_grid, data_dir, tracking_uri, monkeypatch):
     import pipeline.training.train as train_mod
 

@@ -466,6 +466,9 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     except KeyboardInterrupt:
         parent.cancelled()
         raise
+    except BaseException as exc:  # one the sweep did not plan for: its runs end FAILED, not RUNNING
+        parent.crashed(exc)
+        raise
     parent_id = parent.run_id
     result = SweepResult(outcomes, tracker.experiment_id, parent_id, tracker.uri, stopped=stopped)
     store_down = any(o.store_down for o in outcomes)
@@ -788,6 +791,18 @@ class _Parent:
         """A second Ctrl-C: one quick attempt to mark the parent KILLED."""
         if self.run_id is not None:
             self.sweep.tracker.end_run(self.run_id, KILLED, quick=True)
+
+    def crashed(self, exc: BaseException) -> None:
+        """An error nothing planned for (a bug, an output that cannot be written): one quick try to
+        end the children still running and the parent FAILED with it, before it goes on up."""
+        if self.run_id is None:
+            return
+        tracker = self.sweep.tracker
+        reason = f"the sweep stopped on an unexpected {type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):
+            kill_running_children(tracker.client.once, tracker.experiment_id, self.run_id, reason)
+        if not self.adopted:  # `mlflow run` ends its own run FAILED when the command fails
+            tracker.end_run(self.run_id, FAILED, quick=True, reason=reason)
 
     def cancelled(self) -> None:
         """Ctrl-C: the children still running and the parent are KILLED."""
