@@ -6,6 +6,7 @@ rich are imported inside the commands that need them: `--help`, `validate`, `sch
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from pipeline.tracking.store import (
 from pipeline.training import peak as peaks
 
 EXIT_INTERRUPTED = 130
+TORCH_ADDRESS_SPACE_GIB = 4  # measured: a dry run loads under `ulimit -v` 3.5 GiB, not 3 GiB
 
 
 class NonBlank(click.ParamType):
@@ -186,6 +188,9 @@ class _Group(click.Group):
         except KeyboardInterrupt as exc:
             click.echo("interrupted: the current run and its parent are marked KILLED", err=True)
             ctx.exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
+        except (MemoryError, ImportError) as exc:  # torch or mlflow too big for the memory left
+            click.echo(f"error: {_cannot_load(exc)}", err=True)
+            ctx.exit(1)
         except Exception as exc:  # an MlflowException no caller mapped: one line, never a traceback
             from mlflow.exceptions import MlflowException
 
@@ -204,6 +209,25 @@ class _Group(click.Group):
                 err=True,
             )
             ctx.exit(2 if mapped else 1)
+
+
+def _cannot_load(exc: MemoryError | ImportError) -> str:
+    """What ran out, in one line, with what to do. Under an address-space limit (`ulimit -v`) below
+    twice what torch maps as it loads, the limit is to blame; else the machine's memory, or (a
+    library that will not load with memory to spare) the installation."""
+    import resource
+
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit != resource.RLIM_INFINITY and limit < 2 * TORCH_ADDRESS_SPACE_GIB * 2**30:
+        return (
+            f"too little memory to load torch: this process may use only {limit // 2**20} MiB of address "
+            f"space (ulimit -v {limit // 1024}); torch needs about {TORCH_ADDRESS_SPACE_GIB} GiB of it: "
+            "raise the limit (ulimit -v unlimited)"
+        )
+    if isinstance(exc, MemoryError):
+        return "out of memory: free some memory (close other programs) and run the command again"
+    cause = (str(exc) or type(exc).__name__).splitlines()[0]
+    return f"could not load a library ({cause}): reinstall the environment (make setup)"
 
 
 set_option = click.option(
@@ -229,6 +253,15 @@ def main() -> None:
                  pipeline run experiments/quickstart.yaml
     """
     click.get_current_context().with_resource(process_settings())  # for the command, then put back
+    _tolerant_output()
+
+
+def _tolerant_output() -> None:
+    """A character the terminal's encoding lacks (an experiment named "café" under LC_ALL=C's
+    ASCII, or PYTHONIOENCODING=ascii) is written as an escape (caf\\xe9), not a crash mid-sweep."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 @main.command(short_help="Write the example grids and their JSON Schema into DIR to edit.")

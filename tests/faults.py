@@ -78,9 +78,16 @@ def pipeline(
     env: dict[str, str] | None = None,
     timeout: float = HANG_S,
     stdin: int | None = subprocess.DEVNULL,
+    address_space: int | None = None,
 ) -> Result:
     """`python -m pipeline ARGS` in its own process (its own signal handlers, logging and stderr),
-    with the caller's MLflow settings removed; a hang fails the test instead of the suite."""
+    with the caller's MLflow settings removed; a hang fails the test instead of the suite.
+    `address_space`: its limit in bytes, as `ulimit -v` sets it."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     clean.update({"PYTHONUNBUFFERED": "1", "COLUMNS": "100", **(env or {})})
     try:
@@ -93,6 +100,7 @@ def pipeline(
             stderr=subprocess.STDOUT,
             text=True,
             timeout=timeout,
+            preexec_fn=limited if address_space else None,
         )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"pipeline {' '.join(args)} hung ({timeout:g} s):\n{exc.output}") from None
@@ -112,10 +120,11 @@ class Command:
     owned: tuple[Path, ...] = ()  # paths under `watched` the command may change
     env: dict[str, str] = field(default_factory=dict)
     max_lines: int = MAX_LINES
+    address_space: int | None = None  # bytes, as `ulimit -v` limits it
 
     def check(self, cwd: Path) -> Result:
         before = tree(*self.watched, owned=self.owned)
-        result = pipeline(self.args, cwd, self.env)
+        result = pipeline(self.args, cwd, self.env, address_space=self.address_space)
         assert_clean(
             result, self.exit_code, says=self.says, secrets=self.secrets, stores=self.stores, max_lines=self.max_lines
         )

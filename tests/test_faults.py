@@ -565,6 +565,32 @@ def test_a_device_as_the_grid_is_refused_by_name(world, device):
     ).check(world["home"])
 
 
+def test_too_little_address_space_for_torch_is_one_line_naming_the_limit(world):
+    """Under `ulimit -v` 1.5 GiB, loading torch fails (a MemoryError or a library that cannot be
+    mapped, ~100 lines of traceback before): one line naming the limit and how to raise it, exit 1."""
+    Command(
+        ["run", str(world["grid"]), "--data-dir", str(world["data"]), "--tracking-uri", world["uri"], "--dry-run"],
+        1,
+        says=("too little memory to load torch: this process may use only 1536 MiB", "(ulimit -v 1572864)"),
+        watched=(world["home"],),
+        max_lines=1,
+        address_space=1536 * 2**20,
+    ).check(world["home"])
+
+
+def test_a_terminal_without_the_names_characters_shows_them_escaped(world, tmp_path):
+    """An experiment named "café →" on a terminal that writes ASCII only (PYTHONIOENCODING=ascii,
+    as some C-locale shells and CI logs have), dumb, zero columns wide: escaped, not a crash (which
+    mid-sweep left the parent RUNNING)."""
+    (tmp_path / "café.yaml").write_text("experiment: café →\ngrid:\n  batch_size: [256]\n", encoding="utf-8")
+    env = {"PYTHONIOENCODING": "ascii", "TERM": "dumb", "COLUMNS": "0", "LC_ALL": "C"}
+    shown = pipeline(["validate", str(tmp_path / "café.yaml")], world["home"], env)
+    words = " ".join(shown.output.split())  # as read, however the narrow console wrapped it
+    assert shown.exit_code == 0 and "experiment 'caf\\xe9 \\u2192'" in words, shown.output
+    compared = pipeline(["compare", "--tracking-uri", world["uri"]], world["home"], env)
+    assert compared.exit_code == 0 and "Traceback" not in compared.output, compared.output
+
+
 @pytest.mark.parametrize("fault", ["checkpoint folder a file", "results file a folder"])
 def test_a_folder_the_sweep_writes_in_is_checked_before_any_run(world, tmp_path, fault):
     """A checkpoint folder that is really a file made every point train, then fail: now one line,
