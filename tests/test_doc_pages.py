@@ -193,6 +193,13 @@ def _read_only_store(folder: Path, patch: pytest.MonkeyPatch) -> str | None:
     return output.replace(str(mount_point), "/mnt/ro")
 
 
+def _too_little_address_space(folder: Path, patch: pytest.MonkeyPatch) -> str:
+    """In a process of its own under `ulimit -v` 1.5 GiB, as the page shows it."""
+    from faults import pipeline
+
+    return pipeline(["run", str(QUICKSTART), "--dry-run"], folder, address_space=1536 * 2**20).output
+
+
 def _bad_contended_share(folder: Path, patch: pytest.MonkeyPatch) -> str:
     patch.setenv("PIPELINE_CONTENDED_SHARE", "2")
     return invoke("run", str(QUICKSTART), "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}").output
@@ -218,9 +225,12 @@ CASES = {
     "control character in a name": _control_character_in_a_name,
     "read-only store": _read_only_store,
     "bad contended share": _bad_contended_share,
+    "too little address space": _too_little_address_space,
 }
 # Where a case cannot be made on this machine, the page's lines holding its mark go unchecked.
 CANNOT_BE_MADE_MARKS = {"read-only store": "(Read-only file system)"}
+# Lines made by a slow test instead (a cluster of its own), which checks that the page quotes them.
+MADE_BY_SLOW_TESTS = ("Ray could not join it",)
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +263,7 @@ def test_the_troubleshooting_page_quotes_the_error_the_cli_prints(case, produced
 def test_every_error_the_troubleshooting_page_quotes_is_produced(produced):
     page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
     excused = [CANNOT_BE_MADE_MARKS[case] for case, line in produced.items() if line is None]
+    excused += MADE_BY_SLOW_TESTS
     quoted = [line for line in quoted_errors(page) if not any(mark in line for mark in excused)]
     assert len(quoted) >= len([line for line in produced.values() if line is not None])
     assert sorted(set(quoted) - set(produced.values())) == []

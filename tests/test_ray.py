@@ -333,3 +333,73 @@ def test_a_ray_worker_killed_mid_point_leaves_its_run_failed_not_running(cluster
     assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
     (point,) = children(runs)
     assert point.info.status == "FAILED" and "Ray task failed" in point.data.tags["pipeline.killed_reason"]
+
+
+@pytest.mark.slow  # a head of its own, a refused join, a sweep on it (60-80 s on 2 cores): make test-slow
+def test_a_head_that_wants_a_token_and_then_dies_mid_sweep(tmp_path, write_grid, tracking_uri):
+    """`ray start --head` with token authentication. A driver without the token: one line naming
+    the token and how to pass it, exit 2, nothing created (Ray printed a warning a second for 20 s,
+    then advised starting the head that was running). With it, the sweep runs; the head is killed
+    (its whole process group, as a lost machine would be) while its node trains the points: the
+    driver reports each point FAILED and ends its MLflow run FAILED with the reason, and the parent
+    too; nothing stays RUNNING."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from conftest import children, free_port, make_idx, read_until, runs_of
+    from conftest import start_pipeline as start
+    from test_doc_pages import quoted_errors
+
+    data = make_idx(tmp_path / "data", n_train=3000, n_test=100)
+    grid = write_grid("experiment: ray-head\ngrid:\n  batch_size: [16, 32]\n  device: [cpu]\n  epochs: [30]\n")
+    port = free_port()
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "a-test-token-0123456789abcdef"}
+    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    head_args = ["start", "--head", "--block", "--port", str(port), "--num-cpus", "2", "--temp-dir", ray_dir]
+    head_args += ["--include-dashboard", "false", "--disable-usage-stats"]
+    head_args += ["--dashboard-agent-listen-port", str(free_port())]
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), *head_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **token},
+        start_new_session=True,  # its own process group: the head and every process it starts
+    )
+    args = ["run", str(grid), "--data-dir", str(data), "--tracking-uri", tracking_uri, "--executor", "ray"]
+    args += ["--ray-address", f"127.0.0.1:{port}"]
+    driver = None
+    try:
+        read_until(head, "Ray runtime started", seconds=120)
+        refused = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, timeout=180)
+        lines = refused.stderr.strip().splitlines()  # stdout: the data line before it
+        assert refused.returncode == 2 and len(lines) == 1, refused.stdout + refused.stderr
+        assert "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN" in lines[0], lines
+        page = (Path(__file__).parents[1] / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+        assert lines[0].replace(f":{port}", ":6379") in quoted_errors(page)  # the page quotes it, at Ray's port
+        assert runs_of(tracking_uri, "ray-head") == []
+
+        driver = start(args, env={"COLUMNS": "200", **token})
+        read_until(driver, "submitted 2 point(s) to Ray", seconds=180)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not any(
+            r.info.status == "RUNNING" for r in children(runs_of(tracking_uri, "ray-head"))
+        ):
+            time.sleep(0.2)
+        os.killpg(head.pid, signal.SIGKILL)
+        output = driver.communicate(timeout=180)[0]
+    finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert driver.returncode == 1 and "Ray task failed" in output, output
+    runs = runs_of(tracking_uri, "ray-head")
+    assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
+    assert {r.info.status for r in runs} == {"FAILED"} | ({"FINISHED"} & {r.info.status for r in children(runs)})

@@ -18,6 +18,7 @@ every point has landed, each Ray run is tagged with how many points trained besi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
@@ -139,6 +140,46 @@ def check_ray_address(address: str, timeout_s: float = 3.0) -> None:
         ) from None
 
 
+@contextlib.contextmanager
+def _held_stderr():
+    """While this process joins a cluster, what is written to file descriptor 2 is held back: Ray's
+    core logs each failed try as a warning there, from C++ (a line a second for 20 s when the
+    cluster refuses this process's token), which the one-line error then says instead. Written out
+    after a join that works, so that nothing is lost."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)  # reached only when the join worked
+        sys.stderr.write(held.read().decode(errors="replace"))
+
+
+def _cannot_join(address: str | None, exc: Exception) -> str:
+    """Why ray.init failed, in one line, with the fix for each cause it may be. Something answered
+    at a remote address (check_ray_address): a cluster started with token authentication refuses a
+    driver without its token, and Ray says only that it could not connect (`exc` adds nothing)."""
+    if not _is_remote(address):  # no --ray-address: Ray joins a cluster started on this machine, or starts one
+        return (
+            f"--executor ray: could not start or join a Ray instance on this machine ({exc}); a cluster "
+            "started here with `ray start --head` is joined when it runs (`ray status` shows it), "
+            "stop it with `ray stop`, or pass its address with --ray-address"
+        )
+    return (
+        f"--ray-address {address}: something answers there but Ray could not join it; a cluster "
+        "started with token authentication needs RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, "
+        "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) in this command's environment; otherwise check that "
+        "the address is the head's GCS port (`ray status` on the head prints it)"
+    )
+
+
 class RayExecutor:
     """Points as Ray tasks on a cluster (joined, or started here). Checks at once that the sweep can
     run there: a sqlite store cannot be shared by several nodes."""
@@ -161,12 +202,13 @@ class RayExecutor:
             if _is_remote(address):
                 check_ray_address(address)
             try:
-                ray.init(address=address, **quiet) if _is_remote(address) else ray.init(**quiet)
+                if _is_remote(address):
+                    with _held_stderr():
+                        ray.init(address=address, **quiet)
+                else:
+                    ray.init(**quiet)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise UserError(
-                    f"--ray-address {address}: cannot join the Ray cluster ({exc}); "
-                    "start it with `ray start --head` or drop --ray-address"
-                ) from None
+                raise UserError(_cannot_join(address, exc)) from None
         self.nodes = len([n for n in ray.nodes() if n.get("Alive")])
         self.resources = ray.cluster_resources()
 
