@@ -194,6 +194,9 @@ class _Group(click.Group):
         except Exception as exc:  # an MlflowException no caller mapped: one line, never a traceback
             from mlflow.exceptions import MlflowException
 
+            if isinstance(exc, TrackingUnavailable) and exc.artifacts:
+                click.echo(redact(f"error: {exc}; free space there or make it writable, then run it again"), err=True)
+                ctx.exit(1)
             if isinstance(exc, TrackingUnavailable):
                 click.echo(redact(f"error: the tracking store {exc}; run the command again once it answers"), err=True)
                 ctx.exit(1)

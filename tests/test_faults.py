@@ -565,6 +565,34 @@ def test_a_device_as_the_grid_is_refused_by_name(world, device):
     ).check(world["home"])
 
 
+def test_an_artifact_folder_that_cannot_be_written_is_refused_before_any_run(world, tmp_path):
+    """A new experiment keeps its artifacts in ./mlruns: run from a read-only folder (a read-only
+    bind mount; root ignores file modes), the sweep printed a traceback while opening its parent.
+    Now one line naming that folder and why, exit 2, no run created, nothing written there."""
+    home = fresh(world, tmp_path)
+    (home["home"] / "new.yaml").write_text("experiment: new-here\ngrid:\n  batch_size: [256]\n")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+    elif not (_mount(["--bind", str(folder), str(folder)]) and _mount(["-o", "remount,bind,ro", str(folder)])):
+        pytest.skip("running as root without mount: a read-only folder cannot be made here")
+    args = ["run", str(home["home"] / "new.yaml"), "--data-dir", str(home["data"]), "--tracking-uri", home["uri"]]
+    before = _runs(home["uri"])
+    try:
+        Command(
+            args,
+            2,
+            says=(f"error: the experiment's artifact folder {folder}/mlruns/", f"cannot write in {folder} ("),
+            stores=(home["uri"],),
+            watched=(folder,),
+        ).check(folder)
+    finally:
+        if os.geteuid() == 0:
+            _mount(["-u", str(folder)])
+    assert _runs(home["uri"]) == before
+
+
 def test_too_little_address_space_for_torch_is_one_line_naming_the_limit(world):
     """Under `ulimit -v` 1.5 GiB, loading torch fails (a MemoryError or a library that cannot be
     mapped, ~100 lines of traceback before): one line naming the limit and how to raise it, exit 1."""

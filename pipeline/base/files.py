@@ -83,8 +83,6 @@ def check_writable(folder: Path, what: str, fix: str) -> None:
     if not existing.is_dir():
         where = "" if existing == folder else f" ({existing} is a file)"
         raise UserError(f"{what} {folder}: not a folder{where}; {fix}")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{what} {folder}: cannot write in {existing} (permission denied); {fix}")
     try:
         probe(existing)
     except OSError as exc:

@@ -380,6 +380,19 @@ def _check_free_space(uri: str, artifact_location: str | None, runs: int) -> Non
             )
 
 
+def _check_artifact_folder(location: str | None) -> None:
+    """UserError when a local artifact location cannot be written (a read-only mount, a folder
+    that is a file), before any run: every run's model and charts go there."""
+    folder = _local_folder(location)
+    if folder is not None:
+        check_writable(
+            folder,
+            "the experiment's artifact folder",
+            "its runs' models and charts go there: make it writable, or run from a folder you can "
+            "write in with a new --experiment name (a new experiment keeps them in ./mlruns there)",
+        )
+
+
 def _artifact_location(tracker: Tracker) -> str | None:
     return tracker.client.get_experiment(tracker.experiment_id).artifact_location
 
@@ -514,7 +527,9 @@ def _train(
     while todo or waiting:
         if todo:
             if parent.run_id is None:  # before the sweep's first run exists
-                _check_free_space(sweep.tracker.uri, _artifact_location(sweep.tracker), len(todo))
+                location = _artifact_location(sweep.tracker)
+                _check_artifact_folder(location)
+                _check_free_space(sweep.tracker.uri, location, len(todo))
             ours, held = _claim(sweep, spec, parent.open(), todo, finished)
             outcomes.update(ours.done)
             parent.count_done([o.run_id for o in ours.done.values() if o.run_id])

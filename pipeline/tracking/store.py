@@ -49,7 +49,10 @@ _SAMPLING = {"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": str(SYSTEM_METRICS_INTER
 
 
 class TrackingUnavailable(RuntimeError):
-    """The tracking store stopped answering (after retries) in the middle of a sweep."""
+    """The tracking store stopped answering (after retries) in the middle of a sweep, or (`artifacts`)
+    the location of a run's artifacts refused a file."""
+
+    artifacts = False
 
     @classmethod
     def of(cls, uri: str, exc: BaseException) -> TrackingUnavailable:
@@ -70,7 +73,9 @@ class TrackingUnavailable(RuntimeError):
         path = (refused.filename2 or refused.filename) if refused is not None else None
         where = os.path.dirname(os.fsdecode(path)) if path else redact(location)
         why = "disk full" if is_no_room(exc) else os.strerror(os_errno(exc) or errno.EIO)
-        return cls(f"the run's artifacts (going to {redact(location)}) could not be written to {where}: {why}")
+        refusal = cls(f"the run's artifacts (going to {redact(location)}) could not be written to {where}: {why}")
+        refusal.artifacts = True
+        return refusal
 
 
 def short_cause(exc: BaseException) -> str:

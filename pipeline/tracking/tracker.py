@@ -163,7 +163,7 @@ class Tracker:
 
     def log_files(self, run_id: str, files: Mapping[str, bytes | str]) -> None:
         """Files (contents by artifact path) into the run's artifacts, in one upload."""
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, self._writing_artifacts(run_id):
             for path, content in files.items():
                 target = Path(tmp, path)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +171,21 @@ class Tracker:
             self.client.log_artifacts(run_id, tmp)
 
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
-        self.client.log_artifacts(run_id, str(folder), artifact_path)
+        with self._writing_artifacts(run_id):
+            self.client.log_artifacts(run_id, str(folder), artifact_path)
+
+    @contextlib.contextmanager
+    def _writing_artifacts(self, run_id: str):
+        """A file the artifact location (or the temporary folder on its way there) refuses, full or
+        not writable, as TrackingUnavailable naming that location, not the store."""
+        try:
+            yield
+        except TrackingUnavailable:
+            raise
+        except Exception as exc:
+            if _refused_by_artifacts(exc):
+                raise TrackingUnavailable.of_artifacts(self.client.get_run(run_id).info.artifact_uri, exc) from exc
+            raise
 
     def log_data(self, run_id: str, dataset: Dataset) -> None:
         """The run's training and test splits as MLflow datasets (the UI's Datasets column, lineage):
@@ -213,18 +227,17 @@ class Tracker:
         MLflow's active run already, and stays so."""
         import mlflow
 
-        try:
-            active = mlflow.active_run()
-            if active is not None and active.info.run_id == run_id:
-                return log_network(model, example, step, params or {})
-            with fluent_target(self.uri, self.experiment_id), _active(run_id):
-                return log_network(model, example, step, params or {})
-        except Exception as exc:
-            if sqlite_code(exc) is None and os_errno(exc) in ARTIFACT_ERRNOS:  # a file, not the store
-                raise TrackingUnavailable.of_artifacts(self.client.get_run(run_id).info.artifact_uri, exc) from exc
-            if is_transient(exc):
-                raise TrackingUnavailable.of(self.uri, exc) from exc
-            raise
+        with self._writing_artifacts(run_id):
+            try:
+                active = mlflow.active_run()
+                if active is not None and active.info.run_id == run_id:
+                    return log_network(model, example, step, params or {})
+                with fluent_target(self.uri, self.experiment_id), _active(run_id):
+                    return log_network(model, example, step, params or {})
+            except Exception as exc:
+                if is_transient(exc) and not _refused_by_artifacts(exc):
+                    raise TrackingUnavailable.of(self.uri, exc) from exc
+                raise
 
     @contextlib.contextmanager
     def system_metrics(self, run_id: str, enabled: bool):
@@ -416,3 +429,8 @@ def param_str(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
+
+
+def _refused_by_artifacts(exc: BaseException) -> bool:
+    """A file refused (full, read-only, not permitted), not the sqlite store: by its errno and code."""
+    return sqlite_code(exc) is None and os_errno(exc) in ARTIFACT_ERRNOS
