@@ -7,11 +7,12 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port, invoke, isolated
+from conftest import REAL_DATA, REPO, free_port, invoke, isolated
 
 DOCS = REPO / "docs"
 QUICKSTART = REPO / "experiments" / "quickstart.yaml"
@@ -168,23 +169,48 @@ def _not_a_uri(folder: Path, patch: pytest.MonkeyPatch) -> str:
     return invoke("run", str(QUICKSTART), "--tracking-uri", "http://[::1:5000").output
 
 
+def _data_file_a_device(folder: Path, patch: pytest.MonkeyPatch) -> str:
+    (folder / "data").mkdir()
+    (folder / "data" / "train-images-idx3-ubyte").symlink_to("/dev/zero")
+    return invoke("run", str(QUICKSTART), "--data-dir", "data").output
+
+
+def _read_only_artifact_folder(folder: Path, patch: pytest.MonkeyPatch) -> str | None:
+    """A new experiment run from a read-only mount (its artifacts would go to ./mlruns there), the
+    store elsewhere, on the real data (the quickstart's sizes); shown on the page at /mnt/ro. None
+    where no mount can be made here, or the real data is missing."""
+    mount_point = folder / "ro"
+    mount_point.mkdir()
+    if not REAL_DATA.is_dir() or not _mounted_read_only(mount_point):
+        return None
+    patch.setenv("PIPELINE_DATA_DIR", str(REAL_DATA))
+    try:
+        patch.chdir(mount_point)
+        output = invoke("run", str(QUICKSTART), "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}").output
+    finally:
+        patch.chdir(folder)
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30)
+    return output.replace(str(mount_point), "/mnt/ro")
+
+
+def _mounted_read_only(mount_point: Path) -> bool:
+    """A 1 MB read-only tmpfs mounted at `mount_point` (root ignores file modes); False where this
+    machine refuses."""
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)], capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
 def _read_only_store(folder: Path, patch: pytest.MonkeyPatch) -> str | None:
     """A store on a read-only mount (root ignores file modes), shown on the page at /mnt/ro; None
     where no mount can be made here."""
-    import subprocess
-
     mount_point = folder / "ro"
     mount_point.mkdir()
-    try:
-        mounted = (
-            subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount_point)], capture_output=True, timeout=30
-            ).returncode
-            == 0
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        mounted = False
-    if not mounted:
+    if not _mounted_read_only(mount_point):
         return None
     try:
         output = invoke("run", str(QUICKSTART), "--tracking-uri", f"sqlite:///{mount_point / 'mlflow.db'}").output
@@ -224,11 +250,16 @@ CASES = {
     "not a URI": _not_a_uri,
     "control character in a name": _control_character_in_a_name,
     "read-only store": _read_only_store,
+    "read-only artifact folder": _read_only_artifact_folder,
+    "data file a device": _data_file_a_device,
     "bad contended share": _bad_contended_share,
     "too little address space": _too_little_address_space,
 }
 # Where a case cannot be made on this machine, the page's lines holding its mark go unchecked.
-CANNOT_BE_MADE_MARKS = {"read-only store": "(Read-only file system)"}
+CANNOT_BE_MADE_MARKS = {
+    "read-only store": "tracking store sqlite:////mnt/ro/mlflow.db",
+    "read-only artifact folder": "artifact folder /mnt/ro/",
+}
 # Lines made by a slow test instead (a cluster of its own), which checks that the page quotes them.
 MADE_BY_SLOW_TESTS = ("Ray could not join it",)
 
