@@ -54,7 +54,9 @@ def test_devices_peak_measures_caches_and_then_reuses(cache):
     assert first.exit_code == 0, first.output
     assert "measured now in" in first.output and str(cache) in " ".join(first.output.split())
     ((key, entry),) = _entries(cache).items()
-    assert key == peak.cache_key(entry["host"], entry["hardware"], torch.__version__, torch.get_num_threads())
+    assert key == peak.cache_key(
+        entry["host"], entry["hardware"], torch.__version__, torch.get_num_threads(), entry["units"]
+    )
     assert set(entry["matmul"]) == {"fp32", "bf16"} and all(v > 0 for v in entry["matmul"].values())
     assert entry["copy_bytes_per_s"] > 0 and entry["torch_version"] == torch.__version__
     assert "fp32 matmul TFLOP/s" in first.output and "copy GB/s" in first.output
@@ -121,9 +123,11 @@ def test_known_gpus_get_their_datasheet_figures():
     assert peak.nominal("Some Other GPU") is None
 
 
-def _fake(cache, fp32: float) -> None:
-    """A cached CPU peak of `fp32` FLOP/s for this host, as if measured on a very busy machine."""
-    host, hardware, version, threads = peak.identity(torch.device("cpu"))
+def _fake(cache, fp32: float, units: str | None = None) -> None:
+    """A cached CPU peak of `fp32` FLOP/s for this host (or for other vector `units`), as if
+    measured on a very busy machine."""
+    host, hardware, version, threads, own_units = peak.identity(torch.device("cpu"))
+    units = own_units if units is None else units
     entry = peak.Peak(
         "cpu",
         hardware,
@@ -135,9 +139,26 @@ def _fake(cache, fp32: float) -> None:
         1.0,
         "2026-01-01T00:00:00+00:00",
         1.0,
+        units=units,
     )
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"format": peak.FORMAT, "peaks": {entry.key: entry.__dict__}}))
+
+
+def test_one_cpu_name_with_other_vector_units_is_another_peak(cache):
+    """Two machines sold under one CPU name, one with AVX-512 and one with AVX2 only, never share a
+    peak: the cache key names the units (a peak cached for other units is measured over)."""
+    avx2 = CPUINFO.replace(" avx512f avx512_bf16", "")
+    assert peak.units(torch.device("cpu"), CPUINFO) == "sse2 avx avx2 avx512f avx512_bf16"
+    assert peak.units(torch.device("cpu"), avx2) == "sse2 avx avx2"
+    host, hardware, version, threads, units = peak.identity(torch.device("cpu"))
+    assert peak.cache_key(host, hardware, version, threads, "sse2 avx avx2") != peak.cache_key(
+        host, hardware, version, threads, "sse2 avx avx2 avx512f"
+    )
+    _fake(cache, fp32=1e12, units="another machine's units")
+    assert peak.cached(torch.device("cpu")) is None
+    _fake(cache, fp32=1e12)
+    assert peak.cached(torch.device("cpu")).matmul["fp32"] == 1e12
 
 
 def test_a_run_faster_than_a_cached_peak_measures_it_again(cache):

@@ -4,9 +4,11 @@ precision it supports, and the bytes per second of a large memory copy. The figu
 nominal figures (or, for a CPU, an estimate from its clock and vector width).
 
 Measuring takes a few seconds, so a result is cached per host and hardware in a JSON file
-(`cache_file`): keyed by the host name, the hardware's name, the torch version and, on a CPU, the
-torch threads the matrix multiplication ran on (all logical CPUs unless OMP_NUM_THREADS, taskset or
-a Ray task gave torch fewer). A later run on the same key reuses it; `pipeline devices --peak
+(`cache_file`): keyed by the host name, the hardware's name and what decides its peak beyond the
+name (a CPU's vector and matrix extensions: one "AMD EPYC" name covers machines with AVX2 only and
+with AVX-512; a GPU's memory), the torch version and, on a CPU, the torch threads the matrix
+multiplication ran on (all logical CPUs unless OMP_NUM_THREADS, taskset or a Ray task gave torch
+fewer). A later run on the same key reuses it; `pipeline devices --peak
 --remeasure` measures again.
 
 A measured peak is a best case of torch's own kernels on square matrices: the vendor's figure is the
@@ -48,7 +50,8 @@ CACHE_ENV = "PIPELINE_CACHE_DIR"  # a folder for the pipeline's cache files (pea
 CACHE_NAME = "peaks.json"
 # The cache file's format; a file of another format is measured over, not read. 2: each peak records
 # how busy the machine was (others_share); a format-1 peak may have been measured on a busy machine.
-FORMAT = 2
+# 3: keyed by the vector units too (Peak.units); a format-2 peak may be another machine's of one name.
+FORMAT = 3
 TERA = 1e12
 # (cache file, key) measured again in this process because a run was faster than it: once is enough.
 _REMEASURED: set[tuple[Path, str]] = set()
@@ -117,6 +120,7 @@ class Peak:
     measured_at: str  # ISO 8601, UTC
     seconds: float  # how long measuring took
     others_share: float | None = None  # the share of the cores other processes took while measuring
+    units: str = ""  # what decides the peak beyond the name: a CPU's vector extensions, a GPU's memory
 
     @property
     def busy(self) -> str:
@@ -127,7 +131,7 @@ class Peak:
 
     @property
     def key(self) -> str:
-        return cache_key(self.host, self.hardware, self.torch_version, self.threads)
+        return cache_key(self.host, self.hardware, self.torch_version, self.threads, self.units)
 
 
 @dataclass(frozen=True)
@@ -168,21 +172,41 @@ def cache_file() -> Path:
     return Path(base) / "pipeline" / CACHE_NAME
 
 
-def cache_key(host: str, hardware: str, torch_version: str, threads: int | None) -> str:
-    parts = [host, hardware, f"torch {torch_version}"]
+def cache_key(host: str, hardware: str, torch_version: str, threads: int | None, units: str = "") -> str:
+    parts = [host, f"{hardware} ({units})" if units else hardware, f"torch {torch_version}"]
     if threads is not None:
         parts.append(f"{threads} threads")
     return " | ".join(parts)
 
 
-def identity(device: torch.device) -> tuple[str, str, str, int | None]:
-    """What a peak is cached by: host name, hardware name, torch version, and torch's threads on a CPU."""
+def identity(device: torch.device) -> tuple[str, str, str, int | None, str]:
+    """What a peak is cached by: host name, hardware name, torch version, torch's threads on a CPU,
+    and the units that decide the peak beyond the name (units)."""
     import torch
 
     from pipeline.training.device import hardware_name
 
     threads = torch.get_num_threads() if device.type == "cpu" else None
-    return socket.gethostname(), hardware_name(device), torch.__version__, threads
+    return socket.gethostname(), hardware_name(device), torch.__version__, threads, units(device)
+
+
+def units(device: torch.device, cpuinfo: str | None = None) -> str:
+    """What decides `device`'s peak beyond its name: a CPU's vector and matrix extensions (the flags
+    _FP32_PER_CYCLE and _BF16_PER_CYCLE read, from /proc/cpuinfo or `cpuinfo`), a CUDA GPU's memory
+    (one name is sold with several); '' where there is nothing to read."""
+    import torch
+
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_properties(device).total_memory / 2**30:.0f} GiB"
+    if device.type != "cpu":
+        return ""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        except OSError:
+            return ""
+    flags = _cpuinfo_fields(cpuinfo)["flags"]
+    return " ".join(flag for flag, _ in (*reversed(_FP32_PER_CYCLE), *reversed(_BF16_PER_CYCLE)) if flag in flags)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -198,7 +222,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def cached(device: torch.device) -> Peak | None:
-    """The cached peak of `device` on this host, hardware, torch version (and CPU threads), if any."""
+    """The cached peak of `device` on this host, hardware and units, torch version (and CPU threads), if any."""
     entry = _read(cache_file()).get(cache_key(*identity(device)))
     if not isinstance(entry, dict):
         return None
@@ -322,7 +346,7 @@ def measure(device: torch.device) -> Peak:
     """Measure `device`'s peaks now: a matrix multiplication at each of its precisions, and a copy."""
     import torch
 
-    host, hardware, version, threads = identity(device)
+    host, hardware, version, threads, vector_units = identity(device)
     started, cpu = time.perf_counter(), contention.sample()
     matmul, sides = {}, {}
     with torch.no_grad():
@@ -343,6 +367,7 @@ def measure(device: torch.device) -> Peak:
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         seconds=round(time.perf_counter() - started, 2),
         others_share=round(contention.since(cpu).others_share, 3),
+        units=vector_units,
     )
 
 
