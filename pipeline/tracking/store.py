@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from filelock import FileLock
+
 from pipeline.base.files import probe
 from pipeline.base.interrupts import critical
 from pipeline.base.names import TAG_CREATE_TOKEN, TAG_ERROR
@@ -470,31 +472,19 @@ def open_client(uri: str, must_exist: bool = False):
     if must_exist and path is not None:
         check_mlflow_store(uri, path)
 
-    def lock():  # a fresh context manager for each attempt; only a writer that may create the store locks
-        if path is None or must_exist:
-            return contextlib.nullcontext()
-        return _file_lock(path.with_name(path.name + ".lock"))
-
-    if path is not None and not must_exist:
+    lock: contextlib.AbstractContextManager = contextlib.nullcontext()
+    new = False
+    if path is not None and not must_exist:  # a writer, which may create the store
         check_writable_store(uri, path)
-    # A store that is absent or was written in the last minute may be half made by another program.
-    new = path is not None and not must_exist and (not path.exists() or time.time() - path.stat().st_mtime < 60)
-    if path is not None and not must_exist and not new:
-        refuse_foreign_sqlite(uri, path)
+        # A store that is absent or was written in the last minute may be half made by another program.
+        new = not path.exists() or time.time() - path.stat().st_mtime < 60
+        if not new:
+            refuse_foreign_sqlite(uri, path)
+        lock = FileLock(path.with_name(path.name + ".lock"))  # our processes create its tables one at a time
     try:
-        for delay in (*(_CREATION_RETRY_DELAYS_S if new else ()), None):
-            try:
-                with lock():
-                    mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
-                break
-            except Exception as exc:
-                # Another program (the UI, a notebook) creating the same new store at this moment: our
-                # lock does not stop it, and the loser of the race sees its tables half made. Wait for
-                # it to finish, then open what it made.
-                if delay is None or not _creation_race(exc):
-                    raise
-                time.sleep(delay)
-    except Exception as exc:  # a bad scheme, a missing driver, a full disk: say so in one line
+        with lock:
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
+    except Exception as exc:  # a bad scheme, a missing driver, a full disk, another program's race: one line
         raise _open_error(uri, path, exc, new) from None
     return Retrying(mlflow.MlflowClient(uri))
 
@@ -519,10 +509,10 @@ def _open_error(uri: str, path: Path | None, exc: Exception, new: bool) -> UserE
         hint = f"; install the {exc.name} package for this store"
     elif code is None and (mlflow_code := error_code(exc)) in USER_CAUSED and user_error(exc, "") is not None:
         hint = f"; {USER_CAUSED[mlflow_code]}"
-    elif new and _creation_race(exc):  # both migrations failed half-way: alembic's copy is left behind
+    elif new and _creation_race(exc):  # another program (the UI, a notebook) migrating it at the same moment
         hint = (
-            f"; another program created this new store at the same moment and left it half made: "
-            f"delete {path} and run again"
+            f"; another program is creating this new store at the same moment (our lock means nothing "
+            f"to it): run again once it is done, and if this comes back, delete {path} (left half made)"
         )
     return UserError(
         f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: {first_line(exc)[:300]}){hint}"
@@ -598,13 +588,9 @@ def check_writable_store(uri: str, path: Path) -> None:
         ) from None
 
 
-# Up to ~45 s: another program's migration of a new store takes seconds, tens of them on a busy machine.
-_CREATION_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)
-
-
 def _creation_race(exc: BaseException) -> bool:
-    """Whether an error opening a store that was new when we started is worth waiting out: another
-    program ran its migrations at the same time. Two migrations interleaved fail in many ways (sqlite
+    """Whether an error opening a store that was new when we started is another program running its
+    migrations at the same time. Two migrations interleaved fail in many ways (sqlite
     errors on tables that already exist or are locked, constraint failures, alembic missing its
     version row, MLflow's out-of-date schema check half-way); a missing driver, a code MLflow marks
     as the user's, a full disk, or a file that cannot be opened, written or read as a database is
@@ -623,18 +609,6 @@ def _creation_race(exc: BaseException) -> bool:
     if os_errno(exc) in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR):
         return False
     return sqlite_code(exc) is not None or error_code(exc) not in USER_CAUSED
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    import fcntl
-
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def is_transient(exc: BaseException) -> bool:
