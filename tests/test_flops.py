@@ -184,8 +184,11 @@ def test_a_step_moves_fewer_bytes_at_half_precision_and_an_epoch_keeps_its_last_
     # Autocast runs the convolutions and linear layers and their activations at 2 bytes, the loss at 4.
     assert bf16 == fp16 == 13_448_772  # the docs figure: 13.4 MB, 0.58 of fp32's
     assert flops.epoch_bytes(300, 64, "bf16") == 4 * flops.step_bytes(64, "bf16") + flops.step_bytes(44, "bf16")
-    # Per image the traffic is the same at any batch size; only the weights' share is fixed.
+    # Per image the traffic is the same at any batch size; only the weights' share is fixed: the
+    # count from two small traces is the trace's at any size.
     assert flops.step_bytes(3) - flops.step_bytes(2) == flops.step_bytes(2) - flops.step_bytes(1) > 0
+    for batch_size, precision in ((100, "fp32"), (333, "fp32"), (100, "bf16")):
+        assert flops.step_bytes(batch_size, precision) == flops.traced_step_bytes(batch_size, precision)
     with pytest.raises(ValueError, match="precision"):
         flops.step_bytes(10, "int8")
 
