@@ -216,12 +216,12 @@ class _Group(click.Group):
 
 def _cannot_load(exc: MemoryError | ImportError) -> str:
     """What ran out, in one line, with what to do. Under an address-space limit (`ulimit -v`) below
-    twice what torch maps as it loads, the limit is to blame; else the machine's memory, or (a
-    library that will not load with memory to spare) the installation."""
+    what torch maps as it loads, the limit is to blame; else the machine's memory, or (a library
+    that will not load with memory to spare) the installation."""
     import resource
 
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if limit != resource.RLIM_INFINITY and limit < 2 * TORCH_ADDRESS_SPACE_GIB * 2**30:
+    if limit != resource.RLIM_INFINITY and limit < TORCH_ADDRESS_SPACE_GIB * 2**30:
         return (
             f"too little memory to load torch: this process may use only {limit // 2**20} MiB of address "
             f"space (ulimit -v {limit // 1024}); torch needs about {TORCH_ADDRESS_SPACE_GIB} GiB of it: "

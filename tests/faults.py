@@ -82,17 +82,14 @@ def pipeline(
 ) -> Result:
     """`python -m pipeline ARGS` in its own process (its own signal handlers, logging and stderr),
     with the caller's MLflow settings removed; a hang fails the test instead of the suite.
-    `address_space`: its limit in bytes, as `ulimit -v` sets it."""
-    import resource
-
-    def limited() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    `address_space`: its limit in bytes, as `ulimit -v` sets it (util-linux's prlimit)."""
+    limit = ["prlimit", f"--as={address_space}", "--"] if address_space else []
 
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     clean.update({"PYTHONUNBUFFERED": "1", "COLUMNS": "100", **(env or {})})
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pipeline", *args],
+            [*limit, sys.executable, "-m", "pipeline", *args],
             cwd=cwd,
             env=clean,
             stdin=stdin,
@@ -100,7 +97,6 @@ def pipeline(
             stderr=subprocess.STDOUT,
             text=True,
             timeout=timeout,
-            preexec_fn=limited if address_space else None,
         )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"pipeline {' '.join(args)} hung ({timeout:g} s):\n{exc.output}") from None

@@ -186,7 +186,7 @@ def test_a_step_moves_fewer_bytes_at_half_precision_and_an_epoch_keeps_its_last_
     assert flops.epoch_bytes(300, 64, "bf16") == 4 * flops.step_bytes(64, "bf16") + flops.step_bytes(44, "bf16")
     # Per image the traffic is the same at any batch size; only the weights' share is fixed: the
     # count from two small traces is the trace's at any size.
-    assert flops.step_bytes(3) - flops.step_bytes(2) == flops.step_bytes(2) - flops.step_bytes(1) > 0
+    assert flops.traced_step_bytes(3) - flops.traced_step_bytes(2) == flops.step_bytes(2) - flops.step_bytes(1) > 0
     for batch_size, precision in ((100, "fp32"), (333, "fp32"), (100, "bf16")):
         assert flops.step_bytes(batch_size, precision) == flops.traced_step_bytes(batch_size, precision)
     with pytest.raises(ValueError, match="precision"):

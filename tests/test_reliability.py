@@ -188,9 +188,7 @@ def test_an_error_nothing_planned_for_ends_the_sweep_failed_not_running(
     assert "RUNNING" not in {r.info.status for r in runs}, [(r.info.run_name, r.info.status) for r in runs]
     (parent,) = [r for r in runs if r.data.tags.get(names.TAG_ROLE) == "sweep"]
     assert parent.info.status == "FAILED"
-    assert (
-        parent.data.tags[names.TAG_ERROR] == "the sweep stopped on an unexpected RuntimeError: the progress line broke"
-    )
+    assert parent.data.tags[names.TAG_ERROR] == "the sweep stopped on RuntimeError: the progress line broke"
 
 
 def test_cuda_oom_is_a_failed_run_with_a_hint(write_grid, data_dir, tracking_uri, monkeypatch):
@@ -321,7 +319,7 @@ def test_a_new_store_created_by_a_foreign_client_at_the_same_moment(tmp_path):
         except UserError as exc:
             assert time.monotonic() - started < 15, "waited for the other program"
             said = "another program is creating this new store at the same moment (our lock means nothing to it)"
-            assert said in str(exc) and f"delete {path} (left half made)" in str(exc), str(exc)
+            assert said in str(exc) and "run again once it is done" in str(exc), str(exc)
             foreign.wait(timeout=120)
             try:
                 client = open_client(uri)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
@@ -33,6 +34,7 @@ from pipeline.tracking.claims import end_lost
 from pipeline.tracking.store import (
     CREDENTIAL_VARIABLES,
     TrackingUnavailable,
+    first_line,
     open_client,
     process_settings,
     sqlite_path,
@@ -115,6 +117,15 @@ class LocalExecutor:
         pass
 
 
+# How often a sweep on Ray checks, while no task lands, that the cluster's head answers.
+HEAD_CHECK_S = 5.0
+
+
+def _not_run(lost: str) -> str:
+    """The reason of the points a lost head leaves unsubmitted."""
+    return f"not run: {lost}; run the grid again once the cluster is back (it trains only these)"
+
+
 def _is_remote(address: str | None) -> TypeGuard[str]:
     return bool(address) and address != "local"
 
@@ -149,9 +160,12 @@ def _held_stderr():
     import sys
     import tempfile
 
-    sys.stderr.flush()
-    saved = os.dup(2)
+    if sys.stderr is None:  # no stderr to hold (pythonw, a daemon)
+        yield
+        return
     with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        saved = os.dup(2)
         os.dup2(held.fileno(), 2)
         try:
             yield
@@ -163,20 +177,27 @@ def _held_stderr():
 
 
 def _cannot_join(address: str | None, exc: Exception) -> str:
-    """Why ray.init failed, in one line, with the fix for each cause it may be. Something answered
-    at a remote address (check_ray_address): a cluster started with token authentication refuses a
-    driver without its token, and Ray says only that it could not connect (`exc` adds nothing)."""
+    """Why ray.init failed, in one line: Ray's reason, and what to do for the causes it may stand for.
+    Something answered at a HOST:PORT address (check_ray_address), so a refusal there is most often a
+    cluster started with token authentication that this process has no token for (Ray says only
+    that it could not connect), else another Ray version or not a head's port."""
+    reason = first_line(exc).rstrip(".")
     if not _is_remote(address):  # no --ray-address: Ray joins a cluster started on this machine, or starts one
         return (
-            f"--executor ray: could not start or join a Ray instance on this machine ({exc}); a cluster "
+            f"--executor ray: could not start or join a Ray instance on this machine ({reason}); a cluster "
             "started here with `ray start --head` is joined when it runs (`ray status` shows it), "
             "stop it with `ray stop`, or pass its address with --ray-address"
         )
+    if address == "auto":
+        return (
+            f"--ray-address auto: {reason}; start a cluster with `ray start --head`, pass its HOST:PORT, "
+            "or drop --ray-address to start one for this sweep"
+        )
     return (
-        f"--ray-address {address}: something answers there but Ray could not join it; a cluster "
+        f"--ray-address {address}: something answers there but Ray could not join it ({reason}); a cluster "
         "started with token authentication needs RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, "
-        "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) in this command's environment; otherwise check that "
-        "the address is the head's GCS port (`ray status` on the head prints it)"
+        "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) in this command's environment; otherwise check the "
+        "address (`ray status` on the head prints it) and that both sides run one Ray version"
     )
 
 
@@ -209,6 +230,7 @@ class RayExecutor:
                     ray.init(**quiet)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise UserError(_cannot_join(address, exc)) from None
+        self._head_checked = time.monotonic()
         self.nodes = len([n for n in ray.nodes() if n.get("Alive")])
         self.resources = ray.cluster_resources()
 
@@ -290,6 +312,14 @@ class RayExecutor:
                 # A timeout, so that Ctrl-C is noticed while every task is still running.
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
                 if not done:
+                    if (lost := self._head_lost()) is not None:
+                        for index in pending.values():  # Ray may never report these tasks
+                            job, reason = jobs[index], f"Ray task failed: {lost}"
+                            outcome = Outcome(job.point, FAILED, reason=reason, run_id=self._end_lost(job, reason))
+                            outcomes[index] = outcome
+                            self.reporter.remote_done(outcome, len(outcomes), len(jobs))
+                            on_outcome(job, outcome)
+                        pending, stop = {}, _not_run(lost)
                     continue
                 index = pending.pop(done[0])
                 job = jobs[index]
@@ -298,6 +328,8 @@ class RayExecutor:
                 except ray.exceptions.RayError as exc:
                     reason = f"Ray task failed: {str(exc).splitlines()[0]}"
                     outcome = Outcome(job.point, FAILED, reason=reason, run_id=self._end_lost(job, reason))
+                    if not stop and (lost := self._head_lost(now=True)) is not None:
+                        stop = _not_run(lost)  # a task submitted to a dead head never returns
                 outcomes[index] = outcome
                 self.reporter.remote_done(outcome, len(outcomes), len(jobs))
                 stop = on_outcome(job, outcome) or stop
@@ -307,6 +339,24 @@ class RayExecutor:
         ordered = [outcomes[i] for i in range(len(jobs))]
         _tag_concurrency(jobs, ordered)
         return ordered
+
+    def _head_lost(self, now: bool = False) -> str | None:
+        """Why the cluster's head is gone ("the Ray head at HOST:PORT stopped answering"), checked at
+        most every HEAD_CHECK_S while no task lands; None while its GCS port answers. Killed, the
+        head reports nothing: the tasks it held never return, and Ray's core ends this process a
+        minute later. `now`: check whenever the last check was."""
+        import socket
+
+        checked = time.monotonic()
+        if not now and checked - self._head_checked < HEAD_CHECK_S:
+            return None
+        self._head_checked = checked
+        host, _, port = self.ray.get_runtime_context().gcs_address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=2.0).close()
+        except OSError:
+            return f"the Ray head at {host}:{port} stopped answering"
+        return None
 
     def _end_lost(self, job: PointJob, reason: str) -> str | None:
         """A task that died (its worker killed, its node lost) left its run RUNNING: end it FAILED

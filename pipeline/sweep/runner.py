@@ -97,6 +97,7 @@ from pipeline.tracking.store import (
     absolute_store_uri,
     check_reachable,
     check_writable_store,
+    first_line,
     local_state_dir,
     open_client,
     resolve_tracking_uri,
@@ -381,15 +382,16 @@ def _check_free_space(uri: str, artifact_location: str | None, runs: int) -> Non
 
 
 def _check_artifact_folder(location: str | None) -> None:
-    """UserError when a local artifact location cannot be written (a read-only mount, a folder
-    that is a file), before any run: every run's model and charts go there."""
+    """UserError when an experiment's local artifact location cannot be written (a read-only mount,
+    a folder that is a file), before any run: every run's model and charts go there. (A new
+    experiment's folder is checked before it is created: tracker._experiment_id.)"""
     folder = _local_folder(location)
     if folder is not None:
         check_writable(
             folder,
             "the experiment's artifact folder",
-            "its runs' models and charts go there: make it writable, or run from a folder you can "
-            "write in with a new --experiment name (a new experiment keeps them in ./mlruns there)",
+            "its runs' models and charts go there: make it a folder you can write in, or name a new "
+            "--experiment (one MLflow creates keeps them in ./mlruns where the command runs)",
         )
 
 
@@ -479,7 +481,7 @@ def _run_sweep(sweep: _Sweep, spec: GridSpec, planned: list[Planned], executor: 
     except KeyboardInterrupt:
         parent.cancelled()
         raise
-    except BaseException as exc:  # one the sweep did not plan for: its runs end FAILED, not RUNNING
+    except BaseException as exc:  # one the sweep did not plan for: the parent ends FAILED, not RUNNING
         parent.crashed(exc)
         raise
     parent_id = parent.run_id
@@ -809,11 +811,11 @@ class _Parent:
 
     def crashed(self, exc: BaseException) -> None:
         """An error nothing planned for (a bug, an output that cannot be written): one quick try to
-        end the children still running and the parent FAILED with it, before it goes on up."""
+        mark the children still running KILLED and the parent FAILED with it, before it goes on up."""
         if self.run_id is None:
             return
         tracker = self.sweep.tracker
-        reason = f"the sweep stopped on an unexpected {type(exc).__name__}: {exc}"
+        reason = f"the sweep stopped on {type(exc).__name__}: {first_line(exc)}"[:5000]  # a tag holds 8000
         with contextlib.suppress(Exception):
             kill_running_children(tracker.client.once, tracker.experiment_id, self.run_id, reason)
         if not self.adopted:  # `mlflow run` ends its own run FAILED when the command fails

@@ -482,8 +482,15 @@ def open_client(uri: str, must_exist: bool = False):
             refuse_foreign_sqlite(uri, path)
         lock = FileLock(path.with_name(path.name + ".lock"))  # our processes create its tables one at a time
     try:
-        with lock:
-            mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
+        for delay in (*_RETRY_DELAYS_S, None):
+            try:
+                with lock:
+                    mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
+                break
+            except Exception as exc:
+                if delay is None or not is_transient(exc):  # a busy file (other sweeps writing), a server restarting
+                    raise
+                time.sleep(delay)
     except Exception as exc:  # a bad scheme, a missing driver, a full disk, another program's race: one line
         raise _open_error(uri, path, exc, new) from None
     return Retrying(mlflow.MlflowClient(uri))
@@ -509,11 +516,13 @@ def _open_error(uri: str, path: Path | None, exc: Exception, new: bool) -> UserE
         hint = f"; install the {exc.name} package for this store"
     elif code is None and (mlflow_code := error_code(exc)) in USER_CAUSED and user_error(exc, "") is not None:
         hint = f"; {USER_CAUSED[mlflow_code]}"
-    elif new and _creation_race(exc):  # another program (the UI, a notebook) migrating it at the same moment
+    elif new and path is not None and _creation_race(exc):  # the UI, a notebook, creating its tables now
         hint = (
-            f"; another program is creating this new store at the same moment (our lock means nothing "
-            f"to it): run again once it is done, and if this comes back, delete {path} (left half made)"
+            "; another program is creating this new store at the same moment (our lock means nothing "
+            "to it): run again once it is done"
         )
+        if _half_made(path):
+            hint += f"; if that fails the same way, both left it half made: delete {path}"
     return UserError(
         f"tracking store {redact(uri)} cannot be opened ({exc.__class__.__name__}: {first_line(exc)[:300]}){hint}"
     )
@@ -536,6 +545,12 @@ def _tables(path: Path) -> tuple[set[str], str | None] | None:
             return names, revision
     except sqlite3.Error:
         return None
+
+
+def _half_made(path: Path) -> bool:
+    """Whether `path` holds a migration's half-done table copy (alembic's `_alembic_tmp_` tables)."""
+    found = _tables(path)
+    return found is not None and any(name.startswith("_alembic_tmp_") for name in found[0])
 
 
 def check_mlflow_store(uri: str, path: Path) -> None:
@@ -595,7 +610,7 @@ def _creation_race(exc: BaseException) -> bool:
     version row, MLflow's out-of-date schema check half-way); a missing driver, a code MLflow marks
     as the user's, a full disk, or a file that cannot be opened, written or read as a database is
     not one of them."""
-    if isinstance(exc, ImportError) or is_no_room(exc):
+    if isinstance(exc, ImportError) or is_no_room(exc) or is_transient(exc):  # busy: retried, then said as such
         return False
     if sqlite_code(exc) in (
         sqlite3.SQLITE_CANTOPEN,

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.base.files import check_writable
 from pipeline.base.names import (
     ARTIFACT_TRACEBACK,
     EPOCH_METRICS,
@@ -42,6 +43,7 @@ from pipeline.tracking.store import (
     open_client,
     os_errno,
     sqlite_code,
+    sqlite_path,
     store_failure,
     ui_hint,
 )
@@ -417,6 +419,13 @@ def _experiment_id(client, uri: str, name: str) -> str:
         if found.lifecycle_stage == "deleted":
             raise deleted_experiment(uri, name, found.experiment_id)
         return found.experiment_id
+    if sqlite_path(uri) is not None:  # MLflow puts a local store's new experiment in ./mlruns/ID: before it exists
+        check_writable(
+            Path.cwd() / "mlruns",
+            "a new experiment's artifact folder",
+            "MLflow keeps a new experiment's models and charts in ./mlruns under the folder the command "
+            "runs in: run it from a folder you can write in",
+        )
     try:
         return client.create_experiment(name)
     except MlflowException as exc:
