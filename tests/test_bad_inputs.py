@@ -250,6 +250,11 @@ CASES = {
         ["run", "{good}", "--experiment", "nul\x00led", "--tracking-uri", "{uri}", "--data-dir", "{data}"],
         "--experiment: the name holds a control character",
     ),
+    "run --experiment with bytes that are not UTF-8": (
+        "args",
+        ["run", "{good}", "--experiment", "bad\udcff\udcfebytes", "--tracking-uri", "{uri}", "--data-dir", "{data}"],
+        "--experiment: the name holds bytes that are not UTF-8 (at 3)",
+    ),
     "run --register a name with a colon": (
         "args",
         ["run", "{good}", "--register", "a:b", "--tracking-uri", "{uri}", "--data-dir", "{data}"],
@@ -308,6 +313,11 @@ CASES = {
     "uri with a port that is no number": ("uri", "http://host:abc", "not a URI (Port could not be cast"),
     "sqlite store in memory": ("uri", "sqlite://", ("an in-memory database ends with the process", "sqlite:///")),
     "sqlite store :memory:": ("uri", "sqlite:///:memory:", "an in-memory database ends with the process"),
+    "sqlite store file::memory:": (
+        "uri",
+        "sqlite:///file::memory:?cache=shared&uri=true",
+        "an in-memory database ends with the process",
+    ),
     "store a plain folder path": ("uri", "{tmp}", ("MLflow 3 retired file stores", "sqlite:///{tmp}/mlflow.db")),
     "store a plain file name": ("args", ["compare", "--tracking-uri", "mlflow.db"], "e.g. --tracking-uri sqlite:///"),
     "store a file that is no database": ("uri", "sqlite:///{good}", "good.yaml is not an SQLite database"),

@@ -369,9 +369,10 @@ def test_make_run_with_a_missing_grid_file_stops_before_mlflow_starts(tmp_path):
     assert "mlflow" not in done.stdout
 
 
-@pytest.mark.parametrize("columns", ["0", "", "wide", "3"])
+@pytest.mark.parametrize("columns", ["0", "", "wide", "3", "20"])
 def test_a_degenerate_terminal_width_still_prints_the_table(columns):
-    """COLUMNS=0 (and other widths no terminal has) printed nothing at all: it is ignored."""
+    """COLUMNS=0 (and other widths no terminal has) printed nothing at all, and COLUMNS=20 a table of
+    blank cells: a width under MIN_COLUMNS is ignored."""
     from pipeline.cli import main
 
     grid = Path(__file__).parents[1] / "pipeline" / "examples" / "quickstart.yaml"

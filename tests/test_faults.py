@@ -188,7 +188,9 @@ def test_a_read_only_store_used_by_run_is_one_line(world, tmp_path):
 
 def test_a_new_store_on_a_full_disk_is_one_line(world, tmp_path):
     """A full disk under the store once printed ~240 lines and 5 tracebacks: SQLITE_FULL is named as
-    a full disk at the folder, with no retry. The disk: a 64 KiB tmpfs, too small for MLflow's tables."""
+    a full disk at the folder, with no retry, and the half-made store is removed (the next run, with
+    room, read it as another program's half-made store). The disk: a 64 KiB tmpfs, too small for
+    MLflow's tables."""
     full = tmp_path / "full"
     full.mkdir()
     if os.geteuid() != 0 or not _mount(["-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)]):
@@ -207,6 +209,7 @@ def test_a_new_store_on_a_full_disk_is_one_line(world, tmp_path):
             says=(f"disk full at {full}",),
             watched=(world["home"],),
         ).check(world["home"])
+        assert not (full / "mlflow.db").exists()
     finally:
         _mount(["-u", str(full)])
 

@@ -113,9 +113,19 @@ def test_a_name_with_a_quote_registers_twice_as_one_version(trained):
     assert model.name == "o'brien" and [str(v.version) for v in client.search_model_versions("run_id != ''")] == ["1"]
 
 
-def test_predict_on_damaged_weights_is_one_line(trained, data_dir):
-    """The stored weights cut short (a disk that filled, a copy that stopped): one line naming the
-    model, exit 2, no traceback."""
+def _state_dict_file() -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({"weight": torch.zeros(3, 3)}, buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("damage", ["cut at 1000 bytes", "cut at 5000 bytes", "a state dict, not a network"])
+def test_predict_on_damaged_weights_is_one_line(trained, data_dir, damage):
+    """The stored weights cut short (a disk that filled, a copy that stopped; torch.load reads past
+    the end of one cut at 5000 bytes with EINVAL), or another file saved in their place (a state
+    dict: a traceback before): one line naming the model, exit 2, no traceback."""
     client, runs = trained
     uri = client.tracking_uri
     assert invoke("register", "--experiment", "reg", "--name", "cut", "--tracking-uri", uri).exit_code == 0
@@ -123,14 +133,18 @@ def test_predict_on_damaged_weights_is_one_line(trained, data_dir):
     model_id = client.get_run(version.run_id).outputs.model_outputs[-1].model_id
     weights = Path(client.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "data" / "model.pth"
     whole = weights.read_bytes()  # the module's sweep shares its artifacts with every copy: put it back after
-    weights.write_bytes(whole[:1000])
+    if damage.startswith("cut"):
+        weights.write_bytes(whole[: int(damage.split()[2])])
+    else:
+        weights.write_bytes(_state_dict_file())
     try:
         args = ["predict", "--model", "models:/cut@champion", "--tracking-uri", uri, "--data-dir", str(data_dir)]
         out = CliRunner().invoke(main, [*args, "--limit", "5"])
     finally:
         weights.write_bytes(whole)
     assert out.exit_code == 2 and "Traceback" not in out.output, out.output
-    assert out.output.startswith("error: --model models:/cut@champion: its weights cannot be read (RuntimeError: ")
+    assert out.output.startswith("error: --model models:/cut@champion: its weights cannot be read (")
+    assert out.output.rstrip().endswith("the stored file is damaged or not a model: register it again")
     assert len(out.output.splitlines()) == 1, out.output
 
 

@@ -166,9 +166,13 @@ def control_character_problem(name: str) -> str | None:
     import unicodedata
 
     found = next((c for c in name if unicodedata.category(c) == "Cc"), None)
-    if found is None:
-        return None
-    return f"the name holds a control character ({found!r} at {name.index(found)}), which stores refuse: remove it"
+    if found is not None:
+        return f"the name holds a control character ({found!r} at {name.index(found)}), which stores refuse: remove it"
+    # Bytes that are no UTF-8 (a shell's $'\xff'), which Python keeps as surrogates: no store can hold them.
+    found = next((c for c in name if unicodedata.category(c) == "Cs"), None)
+    if found is not None:
+        return f"the name holds bytes that are not UTF-8 (at {name.index(found)}), which stores refuse: remove them"
+    return None
 
 
 # The fewest runs a side that the comparison judges (measures/stats.py: Welch's t on the logs of per-run

@@ -78,7 +78,9 @@ def grid_notes(spec: GridSpec, shown: int, max_points: int) -> list[str]:
     return notes
 
 
-MIN_COLUMNS = 20  # the narrowest width a console is made at: a narrower COLUMNS is no terminal's
+# The narrowest width a console is made at: narrower, rich squeezes a results table's cells to blanks
+# (COLUMNS=20 drew only borders). A narrower terminal wraps the lines itself, and they stay readable.
+MIN_COLUMNS = 60
 
 
 def make_console() -> Console:

@@ -7,6 +7,7 @@ are inverted), scaled to [0, 1].
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import pickle  # its error type only: a damaged model file
@@ -113,14 +114,23 @@ def load(uri: str, device: torch.device) -> torch.nn.Module:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise UserError(f"--model {redact(uri)}: {redact(first)}") from None
     except OSError as exc:
-        raise UserError(f"--model {redact(uri)}: {redact(str(exc))}") from None
-    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
-        # What torch.load and pickle raise for a file cut short or not theirs: the model's files are damaged.
-        raise UserError(
-            f"--model {redact(uri)}: its weights cannot be read ({exc.__class__.__name__}: "
-            f"{redact(first_line(exc))[:160]}); the stored file is damaged or not a model: register it again"
-        ) from None
+        if exc.errno in (errno.ENOENT, errno.EACCES, errno.EISDIR):  # the file itself is missing or barred
+            raise UserError(f"--model {redact(uri)}: {redact(str(exc))}") from None
+        raise _damaged(uri, exc) from None  # torch.load reading past a file cut short (EINVAL)
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, AttributeError) as exc:
+        # What torch.load and pickle raise for a file cut short or not theirs, and what MLflow's loader
+        # raises for an object that is no module (a state dict saved in its place)
+        raise _damaged(uri, exc) from None
+    if not isinstance(model, torch.nn.Module):
+        raise _damaged(uri, TypeError(f"it holds a {type(model).__name__}, not a network"))
     return model.to(device).eval()
+
+
+def _damaged(uri: str, exc: BaseException) -> UserError:
+    return UserError(
+        f"--model {redact(uri)}: its weights cannot be read ({exc.__class__.__name__}: "
+        f"{redact(first_line(exc))[:160]}); the stored file is damaged or not a model: register it again"
+    )
 
 
 def image_tensor(path: Path) -> torch.Tensor:

@@ -366,11 +366,15 @@ def check_sqlite_file(uri: str, option: str = "--tracking-uri", label: str = "tr
 
 
 def _in_memory(uri: str) -> bool:
-    """Whether a sqlite URI names a database in memory: no path (`sqlite://`), `:memory:`, or
-    `mode=memory` in its query."""
+    """Whether a sqlite URI names a database in memory: no path (`sqlite://`), `:memory:` (also as
+    sqlite's URI filename `file::memory:`), or `mode=memory` in its query."""
     parsed = urllib.parse.urlparse(uri)
     database = parsed.path  # "" for sqlite://, "/" for sqlite:///, "/:memory:"; "//" is the root folder
-    return database in ("", "/", "/:memory:") or "memory" in urllib.parse.parse_qs(parsed.query).get("mode", [])
+    return (
+        database in ("", "/")
+        or database.rpartition("/")[2].startswith((":memory:", "file::memory:"))  # made absolute or not
+        or "memory" in urllib.parse.parse_qs(parsed.query).get("mode", [])
+    )
 
 
 def _empty_or_sqlite(path: Path) -> bool:
@@ -473,8 +477,9 @@ def open_client(uri: str, must_exist: bool = False):
         check_mlflow_store(uri, path)
 
     lock: contextlib.AbstractContextManager = contextlib.nullcontext()
-    new = False
+    new = created = False
     if path is not None and not must_exist:  # a writer, which may create the store
+        created = not path.exists()
         check_writable_store(uri, path)
         # A store that is absent or was written in the last minute may be half made by another program.
         new = not path.exists() or time.time() - path.stat().st_mtime < 60
@@ -492,6 +497,9 @@ def open_client(uri: str, must_exist: bool = False):
                     raise
                 time.sleep(delay)
     except Exception as exc:  # a bad scheme, a missing driver, a full disk, another program's race: one line
+        if created and path is not None and is_no_room(exc):  # ours, half made: not left for the next run
+            for leftover in (path, path.with_name(path.name + "-journal")):
+                leftover.unlink(missing_ok=True)
         raise _open_error(uri, path, exc, new) from None
     return Retrying(mlflow.MlflowClient(uri))
 
