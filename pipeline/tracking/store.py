@@ -493,7 +493,9 @@ def open_client(uri: str, must_exist: bool = False):
                     mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates/upgrades a new store once
                 break
             except Exception as exc:
-                if delay is None or not is_transient(exc):  # a busy file (other sweeps writing), a server restarting
+                # A sqlite file busy with other sweeps' writes is waited out; a server that refuses a
+                # login or does not answer is said at once (check_login and check_reachable name it).
+                if delay is None or sqlite_code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                     raise
                 time.sleep(delay)
     except Exception as exc:  # a bad scheme, a missing driver, a full disk, another program's race: one line
