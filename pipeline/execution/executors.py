@@ -345,17 +345,15 @@ class RayExecutor:
         most every HEAD_CHECK_S while no task lands; None while its GCS port answers. Killed, the
         head reports nothing: the tasks it held never return, and Ray's core ends this process a
         minute later. `now`: check whenever the last check was."""
-        import socket
-
         checked = time.monotonic()
         if not now and checked - self._head_checked < HEAD_CHECK_S:
             return None
         self._head_checked = checked
-        host, _, port = self.ray.get_runtime_context().gcs_address.rpartition(":")
+        address = self.ray.get_runtime_context().gcs_address
         try:
-            socket.create_connection((host, int(port)), timeout=2.0).close()
-        except OSError:
-            return f"the Ray head at {host}:{port} stopped answering"
+            check_ray_address(address, timeout_s=2.0)  # the check made before joining, again
+        except UserError:
+            return f"the Ray head at {address} stopped answering"
         return None
 
     def _end_lost(self, job: PointJob, reason: str) -> str | None:

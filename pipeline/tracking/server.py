@@ -211,8 +211,9 @@ def serve(
 
 
 def _set_up_auth(store: str, password_file: str | None, default_permission: str, database_uri: str | None) -> dict:
-    """Write MLflow's auth configuration (no password in it), create the admin user if the auth
-    database has none, and return the environment the server needs: the configuration's path."""
+    """Write MLflow's auth configuration (no admin password in it; the auth database's URI, with its
+    password where it has one, in a private folder removed when the server ends), create the admin
+    user if the auth database has none, and return the environment the server needs: its path."""
     password = os.environ.get(ADMIN_PASSWORD) or None
     if password_file:
         try:
