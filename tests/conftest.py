@@ -534,13 +534,17 @@ def postgres():
 
 def start_server(backend: str, folder: Path, port: int, auth: bool = False):
     """`pipeline server` on `backend`, artifacts proxied into `folder`; with `auth`, `--auth` with the
-    admin's password read from a file. Waits until it answers."""
+    admin's password read from a file, and its temporary files in `folder`/tmp (the auth
+    configuration's private folder must be gone once it stops). Waits until it answers."""
+    import os
     import sys
 
-    login = []
+    login, env = [], None
     if auth:
         (folder / "admin-password").write_text(ADMIN_PASSWORD + "\n")
         login = ["--auth", "--admin-password-file", str(folder / "admin-password")]
+        (folder / "tmp").mkdir()
+        env = {**os.environ, "TMPDIR": str(folder / "tmp")}
     process = start_service(
         [
             sys.executable,
@@ -558,6 +562,7 @@ def start_server(backend: str, folder: Path, port: int, auth: bool = False):
             "1",
         ],
         cwd=folder,
+        env=env,
     )
     wait_for(f"http://127.0.0.1:{port}/health", process, seconds=120)  # the first start creates MLflow's tables
     return process
@@ -567,11 +572,14 @@ def start_server(backend: str, folder: Path, port: int, auth: bool = False):
 def pg_server(postgres, tmp_path_factory):
     """`pipeline server --auth` on that database, artifacts proxied by it; tests log in through `pg`."""
     port = free_port()
-    process = start_server(postgres["uri"], tmp_path_factory.mktemp("pg-server"), port, auth=True)
+    folder = tmp_path_factory.mktemp("pg-server")
+    process = start_server(postgres["uri"], folder, port, auth=True)
     try:
         yield {"uri": f"http://127.0.0.1:{port}", "process": process}
     finally:
         stop_service(process)
+    # Its auth configuration holds the database's password: stopped, the server removed it.
+    assert not list((folder / "tmp").iterdir())
 
 
 @pytest.fixture
