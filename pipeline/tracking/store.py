@@ -304,6 +304,11 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else exc.__class__.__name__
 
 
+# MLflow's names for a Databricks workspace (bare, or as a scheme with a profile): no store of the
+# pipeline's tests, and without this a bare "databricks" would read as a retired file store.
+DATABRICKS = ("databricks", "databricks-uc", "uc")
+
+
 def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
     """Fail fast (UserError) when a store cannot be used; MLflow's own retries take minutes. A server
     must answer within `timeout_s`, not merely accept the connection (a hung one never answers)."""
@@ -333,6 +338,12 @@ def check_reachable(uri: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         check_backend(uri, label="tracking store")
     elif parsed.scheme == "sqlite":
         check_sqlite_file(uri)
+    elif uri in DATABRICKS or parsed.scheme in DATABRICKS:
+        raise UserError(
+            f"tracking store {uri}: a Databricks workspace is not a store this tool is tested on; use a "
+            "database file (--tracking-uri sqlite:///mlflow.db), a database (postgresql://...) or an "
+            "MLflow tracking server (http://HOST:PORT)"
+        )
     elif parsed.scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in ("true", "1"):
         _refuse_file_store(uri, Path(parsed.path if parsed.scheme == "file" else uri).expanduser())
 
