@@ -100,8 +100,23 @@ def isolated(folder: Path):
         mlflow.set_tracking_uri(None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _peak_measured():
+    """This worker's CPU peak, measured once into the session's cache folder as `pipeline devices
+    --peak` would: a run reads it for its mfu and never measures one (tests of an empty cache set
+    their own folder)."""
+    import torch
+
+    from pipeline.training import peak
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PIPELINE_CACHE_DIR", str(PEAK_CACHE))
+        patch.setenv("PIPELINE_CONTENDED_SHARE", "1")  # the other worker is busy: cached all the same
+        peak.find(torch.device("cpu"))
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path):
+def _isolated_env(tmp_path, _peak_measured):
     with isolated(tmp_path):
         yield
 

@@ -56,6 +56,8 @@ def swept(tmp_path_factory, data_dir, _store_template):
     (store, compare's json rows, the report's text, the folder)."""
     folder = tmp_path_factory.mktemp("mfu")
     with isolated(folder):
+        measured = invoke("devices", "--peak")  # what a run's mfu divides by: runs never measure it
+        assert measured.exit_code == 0, measured.output
         uri = new_store(folder, _store_template)
         (folder / "grid.yaml").write_text(GRID)
         out = invoke("run", "grid.yaml", "--data-dir", str(data_dir), "--tracking-uri", uri)
@@ -268,6 +270,7 @@ def test_a_step_that_torch_cannot_trace_leaves_the_run_its_mfu(tmp_path, data_di
     monkeypatch.setattr(flops, "step_bytes", untraceable)
     grid = GRID.replace("batch_size: [64, 128]", "batch_size: [64]")
     with isolated(tmp_path):
+        assert invoke("devices", "--peak").exit_code == 0
         uri = new_store(tmp_path, _store_template)
         (tmp_path / "grid.yaml").write_text(grid)
         out = invoke("run", "grid.yaml", "--data-dir", str(data_dir), "--tracking-uri", uri)
@@ -278,3 +281,33 @@ def test_a_step_that_torch_cannot_trace_leaves_the_run_its_mfu(tmp_path, data_di
     assert run.data.tags[names.TAG_BANDWIDTH] == (
         "no byte count: tracing the step failed (RuntimeError: this torch cannot trace the step)"
     )
+
+
+def test_a_sweep_with_no_peak_measured_writes_nothing_outside_its_store_and_says_how(tmp_path, data_dir, monkeypatch):
+    """A machine whose cache is empty: the sweep benchmarks nothing and writes nothing in the home
+    folder (no ~/.cache); its runs have their FLOPs and rate but no mfu, and say which command
+    measures the peak. After `pipeline devices --peak`, the next run has its mfu."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("PIPELINE_CACHE_DIR")
+    monkeypatch.chdir(work)
+    (work / "grid.yaml").write_text(GRID.replace("batch_size: [64, 128]", "batch_size: [64]"))
+    out = invoke("run", "grid.yaml", "--data-dir", str(data_dir))
+    assert out.exit_code == 0, out.output
+    assert list(home.iterdir()) == []
+    own = {"grid.yaml", "mlflow.db", "mlflow.db.lock", "mlruns", "pipeline-results.jsonl"}
+    assert {p.name for p in work.iterdir()} <= own
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    (run,) = _children(uri)
+    assert names.ACHIEVED_TFLOPS in run.data.metrics and names.MFU not in run.data.metrics
+    note = run.data.tags[names.TAG_PEAK]
+    assert note.startswith("no mfu: no peak measured for ") and "pipeline devices --peak` measures it" in note
+
+    assert invoke("devices", "--peak").exit_code == 0
+    assert (home / ".cache" / "pipeline" / "peaks.json").is_file()
+    assert invoke("run", "grid.yaml", "--data-dir", str(data_dir), "--rerun").exit_code == 0
+    latest = max(_children(uri), key=lambda r: r.info.start_time)
+    assert 0 < latest.data.metrics[names.MFU] <= 1

@@ -222,7 +222,7 @@ def test_a_cuda_runs_mfu_is_a_share_of_the_measured_peak(data_dir, tmp_path, mon
     result = fit(RunConfig(batch_size=128, epochs=3), dataset, device)
     per_epoch = flops.epoch_flops(len(dataset.train), 128)
     achieved = flops.achieved_flops(per_epoch, steady_median([e.epoch_duration_s for e in result.epochs]))
-    share = peak.share(device, "fp32", achieved)
+    share = peak.share(peak.find(device).peak, "fp32", achieved)  # as `devices --peak` measures it
     assert share.mfu is not None and 0 < share.mfu <= 1, share.note
     assert share.note.startswith("fp32 matmul peak ")
 
@@ -266,7 +266,7 @@ def test_a_cuda_runs_bandwidth_share_is_at_most_1_or_says_why_not(data_dir, tmp_
     result = fit(RunConfig(batch_size=1000, epochs=3), dataset, device)
     moved = flops.epoch_bytes(len(dataset.train), 1000)
     epoch_s = steady_median([e.epoch_duration_s for e in result.epochs])
-    bandwidth = peak.bandwidth_share(device, moved, epoch_s, compiled=False)
+    bandwidth = peak.copy_share(peak.find(device).peak, moved, epoch_s, compiled=False)
     assert bandwidth.copy_bytes_per_s is not None and bandwidth.copy_bytes_per_s > 0
     if bandwidth.share is None:
         assert bandwidth.note.startswith("no bandwidth_share: the eager count's"), bandwidth.note

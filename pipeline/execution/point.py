@@ -240,10 +240,11 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
     """The run's arithmetic and its share of the device's peak, into the outcome's metrics and tags:
     FLOPs and bytes per epoch (flops.epoch_flops, flops.epoch_bytes at its precision), the FLOP/s of
     its steady-state epochs (their median time, timing.steady_median) and that over the device's
-    measured matmul peak at its precision (peak.share: the cached peak, measured now on the host's
-    first run), and the device's copy bandwidth with the share of it the counted bytes took where that
-    share means something (peak.bandwidth_share). Where the peak cannot be measured or is in doubt,
-    the run has no mfu and its TAG_PEAK says why; where it has no bandwidth_share, TAG_BANDWIDTH says why."""
+    matmul peak at its precision (peak.share), and the device's copy bandwidth with the share of it
+    the counted bytes took where that share means something (peak.copy_share). The peak is the one
+    `pipeline devices --peak` cached for this device (peak.cached): a run never measures one. Where
+    there is none or it is in doubt, the run has no mfu and its TAG_PEAK says why; where it has no
+    bandwidth_share, TAG_BANDWIDTH says why."""
     per_epoch = flops.epoch_flops(train_size, config.batch_size)
     outcome.measured[names.TRAIN_FLOPS] = (float(per_epoch), 0)
     moved: int | None = None
@@ -259,19 +260,19 @@ def _utilisation(outcome: Outcome, config: RunConfig, train_size: int, device: t
     if achieved is None or epoch_s is None:
         return
     outcome.measured[names.ACHIEVED_TFLOPS] = (achieved / peak.TERA, 0)
-    try:
-        share = peak.share(device, config.precision, achieved)
-        bandwidth = peak.bandwidth_share(device, moved, epoch_s, config.compile) if moved is not None else None
-    except RuntimeError as exc:  # torch's errors (out of memory among them): the run stands without an mfu
-        outcome.tags[names.TAG_PEAK] = f"no mfu: measuring the peak failed ({exc.__class__.__name__}: {exc})"[:500]
+    measured = peak.cached(device)
+    if measured is None:
+        outcome.tags[names.TAG_PEAK] = peak.not_measured(device)[:500]
         return
+    share = peak.share(measured, config.precision, achieved)
     outcome.tags[names.TAG_PEAK] = share.note
     if share.peak_flops is not None:
         outcome.measured[names.PEAK_TFLOPS] = (share.peak_flops / peak.TERA, 0)
     if share.mfu is not None:
         outcome.measured[names.MFU] = (share.mfu, 0)
-    if bandwidth is None:
+    if moved is None:
         return
+    bandwidth = peak.copy_share(measured, moved, epoch_s, config.compile)
     outcome.tags[names.TAG_BANDWIDTH] = bandwidth.note
     if bandwidth.copy_bytes_per_s is not None:
         outcome.measured[names.PEAK_BANDWIDTH] = (bandwidth.copy_bytes_per_s / 1e9, 0)

@@ -3,20 +3,21 @@ precision it supports, and the bytes per second of a large memory copy. The figu
 (model FLOPs utilisation) divides by, and what `pipeline devices --peak` prints beside the vendor's
 nominal figures (or, for a CPU, an estimate from its clock and vector width).
 
-Measuring takes a few seconds, so a result is cached per host and hardware in a JSON file
-(`cache_file`): keyed by the host name, the hardware's name and what decides its peak beyond the
-name (a CPU's vector and matrix extensions: one "AMD EPYC" name covers machines with AVX2 only and
-with AVX-512; a GPU's memory), the torch version and, on a CPU, the torch threads the matrix
-multiplication ran on (all logical CPUs unless OMP_NUM_THREADS, taskset or a Ray task gave torch
-fewer). A later run on the same key reuses it; `pipeline devices --peak
---remeasure` measures again.
+Only `pipeline devices --peak` measures (a few seconds of the whole machine): it caches the result
+in a JSON file (`cache_file`), keyed by the host name, the hardware's name and what decides its
+peak beyond the name (a CPU's vector and matrix extensions: one "AMD EPYC" name covers machines
+with AVX2 only and with AVX-512; a GPU's memory), the torch version and, on a CPU, the torch threads
+the matrix multiplication ran on (all logical CPUs unless OMP_NUM_THREADS, taskset or a Ray task
+gave torch fewer). A run reads the cache and never writes it: a sweep benchmarks nothing and
+writes nothing outside its store and its own files. A run whose key has no peak gets no `mfu`, and
+its `pipeline.peak` tag says which key to measure. `--remeasure` measures again.
 
 A measured peak is a best case of torch's own kernels on square matrices: the vendor's figure is the
 hardware's, which torch reaches only on the largest shapes, and on a busy machine the measurement
 is low (it takes the fastest of several calls to see past short interruptions). A peak measured
 while other processes took a contended share of the cores (contention.py: the threshold that tags a
-run as contended) is used for the run at hand but never cached, so that a low peak does not make
-every later run's mfu read high: the next run, or `pipeline devices --peak`, measures again.
+run as contended) is printed but never cached, so that a low peak does not make every later run's
+mfu read high.
 
 A run's `bandwidth_share` divides the bytes its eager step moves (flops.epoch_bytes, per second of
 its steady epoch) by the measured copy bandwidth. That count is an upper bound, which caches and
@@ -53,10 +54,6 @@ CACHE_NAME = "peaks.json"
 # 3: keyed by the vector units too (Peak.units); a format-2 peak may be another machine's of one name.
 FORMAT = 3
 TERA = 1e12
-# (cache file, key) measured again in this process because a run was faster than it: once is enough.
-_REMEASURED: set[tuple[Path, str]] = set()
-# Peaks measured in this process on a busy machine (never cached), by cache key (find).
-_BUSY: dict[str, Peak] = {}
 
 # One call of the matrix multiplication should take at least this long, so that the time is the
 # kernel's and not the launch's or the timer's (_matmul); no longer than LONGEST_CALL_S to find a faster size.
@@ -246,22 +243,28 @@ def _store(peak: Peak) -> str:
 
 
 def find(device: torch.device, remeasure: bool = False) -> Found:
-    """`device`'s peak: the cached one, else (or with `remeasure`) measured now and cached, unless
-    the machine was too busy for it to stand (Peak.busy): then it is not cached, and says why."""
+    """`device`'s peak for `pipeline devices --peak`: the cached one, else (or with `remeasure`)
+    measured now and cached, unless the machine was too busy for it to stand (Peak.busy): then it
+    is not cached, and says why."""
     if not remeasure and (peak := cached(device)) is not None:
         return Found(peak, reused=True, cache=cache_file())
-    key = cache_key(*identity(device))
-    held = _BUSY.get(key)
-    # A peak measured on a busy machine is never cached, but it serves the rest of this process's
-    # runs (remeasure measures again): measuring for every run of a sweep would cost seconds a run
-    # and add to the load it measures.
-    peak = held if held is not None and held.busy and not remeasure else measure(device)
+    peak = measure(device)
     if peak.busy:
-        _BUSY[key] = peak
         why = f"{peak.busy}; measure again when it is quieter"
         return Found(peak, reused=False, cache=cache_file(), cache_error=why)
-    _BUSY.pop(key, None)
     return Found(peak, reused=False, cache=cache_file(), cache_error=_store(peak))
+
+
+def not_measured(device: torch.device) -> str:
+    """Why a run on `device` has no mfu when the cache has no peak for it: which key to measure, and how."""
+    host, hardware, version, threads, extensions = identity(device)
+    on = f"{hardware} ({extensions})" if extensions else hardware
+    with_threads = f" with {threads} torch threads" if threads is not None else ""
+    fix = f"OMP_NUM_THREADS={threads} pipeline devices --peak" if threads is not None else "pipeline devices --peak"
+    return (
+        f"no mfu: no peak measured for {on}{with_threads}, torch {version}, on {host}; `{fix}` "
+        "measures it (a few seconds), and later runs use it"
+    )
 
 
 def precisions(device: torch.device) -> list[str]:
@@ -430,41 +433,25 @@ def reference(peak: Peak) -> Nominal | None:
     return nominal(peak.hardware)
 
 
-def share(device: torch.device, precision: str, achieved_flops: float) -> Share:
-    """A run's MFU: `achieved_flops` over `device`'s measured matmul peak at `precision` (the cached
-    one, else measured now). Where the run was faster than a cached peak, that peak was measured on a
-    busy machine or by another build: it is measured again, once. Where the run is still faster, or
-    the precision was not measured, there is no mfu, and the note says why: never a value clamped to 1."""
-    found = find(device)
-    peak = found.peak.matmul.get(precision)
-    if peak is not None and achieved_flops > peak and found.reused and (found.cache, found.peak.key) not in _REMEASURED:
-        _REMEASURED.add((found.cache, found.peak.key))
-        found = find(device, remeasure=True)
-        peak = found.peak.matmul.get(precision)
-    if peak is None:
-        return Share(None, None, f"no mfu: {precision} matmul was not measured on {found.peak.hardware}")
-    where = (
-        f"{precision} matmul peak {peak / TERA:.4g} TFLOP/s measured {found.peak.measured_at} on "
-        f"{found.peak.hardware}" + (f", {found.peak.threads} torch threads" if found.peak.threads else "")
+def share(peak: Peak, precision: str, achieved_flops: float) -> Share:
+    """A run's MFU: `achieved_flops` over `peak`'s matmul peak at `precision`. Where the run was
+    faster than the peak, or the precision was not measured, there is no mfu, and the note says why:
+    never a value clamped to 1."""
+    top = peak.matmul.get(precision)
+    if top is None:
+        return Share(None, None, f"no mfu: {precision} matmul was not measured on {peak.hardware}")
+    where = f"{precision} matmul peak {top / TERA:.4g} TFLOP/s measured {peak.measured_at} on {peak.hardware}" + (
+        f", {peak.threads} torch threads" if peak.threads else ""
     )
-    if found.peak.busy:  # a low peak: the share reads high (never cached; this process's later runs reuse it)
-        where += f", {found.peak.busy}: this mfu reads high"
-
-    if achieved_flops > peak:
+    if achieved_flops > top:
         return Share(
             None,
-            peak,
+            top,
             f"no mfu: the run's {achieved_flops / TERA:.4g} TFLOP/s is above the {where}; "
             "the peak measurement is in doubt (`pipeline devices --peak --remeasure` on a quiet "
             "machine)",
         )
-    return Share(achieved_flops / peak, peak, where)
-
-
-def bandwidth_share(device: torch.device, bytes_per_epoch: int, epoch_s: float, compiled: bool) -> Bandwidth:
-    """A run's bandwidth share on `device` (copy_share), against its measured copy bandwidth (the
-    cached one, else measured now)."""
-    return copy_share(find(device).peak, bytes_per_epoch, epoch_s, compiled)
+    return Share(achieved_flops / top, top, where)
 
 
 def copy_share(peak: Peak, bytes_per_epoch: int, epoch_s: float, compiled: bool) -> Bandwidth:
