@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from pipeline.base.names import MIN_RUNS
 
@@ -163,6 +162,8 @@ def welch(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> Welch
     calibration simulates thousands through this same code). Where neither side varies (repeats that
     timed or scored the same bit for bit), the difference is known exactly: the interval is that
     point, its standard error 0."""
+    from scipy import stats as scipy_stats  # a third of a second: only where runs are compared
+
     a, b = np.atleast_2d(a), np.atleast_2d(b)
     difference = a.mean(axis=-1) - b.mean(axis=-1)
     low, high = difference.copy(), difference.copy()
@@ -186,6 +187,8 @@ def one_sided(gap: float | np.ndarray, se: float | np.ndarray, df: float | np.nd
     """The one-sided p-value of an observed `gap` above a bound (positive: beyond it), given Welch's
     standard error and degrees of freedom; where se is 0 (a difference known exactly) 0 beyond the
     bound, else 1."""
+    from scipy import stats as scipy_stats
+
     gap, se, df = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (gap, se, df)))
     p = np.where(gap > 0, 0.0, 1.0)
     spread = se > 0
