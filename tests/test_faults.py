@@ -790,7 +790,23 @@ def test_a_full_artifact_disk_keeps_the_point_for_relog_and_names_that_disk(worl
         (disk / "filler").unlink()
         relogged = pipeline(["relog", "--tracking-uri", uri], disk)
         assert relogged.exit_code == 0 and "logged 1 run(s)" in relogged.output, relogged.output
-        assert client.get_run(line["run_id"]).info.status == "FINISHED"
+        run = client.get_run(line["run_id"])
+        assert run.info.status == "FINISHED"
+        # Its model is whole in the store (it serves), and the copy kept for relog is gone.
+        import mlflow.pytorch
+
+        # The half-logged model stays among its outputs, FAILED; the one relog logged is READY.
+        statuses = {o.model_id: str(client.get_logged_model(o.model_id).status) for o in run.outputs.model_outputs}
+        (ready,) = [model_id for model_id, status in statuses.items() if status.endswith("READY")]
+        mlflow.set_tracking_uri(uri)  # models:/ and runs:/ resolve against the process's store
+        assert mlflow.pytorch.load_model(f"models:/{ready}") is not None
+        assert mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/model") is not None
+        registered = pipeline(
+            ["register", "--run-id", run.info.run_id, "--name", "artfull", "--tracking-uri", uri], disk
+        )
+        assert registered.exit_code == 0, registered.output
+        assert ready in client.get_model_version("artfull", "1").source
+        assert not Path(line["model_file"]).exists()
 
 
 # --- 6. diagnoses that are true ------------------------------------------------------------------------

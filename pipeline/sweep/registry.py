@@ -34,7 +34,7 @@ from pipeline.base.names import (
 from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.settings.config import KEYS
-from pipeline.tracking.records import all_runs, deleted_experiment, every, sweep_parent
+from pipeline.tracking.records import all_runs, deleted_experiment, every, logged_model_id, sweep_parent
 from pipeline.tracking.store import first_line, fluent_target, open_client
 
 TAG_SOURCE_RUN = "pipeline.source_run"
@@ -203,10 +203,15 @@ def finished_run(client, run_id: str):
 
 
 def model_id_of(client, run) -> str:
-    """The LoggedModel a run produced (its `model`), or UserError when it logged none."""
-    outputs = run.outputs.model_outputs if run.outputs else []
-    if outputs:
-        return max(outputs, key=lambda o: o.step).model_id
+    """The LoggedModel a run produced whole (its `model`), or UserError when it logged none."""
+    if run.outputs and run.outputs.model_outputs:
+        whole = logged_model_id(client, run)
+        if whole is None:
+            raise UserError(
+                f"run {run.info.run_id}'s model never reached the store whole (its logging failed); "
+                "`pipeline relog` logs it again from the results file"
+            )
+        return whole
     logged = client.search_logged_models(
         experiment_ids=[run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'"
     )

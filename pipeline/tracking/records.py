@@ -292,11 +292,19 @@ def latest_sweep(client, experiment: str | None):
     return sweeps[0]
 
 
-def logged_model_id(client, run_id: str) -> str | None:
-    """The id of the model a run logged last (its `model` output), or None where it logged none."""
-    outputs = client.get_run(run_id).outputs
-    models = outputs.model_outputs if outputs is not None else []
-    return models[-1].model_id if models else None
+def logged_model_id(client, run) -> str | None:
+    """The model `run` (a Run, or its id) logged whole, its latest; None where it logged none. A
+    model whose files never arrived (a disk that filled or a store that went away mid-log) stays
+    among the run's outputs, FAILED or PENDING: never this one."""
+    from mlflow.entities import LoggedModelStatus
+
+    if isinstance(run, str):
+        run = client.get_run(run)
+    outputs = run.outputs.model_outputs if run.outputs is not None else []
+    for output in sorted(outputs, key=lambda o: o.step, reverse=True):
+        if client.get_logged_model(output.model_id).status == LoggedModelStatus.READY:
+            return str(output.model_id)
+    return None
 
 
 def latest_experiment_id(client) -> str | None:

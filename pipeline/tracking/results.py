@@ -31,6 +31,7 @@ from pipeline.base.names import (
 from pipeline.errors import UserError
 from pipeline.measures.timing import logged_at_end
 from pipeline.tracking.liveness import close, process_gone
+from pipeline.tracking.records import logged_model_id
 from pipeline.tracking.store import TrackingUnavailable, first_line
 from pipeline.tracking.tracker import Tracker
 
@@ -369,19 +370,19 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
     if run is not None:  # what reached the store before the outage is not logged a second time
         run_metrics = {k: v for k, v in run_metrics.items() if k not in run.data.metrics}
     tracker.log_epochs(run_id, epochs, run_metrics, steps={name: step for name, (_, step) in measured.items()})
-    has_model = _has_model(run)
-    if entry.get("model_file") and not has_model:
+    # A model whose logging failed mid-way is among the run's outputs without its files: not one.
+    has_model = run is not None and logged_model_id(tracker.client, run) is not None
+    model_file = Path(entry["model_file"]) if entry.get("model_file") else None
+    if model_file is not None and not has_model:
         step = entry["epochs"][-1]["epoch"] if entry["epochs"] else 0
-        _log_model(tracker, run_id, Path(entry["model_file"]), step, entry["params"])
+        _log_model(tracker, run_id, model_file, step, entry["params"])
         has_model = True
     if has_model:  # complete: its summary and model are in the store (point.run_point sets the same, last)
         tracker.log_tags(run_id, {TAG_COMPLETE: "true"})
     tracker.end_run(run_id, FINISHED)
+    if model_file is not None and has_model:  # the weights kept for relog are in the store now
+        model_file.unlink(missing_ok=True)
     return run_id
-
-
-def _has_model(run) -> bool:
-    return bool(run is not None and run.outputs and run.outputs.model_outputs)
 
 
 def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[str, Any]) -> None:
@@ -404,7 +405,6 @@ def _log_model(tracker, run_id: str, model_file: Path, step: int, params: dict[s
             "restore it, or delete the line and run the grid again"
         ) from None
     tracker.log_model(run_id, network, np.zeros((2, 1, 28, 28), dtype=np.float32), step, params=params)
-    model_file.unlink(missing_ok=True)
 
 
 def _close_stale_parent(tracker, parent_id: str) -> None:
