@@ -5,6 +5,9 @@ hold only what an older child logged; both compare to the same numbers."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
 
 import mlflow
@@ -12,16 +15,9 @@ import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 
-from conftest import isolated, new_store
-from pipeline.analysis.compare import (
-    CHART_HISTORIES,
-    HISTORIES,
-    LOAD_MEDIANS,
-    QUALITY_MEDIANS,
-    SPEED_MEDIANS,
-    SUMMARY,
-    build,
-)
+from conftest import invoke, isolated, new_store
+from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, SUMMARY, build
+from pipeline.analysis.figures import EVERY, FIGURES, TIMED
 from pipeline.base import names
 from pipeline.present.report import Reporter
 from pipeline.settings.config import load_grid
@@ -105,9 +101,42 @@ def test_old_and_new_runs_compare_to_the_same_numbers(sweeps):
     pd.testing.assert_frame_equal(
         logged.runs[per_run].reset_index(drop=True), worked_out.runs[per_run].reset_index(drop=True), check_exact=True
     )
-    rows = ["run_name", "n", "timed", *SUMMARY, *SPEED_MEDIANS, *QUALITY_MEDIANS, *LOAD_MEDIANS, "energy_source"]
+    medians = [f.name for f in FIGURES if f.over in (TIMED, EVERY)]
+    rows = ["run_name", "n", "timed", *SUMMARY, *medians, "energy_source"]
     pd.testing.assert_frame_equal(logged.table[rows], worked_out.table[rows], check_exact=True)
     figures = logged.runs.iloc[0]
     assert figures["timed"] == "epochs 2-3" and figures["first_epoch_s"] > 0 and figures["peak_memory_mb"] > 10
     assert not math.isnan(figures["data_share"]) and 0 < figures["compute_share"] <= 1
     assert logged.epochs(logged.table.iloc[0]) == worked_out.epochs(worked_out.table.iloc[0])
+
+
+def test_a_figure_added_to_the_table_is_compared_sorted_and_shown(sweep_copy, monkeypatch):
+    """One line in figures.FIGURES, and runs that log that metric: `pipeline compare` has it in its
+    json and csv (the median over each setting's timed runs), in --wide's table under its label, and
+    --sort takes its label, highest first where higher is better."""
+    from pipeline.analysis import figures
+
+    fake = figures.Figure("fake_widgets", TIMED, label="widgets", shown=figures.SOME, higher_is_better=True)
+    monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, fake))
+    client = mlflow.MlflowClient(sweep_copy.uri)
+    children = [
+        r
+        for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+        if "mlflow.parentRunId" in r.data.tags
+    ]
+    widgets = {}
+    for number, run in enumerate(sorted(children, key=lambda r: r.data.params["batch_size"])):
+        widgets[run.data.params["batch_size"]] = 10.0 * (number + 1)
+        client.log_metric(run.info.run_id, "fake_widgets", widgets[run.data.params["batch_size"]])
+    uri = ["--tracking-uri", sweep_copy.uri]
+
+    rows = json.loads(invoke("compare", *uri, "--format", "json").stdout)
+    assert {str(row["batch_size"]): row["fake_widgets"] for row in rows} == widgets
+    table = list(csv.DictReader(io.StringIO(invoke("compare", *uri, "--format", "csv").stdout)))
+    assert {row["batch_size"]: float(row["fake_widgets"]) for row in table} == widgets
+    wide = invoke("compare", *uri, "--wide", columns=400).stdout
+    header = next(line for line in wide.splitlines() if "widgets" in line)
+    assert header.index("compute %") < header.index("widgets") < header.index("speedup")
+    assert "10.000" in wide and "20.000" in wide
+    ordered = json.loads(invoke("compare", *uri, "--format", "json", "--sort", "widgets").stdout)
+    assert [row["fake_widgets"] for row in ordered] == sorted(widgets.values(), reverse=True)

@@ -18,12 +18,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import invoke, isolated, new_store
 from pipeline.analysis.compare import build
+from pipeline.analysis.figures import percent
 from pipeline.base import names
 from pipeline.model import Network
 from pipeline.present import charts, view
 from pipeline.present.answer import Answer
 from pipeline.present.comparison_folder import write_report
-from pipeline.present.tables import display_frame, markdown, percent, utilisation_frame
+from pipeline.present.tables import display_frame, markdown, utilisation_frame
 from pipeline.tracking.records import read_sweep
 from pipeline.training import data, flops
 

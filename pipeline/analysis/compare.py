@@ -27,19 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from pipeline.analysis.figures import DATA, END, EVERY, METRIC, OWN, TIMED, figures, named
 from pipeline.base.names import (
-    ACHIEVED_TFLOPS,
-    BANDWIDTH_SHARE,
-    COMPILE,
     END_FIGURES,
     FINAL_ACCURACY,
-    FIRST_EPOCH,
-    LOAD_AVERAGE,
-    MFU,
-    OTHERS_CPU_SHARE,
-    PEAK_BANDWIDTH,
-    PEAK_MEMORY,
-    PEAK_TFLOPS,
     REPEAT,
     STEADY_ENERGY,
     STEADY_EPOCH,
@@ -51,13 +42,8 @@ from pipeline.base.names import (
     TAG_HOST,
     TAG_TARGET,
     TAG_TARGET_STATUS,
-    TIME_SHARES,
-    TIME_TO_TARGET,
-    TRAIN_BYTES,
-    TRAIN_FLOPS,
     TRAINED_EPOCHS,
     WALL_TO_TARGET,
-    WARMUP,
 )
 from pipeline.errors import UserError
 from pipeline.measures import stats
@@ -81,7 +67,6 @@ ROW_KEYS = ("device", "hardware", *TWIN_KEYS)
 TWIN_AXES: tuple[tuple[str, str, str], ...] = tuple((name, *key.speedup) for name, key in KEYS.items() if key.speedup)
 VERSUS = "versus_speedup"  # --versus KEY=VALUE: each row over its twin with KEY=VALUE
 TARGET_SPEEDUP = "target_speedup"  # the device speedup on time to target
-FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 _LATER_DEFAULTS = {key: format_value(DEFAULTS[key]) for key in LATER_KEYS}  # as params are logged
 # A run's steady-state summary, as each child logs it and as every view of the sweep shows it.
 SUMMARY = (STEADY_EPOCH, STEADY_IMAGES, FINAL_ACCURACY)
@@ -96,46 +81,11 @@ QUALITY_SUFFIXES = (
     "_accuracy_change_identical",  # where a side's repeats all scored the same: their count (no interval)
     "_win",
 )
-HIGHER_IS_BETTER = (
-    "train_accuracy",
-    "test_accuracy",
-    "images_per_s",
-    *SPEEDUPS,
-    ACHIEVED_TFLOPS,
-    MFU,
-    BANDWIDTH_SHARE,
-)
 # Per-epoch histories, read for a run only where needed (records.read_sweep): a run's figures come
 # from what it logged at its end, or from HISTORIES for a run made before children logged them; the
 # charts draw CHART_HISTORIES (`pipeline compare --out`; a sweep's end has them from its own epochs).
 HISTORIES = FIGURE_HISTORIES
 CHART_HISTORIES = ("test_accuracy",)
-# Per-run figures whose row value is the median over the row's runs: those that measure speed over
-# its timed runs (contended ones left out unless asked), those that measure what was learnt over all.
-SPEED_MEDIANS = (
-    "first_epoch_s",
-    "warmup_s",
-    "compile_s",
-    "peak_memory_mb",
-    "energy_j",
-    "images_per_j",
-    "run_duration_s",
-    "data_share",
-    "transfer_share",
-    "compute_share",
-    ACHIEVED_TFLOPS,
-    PEAK_TFLOPS,
-    MFU,
-    PEAK_BANDWIDTH,
-    BANDWIDTH_SHARE,
-)
-QUALITY_MEDIANS = FINAL
-# The arithmetic and the counted bytes of an epoch (the same for every run of a setting: a median over
-# all its runs), and each run's FLOP/s, its device's peaks and its shares of them (point._utilisation:
-# speed, so among SPEED_MEDIANS).
-WORK_MEDIANS = (TRAIN_FLOPS, TRAIN_BYTES)
-UTILISATION = (ACHIEVED_TFLOPS, PEAK_TFLOPS, MFU, PEAK_BANDWIDTH, BANDWIDTH_SHARE)
-LOAD_MEDIANS = (LOAD_AVERAGE, OTHERS_CPU_SHARE)
 # The data's first columns (csv, json): which setting, its runs, the results people compare.
 KEY_COLUMNS = (
     "run_name",
@@ -156,27 +106,6 @@ KEY_COLUMNS = (
     "best_run_id",
     "run_ids",
 )
-# The labels the human view (tables.py) gives the data columns; --sort takes either name.
-LABELS = {
-    "train_loss": "train loss",
-    "train_accuracy": "train acc",
-    "test_loss": "test loss",
-    "test_accuracy": "test acc",
-    "epoch_duration_s": "epoch_s",
-    "images_per_s": "img/s",
-    "run_duration_s": "run_s",
-    "first_epoch_s": "epoch1_s",
-    "warmup_s": "warmup_s",
-    "compile_s": "compile_s",
-    "peak_memory_mb": "peak MiB",
-    "data_share": "data %",
-    "transfer_share": "transfer %",
-    "compute_share": "compute %",
-    "time_to_target_s": "to target s",
-    ACHIEVED_TFLOPS: "TFLOP/s",
-    MFU: "MFU %",
-    BANDWIDTH_SHARE: "BW %",
-}
 
 
 @dataclass(frozen=True)
@@ -351,19 +280,18 @@ def _run_row(run: RunRecord) -> dict[str, Any]:
     row["repeat"] = int(run.params.get(REPEAT, "1"))  # runs made before repeats existed are repeat 1
     for key in TWIN_KEYS:  # a setting added later is at its default in runs made before it
         row[key] = _number(run.params.get(key, _LATER_DEFAULTS.get(key)))
-    for key in FINAL:
-        row[key] = run.metrics.get(key, math.nan)
-    figures = run_summary(run)
-    row.update({name: figures.get(name, math.nan) for name in SUMMARY})
+    ended = run_summary(run)
+    row.update({name: ended.get(name, math.nan) for name in SUMMARY})
+    row["timed"] = timed_label(int(ended[TRAINED_EPOCHS]))
+    for figure in figures():  # the table's figures: as logged, or from its end figures
+        if figure.source == METRIC:
+            row[figure.name] = run.metrics.get(figure.key, math.nan)
+        elif figure.source == END:
+            row[figure.name] = ended.get(figure.key, math.nan)
     row["images_per_s"] = row[STEADY_IMAGES]
-    row["timed"] = timed_label(int(figures[TRAINED_EPOCHS]))
-    row["first_epoch_s"] = figures.get(FIRST_EPOCH, math.nan)
-    row["warmup_s"] = run.metrics.get(WARMUP, math.nan)
-    row["compile_s"] = run.metrics.get(COMPILE, math.nan)
-    row["peak_memory_mb"] = figures.get(PEAK_MEMORY, math.nan)
     # Counters advance in steps (NVML's every 100 ms): an epoch shorter than a step can read 0 J,
     # and the mean over the steady epochs is right to one step. Zero in all of them is unknown.
-    energy = figures.get(STEADY_ENERGY, math.nan)
+    energy = ended.get(STEADY_ENERGY, math.nan)
     source = run.tags.get(TAG_ENERGY, "not measured: recorded before energy was")
     if energy == 0:
         energy, source = (
@@ -375,19 +303,11 @@ def _run_row(run: RunRecord) -> dict[str, Any]:
         )
     row["energy_j"], row["energy_source"] = energy, source
     row["images_per_j"] = int(run.params.get("train_size") or 0) / energy if energy > 0 else math.nan
-    row["run_duration_s"] = run.metrics.get("run_duration_s", math.nan)
-    for share in TIME_SHARES:
-        row[share] = figures.get(share, math.nan)
-    row[LOAD_AVERAGE] = run.metrics.get(LOAD_AVERAGE, math.nan)
-    row[OTHERS_CPU_SHARE] = run.metrics.get(OTHERS_CPU_SHARE, math.nan)
     row["contended"] = TAG_CONTENDED in run.tags
     row["contended_detail"] = run.tags.get(TAG_CONTENDED, "")
     row["target"] = run.tags.get(TAG_TARGET)
     row["target_status"] = run.tags.get(TAG_TARGET_STATUS, "")
-    row["time_to_target_s"] = run.metrics.get(TIME_TO_TARGET, math.nan)
     row["wall_to_target_s"] = run.metrics.get(WALL_TO_TARGET, math.nan)
-    for name in (*WORK_MEDIANS, *UTILISATION):  # runs made before they were logged have none
-        row[name] = run.metrics.get(name, math.nan)
     return row
 
 
@@ -433,11 +353,10 @@ def _settings(runs: pd.DataFrame, target: str | None, include_contended: bool) -
     quartiles = quartiles.reindex(index=table.index, columns=levels)  # every run contended: all NaN
     table["epoch_duration_s_q1"], table["epoch_duration_s_q3"] = quartiles[0.25], quartiles[0.75]
     table["epoch_duration_s"] = _geometric_means(timed[STEADY_EPOCH], timed["group"]).reindex(table.index)
-    speed = timed_groups[list(SPEED_MEDIANS)].median().reindex(table.index)
-    table[list(SPEED_MEDIANS)] = speed[list(SPEED_MEDIANS)]
-    table[[*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]] = every[
-        [*QUALITY_MEDIANS, *LOAD_MEDIANS, *WORK_MEDIANS]
-    ].median()
+    speed = [f.name for f in figures(over=TIMED)]
+    table[speed] = timed_groups[speed].median().reindex(table.index)[speed]
+    learnt = [f.name for f in figures(over=EVERY)]
+    table[learnt] = every[learnt].median()
     table[STEADY_EPOCH] = table["epoch_duration_s"].map(lambda v: v if math.isnan(v) else significant(v, 4))
     # Images per second is the images of an epoch over the epoch time beside it, never a median of
     # rates beside a mean of times: the runs of a setting train the same images an epoch, so the
@@ -672,28 +591,18 @@ def model_run(comparison: Comparison, row: pd.Series) -> str:
 
 def _sorted(table: pd.DataFrame, sort: str) -> pd.DataFrame:
     """`--sort`'s order (higher first for accuracies and speedups), instead of the verdict's."""
-    sort = {label: column for column, label in LABELS.items()}.get(sort, sort)
+    figure = named(sort)
+    sort = figure.name if figure is not None else sort
     if sort not in table.columns:
         # The figures people sort by; the settings and every other csv/json column work as well.
-        figures = [
-            c
-            for c in (
-                *SUMMARY,
-                "epoch_duration_s",
-                "time_to_target_s",
-                "images_per_s",
-                "test_accuracy",
-                *SPEEDUPS,
-                "peak_memory_mb",
-                "run_duration_s",
-            )
-            if c in table.columns
-        ]
+        shown = [f.name for f in figures() if f.shown != DATA or f.over == OWN]
+        choices = [c for c in (*SUMMARY, *shown, *SPEEDUPS) if c in table.columns]
         raise UserError(
-            f"--sort {sort}: no such column; choose a setting or a figure such as {', '.join(figures)} "
+            f"--sort {sort}: no such column; choose a setting or a figure such as {', '.join(choices)} "
             "(`pipeline compare --format csv | head -1` lists every column)"
         )
-    return table.sort_values(sort, ascending=sort not in HIGHER_IS_BETTER, kind="stable", na_position="last")
+    higher = figure.higher_is_better if figure is not None else sort in SPEEDUPS
+    return table.sort_values(sort, ascending=not higher, kind="stable", na_position="last")
 
 
 def _same(values: pd.Series, value: Any) -> pd.Series:

@@ -11,7 +11,8 @@ import math
 import pandas as pd
 
 from pipeline.analysis import gate
-from pipeline.analysis.compare import FINAL, LABELS, SPEEDUPS, Comparison, ranks_on_target
+from pipeline.analysis.compare import SPEEDUPS, Comparison, ranks_on_target
+from pipeline.analysis.figures import ALWAYS, LEAD, SOME, figures, fixed, named, percent, tflops
 from pipeline.base.names import FINAL_ACCURACY, STEADY_EPOCH, STEADY_IMAGES
 from pipeline.present.sentences import cell, change_words, gate_verdict
 from pipeline.settings.config import KEYS
@@ -53,28 +54,15 @@ def display_frame(comparison: Comparison, compact: bool = False, stacked: bool =
     out["n"] = t["n"]
     if t["contended"].any():
         out["contended"] = _contended(t)
-    for key in FINAL:
-        out[LABELS[key]] = t[key].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
-    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=stacked)
+    for figure in figures(shown=LEAD):  # what was learnt
+        out[figure.heading] = t[figure.name].map(figure.text)
+    out[label_of("epoch_duration_s")] = _spreads(t, compact=stacked)
     out["timed"] = t["timed"]
     if comparison.target is not None:
-        out[LABELS["time_to_target_s"]] = [_to_target(row, stacked) for _, row in t.iterrows()]
-    out[LABELS["first_epoch_s"]] = t["first_epoch_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.3f}")
-    if t["compile_s"].notna().any():  # compiling is its own one-off cost, in neither epoch column
-        out[LABELS["compile_s"]] = t["compile_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.1f}")
-    out[LABELS["images_per_s"]] = _images(t)
-    out[LABELS["peak_memory_mb"]] = t["peak_memory_mb"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
-    if t["energy_j"].notna().any():
-        out["J/epoch"] = t["energy_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.1f}")
-        out["img/J"] = t["images_per_j"].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
-    if "mfu" in t and t["achieved_tflops"].notna().any():
-        out[LABELS["achieved_tflops"]] = t["achieved_tflops"].map(tflops)
-        out[LABELS["mfu"]] = t["mfu"].map(percent)
-    if "bandwidth_share" in t and t["bandwidth_share"].notna().any():
-        out[LABELS["bandwidth_share"]] = t["bandwidth_share"].map(percent)
-    out[LABELS["run_duration_s"]] = t["run_duration_s"].map(lambda v: "-" if math.isnan(v) else f"{v:.2f}")
-    for share in ("data_share", "transfer_share", "compute_share"):
-        out[LABELS[share]] = t[share].map(lambda v: "-" if math.isnan(v) else f"{100 * v:.1f}")
+        out[label_of("time_to_target_s")] = [_to_target(row, stacked) for _, row in t.iterrows()]
+    for figure in figures():  # the figures after the epoch time: always, or where some row has one
+        if figure.shown == ALWAYS or (figure.shown == SOME and figure.name in t and t[figure.name].notna().any()):
+            out[figure.heading] = t[figure.name].map(figure.text)
     return pd.concat([out, speedup_columns(comparison, t, always=("speedup",), compact=stacked)], axis=1)
 
 
@@ -92,29 +80,15 @@ def decision_frame(comparison: Comparison, stacked: bool = True) -> pd.DataFrame
         out["n"] = t["n"]
     if t["contended"].any():
         out["contended"] = _contended(t)
-    out[LABELS["epoch_duration_s"]] = _spreads(t, compact=stacked)
+    out[label_of("epoch_duration_s")] = _spreads(t, compact=stacked)
     if t["timed"].nunique() > 1:
         out["timed"] = t["timed"]
     if comparison.target is not None:
-        out[LABELS["time_to_target_s"]] = [_to_target(row, stacked) for _, row in t.iterrows()]
+        out[label_of("time_to_target_s")] = [_to_target(row, stacked) for _, row in t.iterrows()]
     out = pd.concat([out, speedup_columns(comparison, t, compact=stacked)], axis=1)
-    out[LABELS["test_accuracy"]] = t[FINAL_ACCURACY].map(lambda v: "-" if math.isnan(v) else f"{v:.4f}")
-    out[LABELS["images_per_s"]] = _images(t)
+    out[label_of("test_accuracy")] = t[FINAL_ACCURACY].map(fixed(4))
+    out[label_of("images_per_s")] = t[STEADY_IMAGES].map(fixed(0))
     return out
-
-
-def tflops(value: float) -> str:
-    """TFLOP/s to 3 significant digits ("-" where unknown): 0.0412 on a CPU, 3.21 on a GPU."""
-    return "-" if math.isnan(value) else f"{value:.3g}"
-
-
-def percent(share: float) -> str:
-    """A share as a percentage, "-" where unknown: one decimal from 1% (12.3, 4.8, 100.0), 2
-    significant digits below it (0.37, 0.0041)."""
-    if math.isnan(share):
-        return "-"
-    value = 100 * share
-    return f"{value:.1f}" if value >= 1 else f"{value:.2g}"
 
 
 def utilisation_frame(comparison: Comparison) -> pd.DataFrame:
@@ -152,8 +126,10 @@ def _spreads(t: pd.DataFrame, compact: bool) -> list[str]:
     ]
 
 
-def _images(t: pd.DataFrame) -> pd.Series:
-    return t[STEADY_IMAGES].map(lambda v: "-" if math.isnan(v) else f"{v:,.0f}")
+def label_of(name: str) -> str:
+    """A figure's heading in the human view (figures.FIGURES)."""
+    figure = named(name)
+    return figure.heading if figure is not None else name
 
 
 def caption(comparison: Comparison) -> str:
