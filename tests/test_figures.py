@@ -15,10 +15,11 @@ import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 
-from conftest import invoke, isolated, new_store
+from conftest import SHARED_GRID, invoke, isolated, new_store, train_sweep
 from pipeline.analysis.compare import CHART_HISTORIES, HISTORIES, SUMMARY, build
 from pipeline.analysis.figures import EVERY, FIGURES, TIMED
 from pipeline.base import names
+from pipeline.present import view
 from pipeline.present.report import Reporter
 from pipeline.settings.config import load_grid
 from pipeline.sweep.runner import Options, run_grid
@@ -110,15 +111,19 @@ def test_old_and_new_runs_compare_to_the_same_numbers(sweeps):
     assert logged.epochs(logged.table.iloc[0]) == worked_out.epochs(worked_out.table.iloc[0])
 
 
-def test_a_figure_added_to_the_table_is_compared_sorted_and_shown(sweep_copy, monkeypatch):
+def test_a_figure_added_to_the_table_is_compared_sorted_and_shown(tmp_path, data_dir, _store_template, monkeypatch):
     """One line in figures.FIGURES, and runs that log that metric: `pipeline compare` has it in its
-    json and csv (the median over each setting's timed runs), in --wide's table under its label, and
-    --sort takes its label, highest first where higher is better."""
+    json and csv (the median over each setting's timed runs), in --wide's table under its label,
+    --sort takes its label (highest first where higher is better), the HTML report's table of every
+    figure has it, and the UI's view has a column of each run's setting's value."""
     from pipeline.analysis import figures
 
-    fake = figures.Figure("fake_widgets", TIMED, label="widgets", shown=figures.SOME, higher_is_better=True)
+    fake = figures.Figure(
+        "fake_widgets", TIMED, label="widgets", shown=figures.SOME, higher_is_better=True, in_view=True
+    )
     monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, fake))
-    client = mlflow.MlflowClient(sweep_copy.uri)
+    sweep = train_sweep(tmp_path, SHARED_GRID, data_dir, _store_template)  # its own: --publish rewrites artifacts
+    client = mlflow.MlflowClient(sweep.uri)
     children = [
         r
         for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -128,7 +133,7 @@ def test_a_figure_added_to_the_table_is_compared_sorted_and_shown(sweep_copy, mo
     for number, run in enumerate(sorted(children, key=lambda r: r.data.params["batch_size"])):
         widgets[run.data.params["batch_size"]] = 10.0 * (number + 1)
         client.log_metric(run.info.run_id, "fake_widgets", widgets[run.data.params["batch_size"]])
-    uri = ["--tracking-uri", sweep_copy.uri]
+    uri = ["--tracking-uri", sweep.uri]
 
     rows = json.loads(invoke("compare", *uri, "--format", "json").stdout)
     assert {str(row["batch_size"]): row["fake_widgets"] for row in rows} == widgets
@@ -140,3 +145,17 @@ def test_a_figure_added_to_the_table_is_compared_sorted_and_shown(sweep_copy, mo
     assert "10.000" in wide and "20.000" in wide
     ordered = json.loads(invoke("compare", *uri, "--format", "json", "--sort", "widgets").stdout)
     assert [row["fake_widgets"] for row in ordered] == sorted(widgets.values(), reverse=True)
+
+    # The report's table of every figure, and the UI's view: a column of each run's setting's value.
+    report = tmp_path / "report.html"
+    published = invoke("compare", *uri, "--publish", "--html", str(report))
+    assert published.exit_code == 0, published.output
+    every = report.read_text().split('id="every-figure"')[1].split("</table>")[0]
+    assert "<th>widgets</th>" in every and '<td class="number">20.000</td>' in every
+    experiment = client.get_experiment(children[0].info.experiment_id)
+    (saved,) = [v for k, v in experiment.tags.items() if k.startswith("mlflow.sharedViewState.")]
+    columns = view.read_envelope(saved)["selectedColumns"]
+    assert columns.index("metrics.`setting_fake_widgets`") == columns.index("metrics.`setting_n`") - 1
+    for run in children:
+        logged = client.get_run(run.info.run_id).data.metrics
+        assert logged["setting_fake_widgets"] == widgets[run.data.params["batch_size"]]

@@ -83,6 +83,7 @@ class Figure:
     shown: str = DATA  # LEAD, ALWAYS, SOME or DATA: where the human view shows it
     text: Callable[[float], str] = fixed(3)  # how the human view writes it
     higher_is_better: bool = False  # --sort puts the highest first
+    in_view: bool = False  # the MLflow UI's view of a sweep has it as a column (setting_NAME on each child)
 
     @property
     def key(self) -> str:
@@ -110,7 +111,7 @@ FIGURES = (
     Figure("images_per_j", TIMED, source=WORKED_OUT, label="img/J", shown=SOME, text=fixed(0), higher_is_better=True),
     Figure(ACHIEVED_TFLOPS, TIMED, label="TFLOP/s", shown=SOME, text=tflops, higher_is_better=True),
     Figure(PEAK_TFLOPS, TIMED),
-    Figure(MFU, TIMED, label="MFU %", shown=SOME, text=percent, higher_is_better=True),
+    Figure(MFU, TIMED, label="MFU %", shown=SOME, text=percent, higher_is_better=True, in_view=True),
     Figure(PEAK_BANDWIDTH, TIMED),
     Figure(BANDWIDTH_SHARE, TIMED, label="BW %", shown=SOME, text=percent, higher_is_better=True),
     Figure(RUN_DURATION, TIMED, label="run_s", shown=ALWAYS, text=fixed(2)),

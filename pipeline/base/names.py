@@ -51,7 +51,6 @@ SETTING_STEADY_EPOCH = "setting_steady_epoch_s"
 SETTING_IMAGES = "setting_images_per_s"
 SETTING_ACCURACY = "setting_final_test_accuracy"
 SETTING_TO_TARGET = "setting_time_to_target_s"  # only for a setting that ranks on the target
-SETTING_MFU = "setting_mfu"  # the setting's median mfu, where its runs have one
 SETTING_RUNS = "setting_n"  # how many runs the setting has (its speed figures count the timed ones among them)
 # Each child's end figures (run-level, step 0), beside its summary: with it, every per-run
 # figure a comparison row needs, so that a comparison reads no history (records.read_sweep, timing.end_figures).

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.present import charts
 from pipeline.present.sentences import headline, notes, short_verdict, speedup_lines
-from pipeline.present.tables import caption, decision_frame, timed_title, utilisation_frame
+from pipeline.present.tables import caption, decision_frame, display_frame, timed_title, utilisation_frame
 from pipeline.present.tables import markdown as markdown_table
 
 if TYPE_CHECKING:
@@ -67,6 +67,11 @@ class Answer:
         """What the table's epoch times are, and the settings every row shares."""
         shared = caption(self.comparison)
         return timed_title(self.comparison) + (f"; {shared}" if shared else "")
+
+    @cached_property
+    def wide(self) -> pd.DataFrame:
+        """Every figure of every setting (tables.display_frame, as `pipeline compare --wide`)."""
+        return display_frame(self.comparison)
 
     @cached_property
     def utilisation(self) -> pd.DataFrame:

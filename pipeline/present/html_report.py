@@ -27,6 +27,8 @@ from pipeline.present.answer import Answer
 from pipeline.present.tables import render as render_data
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from pipeline.analysis.compare import Comparison
 
 # Smaller than the PNGs of comparison/: the report is read on a screen, side by side with its table.
@@ -44,6 +46,7 @@ th { background: #f0f0f0; text-align: left; } td.number { text-align: right; whi
 td .interval { color: #555; font-size: 0.9em; display: block; }
 figure { margin: 1em 0; } figure img { max-width: 100%; }
 pre { background: #f6f6f6; padding: 0.6em 1em; overflow-x: auto; }
+.scroll { overflow-x: auto; }
 .muted { color: #666; }
 """
 
@@ -81,9 +84,10 @@ def render(answer: Answer, source: Provenance | None = None) -> str:
         "</section>",
         "<h2>Settings</h2>",
         f'<p class="muted">{escape(answer.title)}</p>',
-        _table(answer),
+        _table(answer.stacked, _settings_text(answer), "settings"),
         *(f"<p>{escape(line)}</p>" for line in answer.speedups),
         *(f'<p class="muted">{escape(line)}</p>' for line in answer.notes),
+        *_every_figure(answer),
         *_utilisation(answer),
         "<h2>Charts</h2>",
         *_figures(answer),
@@ -101,12 +105,9 @@ def render(answer: Answer, source: Provenance | None = None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _table(answer: Answer) -> str:
-    """The decision table (answer.stacked: what a decision rests on, intervals included), each
-    interval under its figure."""
-
-    frame = answer.stacked
-    text = {"device"} | set(answer.comparison.varying)
+def _table(frame: pd.DataFrame, text: set[str], table_id: str) -> str:
+    """`frame` as an HTML table: `text` columns as text, the rest as numbers, each cell's second line
+    (an interval under its figure) in a smaller line of its own."""
     head = "".join(f"<th>{escape(str(column).replace('_', ' '))}</th>" for column in frame.columns)
     rows = []
     for values in frame.itertuples(index=False):
@@ -116,7 +117,12 @@ def _table(answer: Answer) -> str:
             inner = escape(first) + "".join(f'<span class="interval">{escape(line)}</span>' for line in rest)
             cells.append(f"<td>{inner}</td>" if column in text else f'<td class="number">{inner}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<table id="settings"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>"
+
+
+def _settings_text(answer: Answer, *more: str) -> set[str]:
+    """The columns of a comparison's tables that are text, not numbers: the device, the settings that vary."""
+    return {"device", *more} | set(answer.comparison.varying)
 
 
 def _utilisation(answer: Answer) -> list[str]:
@@ -126,17 +132,6 @@ def _utilisation(answer: Answer) -> list[str]:
     frame = answer.utilisation
     if frame.empty:
         return []
-    text = {"device", "hardware"} | set(answer.comparison.varying)
-    head = "".join(f"<th>{escape(str(column).replace('_', ' '))}</th>" for column in frame.columns)
-    rows = [
-        "<tr>"
-        + "".join(
-            f"<td>{escape(str(value))}</td>" if column in text else f'<td class="number">{escape(str(value))}</td>'
-            for column, value in zip(frame.columns, values)
-        )
-        + "</tr>"
-        for values in frame.itertuples(index=False)
-    ]
     return [
         "<h2>How far from the hardware's limit</h2>",
         '<p class="muted">FLOPs of a training epoch as torch counts them (forward, loss, backward); achieved: '
@@ -145,7 +140,16 @@ def _utilisation(answer: Answer) -> list[str]:
         "what the eager step's kernels read and write, counted unfused and as if no cache kept anything (an "
         "upper bound); BW: those bytes per second over the device's measured copy bandwidth, only on CUDA "
         "with compile off (elsewhere each run's pipeline.bandwidth tag says why not).</p>",
-        f'<table id="utilisation"><thead><tr>{head}</tr></thead><tbody>' + "\n".join(rows) + "</tbody></table>",
+        _table(frame, _settings_text(answer, "hardware"), "utilisation"),
+    ]
+
+
+def _every_figure(answer: Answer) -> list[str]:
+    """Every figure of every setting (answer.wide: `pipeline compare --wide`'s table), folded."""
+    return [
+        "<details><summary>Every figure of every setting (<code>pipeline compare --wide</code>)</summary>",
+        '<div class="scroll">' + _table(answer.wide, _settings_text(answer, "timed", "contended"), "every-figure"),
+        "</div></details>",
     ]
 
 

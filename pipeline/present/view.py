@@ -44,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pipeline.analysis.compare import SUMMARY, model_run, ranks_on_target, run_order
+from pipeline.analysis.figures import Figure
+from pipeline.analysis.figures import figures as table_figures
 from pipeline.base.names import (
     FINAL_ACCURACY,
     RANK,
     SETTING_ACCURACY,
     SETTING_IMAGES,
-    SETTING_MFU,
     SETTING_RUNS,
     SETTING_STEADY_EPOCH,
     SETTING_TO_TARGET,
@@ -79,9 +80,9 @@ NOTE_TAG = "mlflow.note.content"
 # columns side by side); its charts are the chart icon away.
 _VIEW_QUERY = "&viewStateShareKey={view}&compareRunsMode=TABLE"
 # The view's first columns: each run's setting's figures, the numbers of `pipeline compare`'s row
-# for it (setting_figures); the time to target only where the sweep has a target, the MFU only where
-# its runs logged one.
-COLUMN_METRICS = (SETTING_STEADY_EPOCH, SETTING_IMAGES, SETTING_ACCURACY, SETTING_TO_TARGET, SETTING_MFU, SETTING_RUNS)
+# for it (setting_figures); the time to target only where the sweep has a target. Then the figure
+# table's figures shown in the UI (figures.Figure.in_view) that some setting has, then its run count.
+COLUMN_METRICS = (SETTING_STEADY_EPOCH, SETTING_IMAGES, SETTING_ACCURACY, SETTING_TO_TARGET)
 SECTION = "pipeline-comparison"
 REPORT = "report.html"  # the sweep's shareable report (html_report.py), on the parent run
 COMPARISON_FOLDER = "comparison"  # the parent run's charts and tables (comparison_folder.write_report)
@@ -180,7 +181,7 @@ def state(
     settings: list[str],
     categorical: list[str] | None = None,
     target: str | None = None,
-    utilisation: bool = False,
+    more: tuple[str, ...] = (),
 ) -> dict:
     """The runs page of one sweep: one row a setting (rows_filter: the run that stands for it, its
     model run, named by the settings that vary) in the verdict's order, its figures first, the
@@ -192,10 +193,11 @@ def state(
     `settings` are the params shown after the figures: device first, then those that vary;
     `categorical` those of them the parallel coordinates take (the UI draws a param whose values all
     read as numbers as a continuous axis, which misplaces batch sizes and worker counts: those are
-    left out). `target`: the sweep's target, if any (its time-to-target column). `utilisation`: whether
-    its runs logged an MFU (its column, names.SETTING_MFU, a share in (0, 1])."""
+    left out). `target`: the sweep's target, if any (its time-to-target column). `more`: the setting
+    figures of the figure table's that some setting has (setting_figures), shown before its count."""
     metric = "METRIC"
-    figures = [m for m in COLUMN_METRICS if (target or m != SETTING_TO_TARGET) and (utilisation or m != SETTING_MFU)]
+    leading = [m for m in COLUMN_METRICS if target or m != SETTING_TO_TARGET]
+    figures = [*leading, *more, SETTING_RUNS]
     # The figures first (MLflow's assistant panel, open on a first visit, covers the table's right
     # side), then the settings, then the data each run trained on (the UI's own Dataset column).
     columns = (
@@ -410,7 +412,7 @@ def view_tag(comparison: Comparison) -> tuple[str, str]:
     settings = ["device"] + comparison.varying
     categorical = [k for k in settings if not _numeric(comparison.table[k])]
     return VIEW_TAG_PREFIX + view_id(sweep.run_id), envelope(
-        sweep.name, state(sweep.run_id, settings, categorical, comparison.target, _has_mfu(comparison))
+        sweep.name, state(sweep.run_id, settings, categorical, comparison.target, _in_view(comparison))
     )
 
 
@@ -464,15 +466,28 @@ def setting_figures(comparison: Comparison) -> list[dict[str, float]]:
         # Rounded as the terminal shows them (the UI prints a metric whole: 0.0020334774824236792).
         if comparison.target is not None and ranks_on_target(row):
             figures[SETTING_TO_TARGET] = significant(row["time_to_target_s"], 4)
-        if "mfu" in row and row["mfu"] == row["mfu"]:
-            figures[SETTING_MFU] = round(row["mfu"], 4)
+        for figure in in_view():
+            if figure.name in row and row[figure.name] == row[figure.name]:
+                figures[setting_metric(figure)] = round(row[figure.name], 4)
         rows.append({name: float(value) for name, value in figures.items() if value == value})
     return rows
 
 
-def _has_mfu(comparison: Comparison) -> bool:
-    """Whether some setting of the sweep has an MFU (runs made before it was logged have none)."""
-    return "mfu" in comparison.table and bool(comparison.table["mfu"].notna().any())
+def in_view() -> list[Figure]:
+    """The figure table's figures the UI's view shows (figures.Figure.in_view)."""
+    return [f for f in table_figures() if f.in_view]
+
+
+def setting_metric(figure: Figure) -> str:
+    """The metric a child carries its setting's value of `figure` as (setting_figures)."""
+    return f"setting_{figure.name}"
+
+
+def _in_view(comparison: Comparison) -> tuple[str, ...]:
+    """The view's columns of in_view figures that some setting of the sweep has (runs made before a
+    figure was logged have none)."""
+    t = comparison.table
+    return tuple(setting_metric(f) for f in in_view() if f.name in t and bool(t[f.name].notna().any()))
 
 
 def _numeric(values) -> bool:
