@@ -187,3 +187,26 @@ def test_wrong_database_credentials_are_one_line_and_exit_2_with_the_password_ma
     assert out.exit_code == 2, out.output
     assert "cannot connect" in out.output and "password authentication failed" in out.output
     assert "not-the-password" not in out.output and "mlflow:***@127.0.0.1" in out.output
+
+
+def test_the_results_file_holds_no_database_password_and_relog_takes_it_from_pgpassword(
+    postgres, write_grid, tmp_path, monkeypatch
+):
+    """A sweep straight into PostgreSQL with the password in its URI: the results file beside it
+    holds the URI with the password masked (the screen, tags and params already did). relog of a
+    line that waits reaches the store without it, through PGPASSWORD, as libpq does."""
+    data = make_idx(tmp_path / "data", n_train=96, n_test=32)
+    grid = write_grid("experiment: masked\ngrid:\n  batch_size: [32]\n  device: [cpu]\n")
+    out = invoke("run", str(grid), "--data-dir", str(data), "--tracking-uri", postgres["uri"])
+    assert out.exit_code == 0, out.output
+    results = Path("pipeline-results.jsonl")  # a database store's results file is in the working folder
+    assert PG_PASSWORD not in results.read_text()
+    (line,) = [json.loads(text) for text in results.read_text().splitlines()]
+    assert line["tracking_uri"] == postgres["uri"].replace(PG_PASSWORD, "***")
+
+    line["logged"] = False  # as a line the store could not take is kept
+    results.write_text(json.dumps(line) + "\n")
+    monkeypatch.setenv("PGPASSWORD", PG_PASSWORD)
+    relogged = invoke("relog")
+    assert relogged.exit_code == 0 and "logged 1 run(s)" in relogged.output, relogged.output
+    assert PG_PASSWORD not in results.read_text() and json.loads(results.read_text())["logged"]

@@ -22,6 +22,15 @@ _QUERY_SECRET = re.compile(
 )
 
 
+def without_password(uri: str) -> str:
+    """A URI `redact` masked, made usable again without its secret: user:***@ becomes user@ (a
+    database's client then takes the password from its own place: PGPASSWORD or ~/.pgpass for
+    PostgreSQL) and a masked query parameter is left out."""
+    uri = re.sub(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*:/+[^\s:/?#@]*):\*\*\*(?=@)", r"\g<head>", uri)
+    uri = re.sub(r"[?&;][^=&;#]+=\*\*\*(?=[&;#]|$)", "", uri)
+    return uri if "?" in uri or "&" not in uri else uri.replace("&", "?", 1)
+
+
 def redact(text: str) -> str:
     """`text` (a URI, or a message or command holding URIs) with every password and secret query value
     replaced by ***, for anything printed, logged or tagged. The user name and host stay: they say

@@ -51,6 +51,7 @@ from pipeline.base.names import (
     experiment_name_problem,
 )
 from pipeline.base.runs import RunRecord, SweepRecord
+from pipeline.base.uris import redact
 from pipeline.errors import UserError
 from pipeline.execution.executors import Executor, LocalExecutor, open_executor, plan
 from pipeline.execution.outcomes import (
@@ -915,7 +916,7 @@ def _append_result(sweep: _Sweep, job: PointJob, outcome: Outcome) -> None:
         sweep.state_dir,
         {
             "logged": outcome.status == FINISHED,
-            "tracking_uri": job.tracking_uri,
+            "tracking_uri": redact(job.tracking_uri),  # relog takes the password from the client's own place
             "experiment": job.experiment_name,
             "parent_run_id": job.parent_run_id,
             "run_id": outcome.run_id,

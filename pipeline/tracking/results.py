@@ -28,6 +28,7 @@ from pipeline.base.names import (
     TAG_RELOGGED,
     TAG_ROLE,
 )
+from pipeline.base.uris import redact, without_password
 from pipeline.errors import UserError
 from pipeline.measures.timing import logged_at_end
 from pipeline.tracking.liveness import close, process_gone
@@ -208,9 +209,8 @@ def unlogged_keys(state_dir: Path, tracking_uri: str) -> set[str]:
     results_file = path_in(state_dir)
     if not results_file.exists():
         return set()
-    return {
-        e["run_key"] for e in read(results_file) if not e.get("logged", True) and e.get("tracking_uri") == tracking_uri
-    }
+    masked = redact(tracking_uri)  # as the file holds it
+    return {e["run_key"] for e in read(results_file) if not e.get("logged", True) and e.get("tracking_uri") == masked}
 
 
 @dataclass(frozen=True)
@@ -251,7 +251,9 @@ def _relog(results_file: Path, override_uri: str | None) -> list[Relogged]:
         for number, entry in ((line.number, line.entry) for line in lines if line.entry is not None):
             if entry.get("logged", True):
                 continue
-            uri = override_uri or entry["tracking_uri"]
+            # The file holds the store's URI with its password masked: the database's client takes
+            # it from its own place (PGPASSWORD, ~/.pgpass), or --tracking-uri gives the whole URI.
+            uri = override_uri or without_password(entry["tracking_uri"])
             key = (uri, entry["experiment"])
             if key not in trackers:  # a store that cannot be used is the user's to fix (UserError, exit 2)
                 trackers[key] = Tracker.open(uri, entry["experiment"])
