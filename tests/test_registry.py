@@ -148,7 +148,14 @@ def test_predict_on_damaged_weights_is_one_line(trained, data_dir, damage):
     assert len(out.output.splitlines()) == 1, out.output
 
 
-def test_predict_split_accuracy_matches_the_run(trained, data_dir):
+def test_predict_split_accuracy_matches_the_run(trained, data_dir, tmp_path, monkeypatch):
+    """predict's accuracy on the test split is the run's own; on a run's model (runs:/), which MLflow
+    copies into a temporary folder, nothing is left there."""
+    import tempfile
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # MLflow's copy of the model goes too
     client, runs = trained
     uri = client.tracking_uri
     run = runs["0.01"]
@@ -161,7 +168,7 @@ def test_predict_split_accuracy_matches_the_run(trained, data_dir):
     out = invoke(
         "predict",
         "--model",
-        "models:/m@champion",
+        f"runs:/{run.info.run_id}/model",  # MLflow downloads a run's model into a temporary folder
         "--data-dir",
         str(data_dir),
         "--limit",
@@ -172,6 +179,7 @@ def test_predict_split_accuracy_matches_the_run(trained, data_dir):
         uri,
     )
     assert "train split, first 10 examples" in out.output
+    assert list(temporary.iterdir()) == []
 
 
 def test_register_errors_exit_2_and_register_nothing(trained):

@@ -105,11 +105,16 @@ def check_store(model_uri: str, tracking_uri: str) -> None:
 
 def load(uri: str, device: torch.device) -> torch.nn.Module:
     """Any MLflow model URI (models:/name@alias, models:/m-..., runs:/id/model) as a torch module."""
+    import tempfile
+
     import mlflow.pytorch
     from mlflow.exceptions import MlflowException
 
     try:
-        model = mlflow.pytorch.load_model(uri, map_location=device)
+        # MLflow copies the model into a temporary folder it never removes: one of ours, which goes
+        # once the weights are in memory, whether they load or not.
+        with tempfile.TemporaryDirectory(prefix="pipeline-model-") as copy:
+            model = mlflow.pytorch.load_model(uri, dst_path=copy, map_location=device)
     except MlflowException as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise UserError(f"--model {redact(uri)}: {redact(first)}") from None
