@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
 
-.PHONY: setup data browser postgres run grid-file lint test test-slow docs compat clean
+.PHONY: setup data browser postgres run grid-file lint test test-slow durations docs compat clean
 
 setup: $(STAMP) data
 
@@ -82,7 +82,7 @@ lint: setup
 	$(BIN)/mypy
 
 # Two workers, one test file each at a time: servers and sweeps wait on I/O much of the time.
-# Files in collection order (conftest puts the longest first), not xdist's most-tests-first.
+# Files in collection order (conftest puts the longest first, by tests/durations.json), not xdist's most-tests-first.
 # The tests build the docs site with --strict (tests/conftest.py): a broken link or a page missing from the nav fails.
 # The longest end-to-end tests (marker `slow`) are `make test-slow`; CI (.ci/run) runs both.
 test: setup lint browser postgres
@@ -90,6 +90,12 @@ test: setup lint browser postgres
 
 test-slow: setup browser postgres
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m slow
+
+# Both tiers, each test's seconds recorded into tests/durations.json: the order the tiers run their
+# files in (longest first), and what tests/test_layout.py holds to FAST_TEST_LIMIT_S. Commit the file.
+durations: setup browser postgres
+	PIPELINE_RECORD_DURATIONS=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
+	PIPELINE_RECORD_DURATIONS=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m slow
 
 # The docs site (docs/, mkdocs.yml) at http://127.0.0.1:8000, rebuilt as pages change.
 docs: setup

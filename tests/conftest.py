@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
+import math
 import os
 import shutil
 import tempfile
@@ -32,33 +34,48 @@ REAL_DATA = Path("/usr/share/datasets/fashion-mnist")
 
 # With `make test` (two workers, `--dist loadfile --no-loadscope-reorder`) each worker takes whole
 # files in collection order; a long file picked up last leaves the other worker idle at the end.
-# The longest go first, longest first (seconds of `make test` on 2 cores, 2026-12-03: 160 down to
-# 20), so that the short ones even out the end; Ray's before the eight concurrent sweeps of
-# test_postgres.py (Ray's cluster crawls beside them on 2 cores). The rest keep their order.
-LONGEST_FIRST = (
-    "test_ray.py",
-    "test_faults.py",
-    "test_ui.py",
-    "test_reliability.py",
-    "test_docs.py",
-    "test_compare.py",
-    "test_bad_inputs.py",
-    "test_tracking.py",
-    "test_postgres.py",
-    "test_interrupts.py",
-    "test_peak.py",
-    "test_registry.py",
-    "test_surfaces.py",
-    "test_repeats.py",
-    "test_view.py",
-    "test_keys.py",
-    "test_best.py",
-)
+# Files go longest first by their recorded seconds (DURATIONS, written by `make durations`), so that
+# the short ones even out the end; a file not recorded yet goes first (it may be long).
+DURATIONS = REPO / "tests" / "durations.json"
+RECORD = "PIPELINE_RECORD_DURATIONS"  # set (by `make durations`): record every test's seconds into DURATIONS
+FAST_TEST_LIMIT_S = 20  # a test of `make test` that takes longer belongs in `make test-slow`
+
+
+def recorded_durations() -> dict[str, dict[str, float]]:
+    """DURATIONS as {tier: {test id: seconds}}; {} where it is missing."""
+    try:
+        return json.loads(DURATIONS.read_text())
+    except FileNotFoundError:
+        return {}
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    seconds: dict[str, float] = {}
+    for tier in recorded_durations().values():
+        for test, spent in tier.items():
+            file = test.split("::")[0].rpartition("/")[2]
+            seconds[file] = seconds.get(file, 0.0) + spent
+    items.sort(key=lambda item: -seconds.get(item.path.name, math.inf))
+
+
+_SPENT: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Under `make durations`, each test's seconds (setup, call and teardown), in the process that
+    collects them all (xdist's controller, or the only one)."""
+    if os.environ.get(RECORD) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under `make durations`, the tier's seconds into DURATIONS ("fast" or "slow", from -m)."""
+    if not os.environ.get(RECORD) or os.environ.get("PYTEST_XDIST_WORKER") or not _SPENT:
+        return
+    tier = "slow" if session.config.getoption("markexpr") == "slow" else "fast"
+    durations = recorded_durations()
+    durations[tier] = {test: round(spent, 2) for test, spent in sorted(_SPENT.items())}
+    DURATIONS.write_text(json.dumps(durations, indent=1, sort_keys=True) + "\n")
 
 
 # The caller's MLflow and data settings, and what sets the width of the CLI's tables (tests that

@@ -281,3 +281,17 @@ def test_every_module_has_a_row_in_the_test_map_and_every_row_names_test_files_t
     absent = {module: [name for name in names if not (TESTS / name).is_file()] for module, names in rows.items()}
     absent = {module: names for module, names in absent.items() if names}
     assert not absent, f"rows naming test files that tests/ does not hold: {absent}"
+
+
+def test_no_test_of_make_test_took_longer_than_the_limit():
+    """tests/durations.json (`make durations`): every recorded test of the fast tier took at most
+    FAST_TEST_LIMIT_S; a longer one is made shorter or marked slow. Every file in the record still
+    exists (a stale record orders files that are gone)."""
+    from conftest import DURATIONS, FAST_TEST_LIMIT_S, recorded_durations
+
+    durations = recorded_durations()
+    assert {"fast", "slow"} <= set(durations), f"{DURATIONS}: run `make durations` and commit it"
+    over = {test: spent for test, spent in durations["fast"].items() if spent > FAST_TEST_LIMIT_S}
+    assert not over, f"over {FAST_TEST_LIMIT_S} s in `make test`: make them shorter or mark them slow: {over}"
+    files = {test.split("::")[0] for tier in durations.values() for test in tier}
+    assert all((DURATIONS.parents[1] / file).exists() for file in files), files
