@@ -6,16 +6,18 @@ rich are imported inside the commands that need them: `--help`, `validate`, `sch
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, NoReturn, get_type_hints
 
 import click
 
 from pipeline import __version__
+from pipeline.base import interrupts
 from pipeline.base.files import check_writable
 from pipeline.base.uris import RUNS_PAGE, redact
 from pipeline.errors import UserError
@@ -166,6 +168,22 @@ def _one_line_usage_error(exc: click.UsageError) -> None:
     sys.exit(exc.exit_code)
 
 
+# A disk that cannot take what is written: full, over quota, or a file over its size limit.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _output_lost(exc: OSError) -> NoReturn:
+    """The command's output, sent to a file on a full disk (`> log`), could not be written: one line
+    on stderr, exit 1. Every write the pipeline plans for says where it failed; this one is the
+    output's. stdout then points at /dev/null, so that the interpreter's last flush of what could not
+    be written fails no second time (Python's recipe for a closed pipe, signal's "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    click.echo(f"error: the output could not be written ({exc.strerror}); free space where it goes", err=True)
+    sys.exit(1)
+
+
 class _Group(click.Group):
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
@@ -178,6 +196,17 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            return self._invoke(ctx)
+        finally:  # what is still buffered: a full disk under `> log` is said here, not at the exit
+            try:
+                sys.stdout.flush()
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL:
+                    raise
+                _output_lost(exc)
+
+    def _invoke(self, ctx: click.Context) -> Any:
+        try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # a command's options and arguments, or a command that does not exist
             _one_line_usage_error(exc)
@@ -187,10 +216,14 @@ class _Group(click.Group):
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             click.echo("interrupted: the current run and its parent are marked KILLED", err=True)
-            ctx.exit(getattr(exc, "exit_code", EXIT_INTERRUPTED))
+            ctx.exit(interrupts.exit_code(exc))
         except (MemoryError, ImportError) as exc:  # torch or mlflow too big for the memory left
             click.echo(f"error: {_cannot_load(exc)}", err=True)
             ctx.exit(1)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            _output_lost(exc)
         except Exception as exc:  # an MlflowException no caller mapped: one line, never a traceback
             from mlflow.exceptions import MlflowException
 

@@ -235,6 +235,16 @@ CASES = {
         ["register", "--experiment", "existing", "--name", "m", "--alias", "a" * 300, "--tracking-uri", "{uri}"],
         "more than MLflow's 255",
     ),
+    "register a name too long for a database": (
+        "args",
+        ["register", "--experiment", "existing", "--name", "r" * 300, "--tracking-uri", "{uri}"],
+        ("a name of 300 characters", "holds at most 256"),
+    ),
+    "run --register a name too long for a database": (
+        "args",
+        ["run", "{two}", "--register", "r" * 257, "--tracking-uri", "{uri}", "--data-dir", "{data}"],
+        ("a name of 257 characters", "holds at most 256"),
+    ),
     "register a name that is a dot": (
         "args",
         ["register", "--experiment", "existing", "--name", "..", "--tracking-uri", "{uri}"],

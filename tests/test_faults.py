@@ -83,7 +83,7 @@ def test_a_too_long_experiment_name_is_one_line_naming_the_limit(world, tmp_path
             "x" * 1000,
         ],
         2,
-        says=("1000 characters", "at most 500"),
+        says=("1000 characters", "at most 256"),
         watched=(world["home"], store.parent),
     ).check(world["home"])
     assert not store.exists()
@@ -92,7 +92,7 @@ def test_a_too_long_experiment_name_is_one_line_naming_the_limit(world, tmp_path
 def test_a_too_long_experiment_in_the_grid_is_refused_by_validate(world, tmp_path):
     grid = tmp_path / "long.yaml"
     grid.write_text(GRID.replace("existing", "y" * 600))
-    Command(["validate", str(grid)], 2, says=("600 characters", "at most 500"), watched=(tmp_path,)).check(tmp_path)
+    Command(["validate", str(grid)], 2, says=("600 characters", "holds at most 256"), watched=(tmp_path,)).check(tmp_path)
 
 
 def test_a_store_folder_that_cannot_be_written_fails_at_once(world, tmp_path):
@@ -576,33 +576,44 @@ def test_a_device_as_the_grid_is_refused_by_name(world, device):
     ).check(world["home"])
 
 
-def test_an_artifact_folder_that_cannot_be_written_is_refused_before_any_run(world, tmp_path):
-    """A new experiment keeps its artifacts in ./mlruns: run from a read-only folder (a read-only
-    bind mount; root ignores file modes), the sweep printed a traceback while opening its parent.
-    Now one line naming that folder and why, exit 2, no run created, nothing written there."""
-    home = fresh(world, tmp_path)
-    (home["home"] / "new.yaml").write_text("experiment: new-here\ngrid:\n  batch_size: [256]\n")
-    folder = tmp_path / "read-only"
+@contextlib.contextmanager
+def _read_only(folder: Path):
+    """`folder`, made and read-only while the block runs (a read-only bind mount: root ignores file modes)."""
     folder.mkdir()
     if os.geteuid() != 0:
         folder.chmod(0o555)
     elif _mount(["--bind", str(folder), str(folder)]) and not _mount(["-o", "remount,bind,ro", str(folder)]):
         _mount(["-u", str(folder)])
         pytest.skip("running as root without a read-only remount: a read-only folder cannot be made here")
-    args = ["run", str(home["home"] / "new.yaml"), "--data-dir", str(home["data"]), "--tracking-uri", home["uri"]]
-    before = _runs(home["uri"]), _experiments(home["uri"])
     try:
+        yield folder
+    finally:
+        if os.geteuid() == 0:
+            _mount(["-u", str(folder)])
+
+
+@pytest.mark.parametrize("store", ["existing", "new"])
+def test_an_artifact_folder_that_cannot_be_written_is_refused_before_any_run(world, tmp_path, store):
+    """A new experiment keeps its artifacts in ./mlruns: run from a read-only folder, the sweep
+    printed a traceback while opening its parent. Now one line naming that folder and why, exit 2,
+    no run created, nothing written there; and for a store that does not exist yet, no store made
+    (it was created, migrated, then the sweep was refused)."""
+    home = fresh(world, tmp_path)
+    (home["home"] / "new.yaml").write_text("experiment: new-here\ngrid:\n  batch_size: [256]\n")
+    uri = home["uri"] if store == "existing" else f"sqlite:///{tmp_path / 'new-store' / 'mlflow.db'}"
+    (tmp_path / "new-store").mkdir()
+    args = ["run", str(home["home"] / "new.yaml"), "--data-dir", str(home["data"]), "--tracking-uri", uri]
+    before = _runs(home["uri"]), _experiments(home["uri"])
+    with _read_only(tmp_path / "read-only") as folder:
         Command(
             args,
             2,
             says=(f"error: a new experiment's artifact folder {folder}/mlruns: cannot write in {folder} (",),
             stores=(home["uri"],),
-            watched=(folder,),
+            watched=(folder, tmp_path / "new-store"),
         ).check(folder)
-    finally:
-        if os.geteuid() == 0:
-            _mount(["-u", str(folder)])
     assert (_runs(home["uri"]), _experiments(home["uri"])) == before  # not even the experiment
+    assert list((tmp_path / "new-store").iterdir()) == []
 
 
 def test_a_terminal_without_the_names_characters_shows_them_escaped(world, tmp_path):
@@ -1006,3 +1017,32 @@ def test_a_validate_of_a_good_grid_is_clean(world):
     Command(
         ["validate", str(world["grid"])], 0, says=("ok: 1 grid point",), watched=(world["home"],), max_lines=12
     ).check(world["home"])
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_output_sent_to_a_full_disk_is_one_line(world, tmp_path, command):
+    """`pipeline ... > log` where log's disk is full (/dev/full): one line on stderr, exit 1, no
+    traceback, whether the output filled mid-sweep (run) or at its last flush (validate, whose few
+    lines were still buffered); a sweep it stopped leaves no run RUNNING."""
+    import subprocess
+    import sys
+
+    from faults import running_runs
+
+    copy = fresh(world, tmp_path)
+    args = [str(copy["grid"])]
+    if command == "run":
+        args += ["--data-dir", str(copy["data"]), "--tracking-uri", copy["uri"], "--rerun"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline", command, *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            cwd=copy["home"],
+        )
+    said = "error: the output could not be written (No space left on device); free space where it goes"
+    assert done.returncode == 1 and done.stderr.splitlines()[-1] == said, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) <= 2, done.stderr
+    assert not running_runs(copy["uri"])

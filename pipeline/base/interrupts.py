@@ -29,6 +29,7 @@ class Interrupted(KeyboardInterrupt):
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 _state = threading.local()
+_received: list[int] = []  # every signal a handled() block turned into Interrupted, in order
 _last_resorts: list = []  # what a second signal does before exiting, newest last
 
 
@@ -74,6 +75,7 @@ def handled() -> Iterator[None]:
                 action()
             os._exit(128 + signum)
         received.append(signum)
+        _received.append(signum)
         if _depth() > 0:
             _state.held = signum
             return
@@ -86,3 +88,12 @@ def handled() -> Iterator[None]:
         for s, h in previous.items():
             signal.signal(s, h)
         _state.held = None
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """The exit code of the signal that stopped the work: the Interrupted's own, else (a library that
+    caught it and raised a plain KeyboardInterrupt in its place: Ray's ray.wait) the last signal a
+    handled() block received; 130, Ctrl-C's, where none did."""
+    if isinstance(interrupt, Interrupted):
+        return interrupt.exit_code
+    return 128 + (_received[-1] if _received else signal.SIGINT)

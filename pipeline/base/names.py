@@ -143,19 +143,26 @@ RESULTS_FILE = "pipeline-results.jsonl"
 CHECKPOINT_DIR = ".pipeline-checkpoints"
 
 
-# MLflow 3's limit on an experiment's name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH; a
-# test keeps the two equal), checked before anything is created: MLflow refuses it only at creation.
-MAX_EXPERIMENT_NAME_LENGTH = 500
+# The longest experiment or registered model name every store takes: MLflow's tables hold a name in
+# 256 characters (VARCHAR(256)), which PostgreSQL and MySQL enforce and sqlite does not; MLflow's own
+# check allows 500 (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH). Checked before anything is
+# created, on every store, so that a grid that works on sqlite works on a server too.
+MAX_NAME_LENGTH = 256
+
+
+def length_problem(name: str) -> str | None:
+    """Why a name is too long for some store, or None."""
+    if len(name) > MAX_NAME_LENGTH:
+        return (
+            f"a name of {len(name)} characters; a tracking store's database holds at most {MAX_NAME_LENGTH} "
+            "(PostgreSQL and MySQL refuse a longer one): choose a shorter name"
+        )
+    return None
 
 
 def experiment_name_problem(name: str) -> str | None:
     """Why a store would refuse `name` as an experiment's name, or None."""
-    if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
-        return (
-            f"a name of {len(name)} characters; MLflow allows at most {MAX_EXPERIMENT_NAME_LENGTH}: "
-            "choose a shorter name"
-        )
-    return control_character_problem(name)
+    return length_problem(name) or control_character_problem(name)
 
 
 def control_character_problem(name: str) -> str | None:

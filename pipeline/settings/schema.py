@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.base.names import MAX_EXPERIMENT_NAME_LENGTH
+from pipeline.base.names import MAX_NAME_LENGTH
 from pipeline.measures.target import ACCURACIES, METRICS
 from pipeline.settings.config import (
     AUTO,
@@ -103,7 +103,7 @@ def _top_level() -> dict[str, dict[str, Any]]:
         "experiment": {
             "description": "MLflow experiment name (default: the file's name).",
             "anyOf": [
-                {"type": "string", "pattern": r"\S", "maxLength": MAX_EXPERIMENT_NAME_LENGTH},
+                {"type": "string", "pattern": r"\S", "maxLength": MAX_NAME_LENGTH},
                 {"type": "number"},
                 NULL,
             ],

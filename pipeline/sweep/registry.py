@@ -30,6 +30,7 @@ from pipeline.base.names import (
     TAG_ROLE,
     TAG_SETTING,
     control_character_problem,
+    length_problem,
 )
 from pipeline.base.uris import redact
 from pipeline.errors import UserError
@@ -89,9 +90,10 @@ def check_name(name: str, option: str = "--name") -> None:
         )
     if name in (".", ".."):
         raise UserError(f"{option} {name!r}: MLflow refuses '.' and '..' as a model's name; e.g. fashion-cnn")
-    problem = control_character_problem(name)
+    problem = length_problem(name) or control_character_problem(name)
     if problem:
-        raise UserError(f"{option} {name!r}: {problem}")
+        shown = name if len(name) <= 60 else f"{name[:57]}..."
+        raise UserError(f"{option} {shown!r}: {problem}")
 
 
 def picked_run(client, comparison, rule: str = "best"):

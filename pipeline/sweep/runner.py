@@ -105,7 +105,7 @@ from pipeline.tracking.store import (
     sqlite_path,
     store_failure,
 )
-from pipeline.tracking.tracker import Tracker, param_str
+from pipeline.tracking.tracker import Tracker, check_new_artifact_folder, param_str
 from pipeline.training import idx
 
 if TYPE_CHECKING:
@@ -316,6 +316,8 @@ def _check_inputs(options: Options, data_root: str | None) -> tuple[str, Any]:
     if (path := sqlite_path(uri)) is not None:
         check_reachable(uri)  # its folder exists; the file itself is only created once data is found
         check_writable_store(uri, path)  # ... and can be: a read-only folder fails here, at once
+        if not path.exists():  # a new store, so a new experiment: its artifacts go to ./mlruns
+            check_new_artifact_folder()
     else:
         client = open_client(uri)
     _check_folders(uri, options.checkpoint)

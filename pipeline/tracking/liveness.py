@@ -11,7 +11,7 @@ import os
 import socket
 import time
 
-from pipeline.base.names import KILLED, TAG_HOST, TAG_KILLED_REASON, TAG_PID, TAG_PROCESS_START
+from pipeline.base.names import FAILED, KILLED, TAG_ERROR, TAG_HOST, TAG_KILLED_REASON, TAG_PID, TAG_PROCESS_START
 from pipeline.tracking.records import all_runs
 
 
@@ -60,8 +60,11 @@ def reap_orphans(client, experiment_id: str, spare: str | None = None) -> list[s
 
 def close(client, run_id: str, status: str, reason: str, started: int | None = None) -> None:
     """End a run that its own process can no longer end, saying why: now, or at its start (epoch
-    ms, `started`) where this clock reads earlier, so that it never ends before it started."""
+    ms, `started`) where this clock reads earlier, so that it never ends before it started. A run
+    closed FAILED also carries the reason where every FAILED run does (TAG_ERROR: the UI's column)."""
     client.set_tag(run_id, TAG_KILLED_REASON, reason)
+    if status == FAILED:
+        client.set_tag(run_id, TAG_ERROR, reason)
     now = int(time.time() * 1000)
     client.set_terminated(run_id, status, end_time=max(now, started) if started else now)
 

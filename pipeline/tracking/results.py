@@ -24,6 +24,7 @@ from pipeline.base.names import (
     RESULTS_FILE,
     RUN_DURATION,
     TAG_COMPLETE,
+    TAG_ERROR,
     TAG_KILLED_REASON,
     TAG_RELOGGED,
     TAG_ROLE,
@@ -355,7 +356,10 @@ def _restore(tracker, entry: dict[str, Any]) -> str:
         run_id = run.info.run_id
         tracker.log_tags(run_id, tags)
         if TAG_KILLED_REASON in run.data.tags:  # closed meanwhile as an orphan; it finished after all
-            tracker.client.delete_tag(run_id, TAG_KILLED_REASON)
+            closed = run.data.tags[TAG_KILLED_REASON]
+            for tag in (TAG_KILLED_REASON, TAG_ERROR):
+                if run.data.tags.get(tag) == closed:
+                    tracker.client.delete_tag(run_id, tag)
         logged_steps = {m.step for m in tracker.client.get_metric_history(run_id, "epoch_duration_s")}
     tracker.log_params(run_id, entry["params"])
     history = [EpochStats(**e) for e in entry["epochs"]]

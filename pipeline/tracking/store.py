@@ -357,6 +357,11 @@ def check_sqlite_file(uri: str, option: str = "--tracking-uri", label: str = "tr
             f"{label} {uri}: an in-memory database ends with the process, and every run in it; pass a "
             f"database file, e.g. {option} sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
         )
+    if not uri.startswith("sqlite://") or urllib.parse.urlparse(uri).netloc:
+        raise UserError(
+            f"{label} {uri}: a sqlite URI has three slashes before a relative path and four before an "
+            f"absolute one, e.g. {option} sqlite:///mlflow.db or sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+        )
     path = sqlite_path(uri)
     if path is None:
         return

@@ -420,18 +420,24 @@ def _experiment_id(client, uri: str, name: str) -> str:
             raise deleted_experiment(uri, name, found.experiment_id)
         return found.experiment_id
     if sqlite_path(uri) is not None:  # MLflow puts a local store's new experiment in ./mlruns/ID: before it exists
-        check_writable(
-            Path.cwd() / "mlruns",
-            "a new experiment's artifact folder",
-            "MLflow keeps a new experiment's models and charts in ./mlruns under the folder the command "
-            "runs in: run it from a folder you can write in",
-        )
+        check_new_artifact_folder()
     try:
         return client.create_experiment(name)
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
         return client.get_experiment_by_name(name).experiment_id  # created by someone else meanwhile
+
+
+def check_new_artifact_folder() -> None:
+    """UserError where a new experiment in a local (sqlite) store could keep no artifacts: MLflow puts
+    them in ./mlruns under the working folder."""
+    check_writable(
+        Path.cwd() / "mlruns",
+        "a new experiment's artifact folder",
+        "MLflow keeps a new experiment's models and charts in ./mlruns under the folder the command "
+        "runs in: run it from a folder you can write in",
+    )
 
 
 def param_str(value: Any) -> str:
