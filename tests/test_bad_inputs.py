@@ -307,6 +307,7 @@ CASES = {
     "sqlite folder missing": ("uri", "sqlite:///{tmp}/no/such/dir/mlflow.db", "does not exist"),
     "retired file store": ("uri", "file://{tmp}/fs", "MLflow 3 retired file stores"),
     "unsupported scheme": ("uri", "ftp://host/store", "tracking store ftp://host/store cannot be opened"),
+    "sqlite uri with one slash": ("uri", "sqlite:/x.db", "a sqlite URI has three slashes before a relative path"),
     "databricks workspace": ("uri", "databricks", "tracking store databricks: a Databricks workspace is not a store"),
     "databricks profile": ("uri", "databricks://work", "tracking store databricks://work: a Databricks workspace"),
     "database store unreachable": ("uri", "postgresql://user:hunter2@127.0.0.1:1/db", "postgresql://user:***@"),

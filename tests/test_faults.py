@@ -92,7 +92,9 @@ def test_a_too_long_experiment_name_is_one_line_naming_the_limit(world, tmp_path
 def test_a_too_long_experiment_in_the_grid_is_refused_by_validate(world, tmp_path):
     grid = tmp_path / "long.yaml"
     grid.write_text(GRID.replace("existing", "y" * 600))
-    Command(["validate", str(grid)], 2, says=("600 characters", "holds at most 256"), watched=(tmp_path,)).check(tmp_path)
+    Command(["validate", str(grid)], 2, says=("600 characters", "holds at most 256"), watched=(tmp_path,)).check(
+        tmp_path
+    )
 
 
 def test_a_store_folder_that_cannot_be_written_fails_at_once(world, tmp_path):
